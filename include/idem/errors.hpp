@@ -1,0 +1,91 @@
+#pragma once
+// The one exception hierarchy of idem. Expected outcomes of a claim (replay, in progress,
+// conflict) are values (idem::Verdict, idem::Outcome), never exceptions: what is thrown here
+// is either a caller's mistake or an infrastructure failure.
+//
+//   idem::Error                      root; catch this to catch everything idem throws
+//   ├── idem::InvalidArgument        a value broke a documented rule; nothing was changed
+//   ├── idem::UsageError             the API was used out of order (commit twice, ...)
+//   │   └── idem::BadOutcomeAccess   value()/error() of an Outcome that has none
+//   ├── idem::LeaseLost              this worker's claim was taken over; its write was refused
+//   ├── idem::StoreError             the store failed; retryable() says if a retry may succeed
+//   │   └── idem::CorruptRecord      a stored record cannot be decoded
+//   └── idem::PermanentFailure       thrown by business code to record a non-retryable failure
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace idem {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+class BadOutcomeAccess : public UsageError {
+ public:
+  using UsageError::UsageError;
+};
+
+class LeaseLost : public Error {
+ public:
+  using Error::Error;
+};
+
+// What the server said, kept apart from idem's own (client-side) message in what().
+struct ServerDiagnostics {
+  unsigned server_errno = 0;  // e.g. 1213 (ER_LOCK_DEADLOCK); 0 when the failure was client-side
+  std::string sqlstate;       // e.g. "40001"; empty when unknown
+  std::string message;        // the server's text, verbatim
+};
+
+class StoreError : public Error {
+ public:
+  StoreError(const std::string& what, bool retryable, ServerDiagnostics server = {})
+      : Error(what), retryable_(retryable), server_(std::move(server)) {}
+
+  // True when the same call may succeed if repeated (deadlock, timeout, lost connection).
+  bool retryable() const noexcept { return retryable_; }
+  const ServerDiagnostics& server() const noexcept { return server_; }
+
+ private:
+  bool retryable_;
+  ServerDiagnostics server_;
+};
+
+class CorruptRecord : public StoreError {
+ public:
+  explicit CorruptRecord(const std::string& what) : StoreError(what, false) {}
+};
+
+// Throw from a business function run by idem::run_once to record a failure that must not be
+// retried (e.g. "card declined"); every later duplicate replays this error instead of running.
+class PermanentFailure : public Error {
+ public:
+  explicit PermanentFailure(nlohmann::json error)
+      : Error(describe(error)), error_(std::move(error)) {}
+
+  const nlohmann::json& error() const noexcept { return error_; }
+
+ private:
+  static std::string describe(const nlohmann::json& error) {
+    return "permanent failure: " +
+           error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  nlohmann::json error_;
+};
+
+}  // namespace idem

@@ -1,0 +1,164 @@
+#pragma once
+// idem::IdempotencyGuard: claim -> execute -> record, as a RAII guard.
+//
+//   idem::IdempotencyGuard guard{store, key, idem::fingerprint(body), options};
+//   switch (guard.verdict()) {
+//     case idem::Verdict::acquired:    auto r = charge(); guard.commit(r); return r;
+//     case idem::Verdict::replayed:    return guard.replay<Receipt>();   // an Outcome
+//     case idem::Verdict::in_progress: return busy();                    // HTTP 409
+//     case idem::Verdict::conflict:    return mismatch();                // HTTP 422
+//   }
+//
+// The constructor claims (and, with options.wait, waits for an in-progress claim to finish).
+// An acquired guard that is destroyed without commit() or fail() - an exception, an early
+// return - records a retryable failure, so a retry may run again and no processing record is
+// left behind; the destructor never throws.
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "idem/detail/snapshot.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/outcome.hpp"
+#include "idem/record.hpp"
+#include "idem/store.hpp"
+#include "idem/verdict.hpp"
+
+namespace idem {
+
+namespace detail {
+
+// Claims; while the answer is in_progress and options.wait allows, sleeps with jittered
+// exponential backoff and claims again (so a finished claim turns into a replay, and a claim
+// whose lease ran out meanwhile is taken over by the decision table).
+template <Store S>
+ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerprint, const Options& options) {
+  validate(options);
+  ClaimResult result = store.claim(key, fingerprint, options);
+  if (result.verdict != Verdict::in_progress || options.wait <= Duration::zero()) return result;
+
+  using steady = std::chrono::steady_clock;
+  const auto deadline = steady::now() + options.wait;
+  thread_local std::minstd_rand jitter{std::random_device{}()};
+  Duration backoff{2};
+  while (result.verdict == Verdict::in_progress) {
+    const auto left = std::chrono::duration_cast<Duration>(deadline - steady::now());
+    if (left <= Duration::zero()) break;
+    const Duration nap = std::min(left, backoff + Duration{static_cast<long>(jitter() % (backoff.count() + 1))});
+    std::this_thread::sleep_for(nap);
+    backoff = std::min(backoff * 2, Duration{100});
+    result = store.claim(key, fingerprint, options);
+  }
+  return result;
+}
+
+}  // namespace detail
+
+template <Store S>
+class IdempotencyGuard {
+ public:
+  IdempotencyGuard(S& store, Key key, std::string_view fingerprint, Options options = {})
+      : store_(store), claim_(detail::claim_with_wait(store, key, fingerprint, options)) {
+    open_ = claim_.verdict == Verdict::acquired;
+  }
+
+  IdempotencyGuard(const IdempotencyGuard&) = delete;
+  IdempotencyGuard& operator=(const IdempotencyGuard&) = delete;
+
+  ~IdempotencyGuard() {
+    if (!open_) return;
+    try {
+      store_.fail(claim_.record.key, claim_.record.ticket,
+                  R"({"error":"idem.abandoned","detail":"the guard was destroyed without commit or fail"})",
+                  true);
+    } catch (...) {
+      // The lease will run out and the next duplicate takes over; nothing else to do here.
+    }
+  }
+
+  Verdict verdict() const noexcept { return claim_.verdict; }
+  bool acquired() const noexcept { return claim_.verdict == Verdict::acquired; }
+
+  // The claimed record (acquired) or the stored record the verdict was read from; after
+  // commit()/fail() its status and snapshot reflect what was recorded.
+  const Record& record() const noexcept { return claim_.record; }
+
+  // Records success with the response as its snapshot. Throws InvalidArgument if the response
+  // cannot be stored (the claim stays open: commit something else or fail), LeaseLost if the
+  // claim was taken over meanwhile (nothing written; the new owner's record stands).
+  template <Serializable T>
+  void commit(const T& response) {
+    require_open("commit");
+    std::string snapshot = detail::encode_snapshot(response);
+    finish([&] { store_.complete(claim_.record.key, claim_.record.ticket, snapshot); });
+    claim_.record.status = Status::succeeded;
+    claim_.record.snapshot = std::move(snapshot);
+  }
+
+  // Records a failure. retryable = true lets the next duplicate run the business again;
+  // false makes every later duplicate replay this error. Throws LeaseLost like commit().
+  void fail(const nlohmann::json& error, bool retryable) {
+    require_open("fail");
+    std::string snapshot = detail::encode_error(error);
+    finish([&] { store_.fail(claim_.record.key, claim_.record.ticket, snapshot, retryable); });
+    claim_.record.status = Status::failed;
+    claim_.record.retryable = retryable;
+    claim_.record.snapshot = std::move(snapshot);
+  }
+
+  // For a replayed verdict: the stored response as T, or the stored permanent failure
+  // (failed() true, value() throws). Throws UsageError for any other verdict and
+  // CorruptRecord when the stored snapshot does not decode as T.
+  template <class T>
+  Outcome<T> replay() const {
+    if (claim_.verdict != Verdict::replayed) {
+      throw UsageError(fmt::format("idem::IdempotencyGuard::replay(): the verdict is {}, not replayed",
+                                   to_string(claim_.verdict)));
+    }
+    const Record& r = claim_.record;
+    if (r.status == Status::succeeded) {
+      return Outcome<T>::success(Verdict::replayed, detail::decode_snapshot<T>(r.snapshot), r);
+    }
+    return Outcome<T>::failure(Verdict::replayed, detail::parse_snapshot(r.snapshot), r);
+  }
+
+ private:
+  void require_open(std::string_view what) const {
+    if (claim_.verdict != Verdict::acquired) {
+      throw UsageError(fmt::format("idem::IdempotencyGuard::{}(): the verdict is {}; only an acquired "
+                                   "guard records a result",
+                                   what, to_string(claim_.verdict)));
+    }
+    if (!open_) {
+      throw UsageError(fmt::format("idem::IdempotencyGuard::{}(): the result was already recorded", what));
+    }
+  }
+
+  template <class Write>
+  void finish(Write&& write) {
+    try {
+      write();
+    } catch (const LeaseLost&) {
+      open_ = false;  // someone else owns the record now; the destructor must not touch it
+      throw;
+    }
+    open_ = false;
+  }
+
+  S& store_;
+  ClaimResult claim_;
+  bool open_ = false;
+};
+
+}  // namespace idem

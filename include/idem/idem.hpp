@@ -1,0 +1,18 @@
+#pragma once
+// The whole core of idem. Backends have their own headers: idem/mysql.hpp, idem/sqlite.hpp.
+
+#include "idem/clock.hpp"
+#include "idem/decision.hpp"
+#include "idem/errors.hpp"
+#include "idem/fingerprint.hpp"
+#include "idem/guard.hpp"
+#include "idem/key.hpp"
+#include "idem/memory_store.hpp"
+#include "idem/options.hpp"
+#include "idem/outcome.hpp"
+#include "idem/record.hpp"
+#include "idem/run_once.hpp"
+#include "idem/status.hpp"
+#include "idem/store.hpp"
+#include "idem/ticket.hpp"
+#include "idem/verdict.hpp"

@@ -1,0 +1,200 @@
+#pragma once
+// idem::MemoryStore: an in-process Store for unit tests of handlers and for single-process
+// services that can afford to forget on restart. It makes the same decisions as the SQL
+// backends, case for case (it calls the same decide()), and its clock is injectable so that
+// a test can move time past a lease or a ttl without sleeping.
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "idem/clock.hpp"
+#include "idem/decision.hpp"
+#include "idem/detail/checks.hpp"
+#include "idem/detail/token.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/store.hpp"
+#include "idem/ticket.hpp"
+#include "idem/verdict.hpp"
+
+namespace idem {
+
+struct MemoryStoreParams {
+  // Where `now` comes from. Inject a ManualClock to move time in tests.
+  std::function<TimePoint()> clock = system_now;
+  // Independent lock shards; more shards, less contention between threads on different keys.
+  std::size_t shards = 64;
+};
+
+class MemoryStore {
+ public:
+  MemoryStore() : MemoryStore(MemoryStoreParams{}) {}
+  explicit MemoryStore(std::function<TimePoint()> clock)
+      : MemoryStore(MemoryStoreParams{.clock = std::move(clock)}) {}
+  explicit MemoryStore(MemoryStoreParams params)
+      : clock_(std::move(params.clock)), shards_(std::max<std::size_t>(params.shards, 1)) {
+    if (!clock_) throw InvalidArgument("idem::MemoryStore: clock must not be empty");
+  }
+
+  MemoryStore(const MemoryStore&) = delete;
+  MemoryStore& operator=(const MemoryStore&) = delete;
+
+  ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
+    validate(options);
+    detail::check_fingerprint(fingerprint);
+    const TimePoint now = clock_();
+    Shard& shard = shard_for(key);
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.records.find(key);
+    if (it == shard.records.end()) {
+      Record r{.key = key,
+               .status = Status::processing,
+               .ticket = Ticket{1, detail::new_owner_token()},
+               .fingerprint = std::string(fingerprint),
+               .snapshot = {},
+               .retryable = false,
+               .attempts = 1,
+               .created_at = now,
+               .updated_at = now,
+               .lease_until = now + options.lease,
+               .expire_at = now + options.ttl};
+      it = shard.records.emplace(key, std::move(r)).first;
+      return {Verdict::acquired, it->second};
+    }
+    Record& stored = it->second;
+    switch (const Decision d = decide(stored, fingerprint, now)) {
+      case Decision::take_over_expired:
+      case Decision::take_over_retry:
+        apply_takeover(stored, d, fingerprint, detail::new_owner_token(), now, options.lease,
+                       options.ttl);
+        return {Verdict::acquired, stored};
+      case Decision::replay:
+        return {Verdict::replayed, stored};
+      case Decision::in_progress:
+        return {Verdict::in_progress, stored};
+      case Decision::conflict:
+        return {Verdict::conflict, stored};
+    }
+    throw Error("idem::MemoryStore: unreachable decision");
+  }
+
+  void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
+    finish(key, ticket, snapshot, Status::succeeded, false);
+  }
+
+  void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable) {
+    finish(key, ticket, error, Status::failed, retryable);
+  }
+
+  std::optional<Record> find(const Key& key) const {
+    const Shard& shard = shard_for(key);
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.records.find(key);
+    if (it == shard.records.end()) return std::nullopt;
+    return it->second;
+  }
+
+  std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
+    const TimePoint now = clock_();
+    std::size_t budget = batch * max_batches;
+    std::size_t removed = 0;
+    // One shard lock at a time, at most `batch` deletions per hold.
+    for (Shard& shard : shards_) {
+      while (budget > 0) {
+        std::lock_guard lock(shard.mutex);
+        std::size_t round = 0;
+        for (auto it = shard.records.begin(); it != shard.records.end() && round < batch && budget > 0;) {
+          if (it->second.expire_at <= now) {
+            it = shard.records.erase(it);
+            ++round, ++removed, --budget;
+          } else {
+            ++it;
+          }
+        }
+        if (round < batch) break;  // this shard has no more expired records
+      }
+    }
+    return removed;
+  }
+
+  std::size_t release_stale(std::size_t batch) {
+    const TimePoint now = clock_();
+    std::size_t released = 0;
+    for (Shard& shard : shards_) {
+      std::lock_guard lock(shard.mutex);
+      for (auto& [key, r] : shard.records) {
+        if (released == batch) return released;
+        if (r.status == Status::processing && r.lease_until <= now && r.expire_at > now) {
+          r.status = Status::failed;
+          r.retryable = true;
+          r.snapshot = R"({"error":"idem.lease_expired","detail":"released by release_stale"})";
+          r.updated_at = now;
+          ++released;
+        }
+      }
+    }
+    return released;
+  }
+
+  // Number of records held, expired ones included (for tests and metrics).
+  std::size_t size() const {
+    std::size_t n = 0;
+    for (const Shard& shard : shards_) {
+      std::lock_guard lock(shard.mutex);
+      n += shard.records.size();
+    }
+    return n;
+  }
+
+  TimePoint now() const { return clock_(); }
+
+ private:
+  struct Shard {
+    mutable std::mutex mutex;
+    std::unordered_map<Key, Record> records;
+  };
+
+  Shard& shard_for(const Key& key) { return shards_[std::hash<Key>{}(key) % shards_.size()]; }
+  const Shard& shard_for(const Key& key) const {
+    return shards_[std::hash<Key>{}(key) % shards_.size()];
+  }
+
+  void finish(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
+              bool retryable) {
+    detail::check_snapshot(snapshot);
+    const TimePoint now = clock_();
+    Shard& shard = shard_for(key);
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.records.find(key);
+    if (it == shard.records.end() || it->second.status != Status::processing ||
+        it->second.ticket != ticket) {
+      throw LeaseLost(fmt::format(
+          "idem: the claim on {}/{} (fence {}) is no longer held; the record was taken over, "
+          "released or purged",
+          key.biz_type(), detail::printable(key.id()), ticket.fence));
+    }
+    Record& r = it->second;
+    r.status = to;
+    r.snapshot = std::string(snapshot);
+    r.retryable = retryable;
+    r.updated_at = now;
+  }
+
+  std::function<TimePoint()> clock_;
+  std::vector<Shard> shards_;
+};
+
+static_assert(Store<MemoryStore>);
+
+}  // namespace idem

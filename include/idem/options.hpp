@@ -1,0 +1,42 @@
+#pragma once
+// idem::Options: the timing of one claim.
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "idem/clock.hpp"
+#include "idem/errors.hpp"
+
+namespace idem {
+
+struct Options {
+  // How long a processing claim is honoured. Past it, a duplicate takes the claim over
+  // (the first worker is presumed dead). Pick it longer than the business can take.
+  Duration lease = std::chrono::seconds{30};
+  // How long the record counts. Past it, the key behaves as never seen and may be purged.
+  // Must be at least the lease, or a live claim could expire under its worker.
+  Duration ttl = std::chrono::hours{24 * 7};
+  // How long a duplicate waits for an in-progress claim to finish (polling with backoff)
+  // before it answers in_progress. If the claim finishes meanwhile, the duplicate replays.
+  Duration wait = Duration::zero();
+};
+
+// Throws idem::InvalidArgument when a field breaks its rule.
+inline void validate(const Options& o) {
+  if (o.lease <= Duration::zero()) {
+    throw InvalidArgument(fmt::format("idem::Options: lease must be positive, got {} ms", o.lease.count()));
+  }
+  if (o.ttl <= Duration::zero()) {
+    throw InvalidArgument(fmt::format("idem::Options: ttl must be positive, got {} ms", o.ttl.count()));
+  }
+  if (o.ttl < o.lease) {
+    throw InvalidArgument(fmt::format(
+        "idem::Options: ttl ({} ms) must be at least the lease ({} ms)", o.ttl.count(), o.lease.count()));
+  }
+  if (o.wait < Duration::zero()) {
+    throw InvalidArgument(fmt::format("idem::Options: wait must not be negative, got {} ms", o.wait.count()));
+  }
+}
+
+}  // namespace idem

@@ -1,0 +1,70 @@
+#pragma once
+// idem::run_once: claim -> execute -> record in one call.
+//
+//   auto out = idem::run_once(store, key, fp, [&] { return charge(card); }, options);
+//   if (out) use(out.value());                   // ran now, or replayed the first response
+//   else if (out.failed()) decline(out.error()); // a recorded permanent failure
+//   else if (out.verdict() == idem::Verdict::in_progress) ask_to_retry_later();
+//   else reject_mismatch();                      // conflict
+//
+// An exception from fn records a retryable failure and propagates. idem::PermanentFailure
+// records a non-retryable failure and comes back as a failed Outcome (verdict acquired), in
+// the same shape every later duplicate replays it.
+
+#include <concepts>
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "idem/errors.hpp"
+#include "idem/guard.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/outcome.hpp"
+#include "idem/store.hpp"
+
+namespace idem {
+
+template <Store S, std::invocable F>
+auto run_once(S& store, const Key& key, std::string_view fingerprint, F&& fn, const Options& options = {})
+    -> Outcome<std::decay_t<std::invoke_result_t<F&>>> {
+  using T = std::decay_t<std::invoke_result_t<F&>>;
+  static_assert(!std::is_void_v<T>, "idem::run_once: fn must return the response to record (e.g. a bool or a json)");
+  static_assert(Serializable<T>, "idem::run_once: fn's result must be serialisable by nlohmann_json");
+
+  IdempotencyGuard guard{store, key, fingerprint, options};
+  switch (guard.verdict()) {
+    case Verdict::replayed:
+      return guard.template replay<T>();
+    case Verdict::in_progress:
+    case Verdict::conflict:
+      return Outcome<T>::none(guard.verdict(), guard.record());
+    case Verdict::acquired:
+      break;
+  }
+
+  std::optional<T> value;
+  try {
+    value.emplace(std::invoke(fn));
+  } catch (const PermanentFailure& e) {
+    guard.fail(e.error(), false);
+    return Outcome<T>::failure(Verdict::acquired, e.error(), guard.record());
+  }
+  // Other exceptions from fn propagate; the guard's destructor records a retryable failure.
+
+  try {
+    guard.commit(*value);
+  } catch (const InvalidArgument& e) {
+    // The business ran but its response cannot be stored. Running it again could repeat its
+    // effect, so the failure is recorded as permanent and duplicates replay it.
+    guard.fail({{"error", "idem.unstorable_response"}, {"detail", e.what()}}, false);
+    throw;
+  }
+  return Outcome<T>::success(Verdict::acquired, std::move(*value), guard.record());
+}
+
+}  // namespace idem

@@ -1,0 +1,71 @@
+#pragma once
+// idem::Store: the contract every backend (MemoryStore, idem::mysql::Store, idem::sqlite::Store,
+// or your own) satisfies word for word. The conformance suite in idem/testing/conformance.hpp
+// checks it; run it on any store you write.
+//
+// ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options)
+//   Atomically decides by the decision table (idem/decision.hpp) with `now` from the store's
+//   clock (the database server's for SQL backends):
+//   - no record: inserts {processing, fence 1, attempts 1, lease_until = now + lease,
+//     expire_at = now + ttl, fresh owner token} and answers acquired;
+//   - a takeover row (expired; failed retryable; processing with lease_until <= now): rewrites
+//     the record as apply_takeover() does, fence + 1 and a fresh owner token, and answers
+//     acquired. At most one concurrent caller can win a takeover (it is fenced on the old
+//     fence);
+//   - replay / in_progress / conflict: changes nothing and answers with the stored record.
+//   Never two callers acquired for the same live record. Throws InvalidArgument for bad
+//   options or fingerprint (before any write), StoreError on infrastructure failure.
+//
+// void complete(const Key& key, const Ticket& ticket, std::string_view snapshot)
+//   processing -> succeeded with the snapshot (JSON text), only while the stored record is
+//   processing with this ticket's fence and owner; otherwise throws LeaseLost and changes
+//   nothing. A snapshot over max_snapshot_bytes is InvalidArgument, nothing written.
+//
+// void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable)
+//   processing -> failed with the error snapshot and the retryable flag, under the same fencing
+//   rule and size limit as complete().
+//
+// std::optional<Record> find(const Key& key)
+//   The stored record, expired or not (callers judge expire_at), or nullopt.
+//
+// std::size_t purge_expired(std::size_t batch, std::size_t max_batches)
+//   Deletes records with expire_at <= now, at most `batch` per round trip / lock hold and at most
+//   `max_batches` rounds, so that a large backlog never blocks claims. Returns rows deleted.
+//
+// std::size_t release_stale(std::size_t batch)
+//   Marks at most `batch` processing records whose lease ran out as failed and retryable (their
+//   workers are presumed dead), so that the next duplicate runs again without waiting for a
+//   claim. The stale workers' later complete()/fail() get LeaseLost. Returns rows changed.
+
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/ticket.hpp"
+#include "idem/verdict.hpp"
+
+namespace idem {
+
+struct ClaimResult {
+  Verdict verdict;
+  // acquired: the new claim (its ticket is the caller's to complete or fail).
+  // replayed / in_progress / conflict: the stored record the verdict was read from.
+  Record record;
+};
+
+template <class S>
+concept Store = requires(S& store, const Key& key, std::string_view text, const Options& options,
+                         const Ticket& ticket, bool flag, std::size_t n) {
+  { store.claim(key, text, options) } -> std::same_as<ClaimResult>;
+  { store.complete(key, ticket, text) } -> std::same_as<void>;
+  { store.fail(key, ticket, text, flag) } -> std::same_as<void>;
+  { store.find(key) } -> std::same_as<std::optional<Record>>;
+  { store.purge_expired(n, n) } -> std::same_as<std::size_t>;
+  { store.release_stale(n) } -> std::same_as<std::size_t>;
+};
+
+}  // namespace idem
