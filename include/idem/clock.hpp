@@ -22,9 +22,13 @@ class ManualClock {
  public:
   explicit ManualClock(TimePoint start = system_now()) : ms_(start.time_since_epoch().count()) {}
 
-  TimePoint now() const noexcept { return TimePoint{Duration{ms_.load(std::memory_order_acquire)}}; }
+  TimePoint now() const noexcept {
+    return TimePoint{Duration{ms_.load(std::memory_order_acquire)}};
+  }
   void advance(Duration by) noexcept { ms_.fetch_add(by.count(), std::memory_order_acq_rel); }
-  void set(TimePoint to) noexcept { ms_.store(to.time_since_epoch().count(), std::memory_order_release); }
+  void set(TimePoint to) noexcept {
+    ms_.store(to.time_since_epoch().count(), std::memory_order_release);
+  }
 
  private:
   std::atomic<std::int64_t> ms_;

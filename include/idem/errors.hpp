@@ -77,6 +77,9 @@ class PermanentFailure : public Error {
  public:
   explicit PermanentFailure(nlohmann::json error)
       : Error(describe(error)), error_(std::move(error)) {}
+  // Lets `throw PermanentFailure({{"error", "card_declined"}})` pick this class's JSON.
+  explicit PermanentFailure(nlohmann::json::initializer_list_t error)
+      : PermanentFailure(nlohmann::json(error)) {}
 
   const nlohmann::json& error() const noexcept { return error_; }
 

@@ -12,8 +12,8 @@
 #include <string_view>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <openssl/evp.h>
+#include <nlohmann/json.hpp>
 
 #include "idem/errors.hpp"
 
@@ -41,12 +41,14 @@ inline nlohmann::json canonical(const nlohmann::json& j) {
   switch (j.type()) {
     case nlohmann::json::value_t::object: {
       nlohmann::json out = nlohmann::json::object();
-      for (const auto& [k, v] : j.items()) out[k] = canonical(v);
+      for (const auto& [k, v] : j.items())
+        out[k] = canonical(v);
       return out;
     }
     case nlohmann::json::value_t::array: {
       nlohmann::json out = nlohmann::json::array();
-      for (const auto& v : j) out.push_back(canonical(v));
+      for (const auto& v : j)
+        out.push_back(canonical(v));
       return out;
     }
     case nlohmann::json::value_t::number_float: {
@@ -70,7 +72,8 @@ inline std::string canonical_json(const nlohmann::json& payload) {
   try {
     return detail::canonical(payload).dump();
   } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(fmt::format("idem::fingerprint: payload is not canonical JSON: {}", e.what()));
+    throw InvalidArgument(
+        fmt::format("idem::fingerprint: payload is not canonical JSON: {}", e.what()));
   }
 }
 
@@ -81,9 +84,15 @@ inline std::string fingerprint(const nlohmann::json& payload) {
 
 // SHA-256 of raw bytes, for payloads that are not JSON (form bodies, protobuf, ...). Hashes the
 // bytes as given: the JSON text "{\"a\":1}" and the json value {"a":1} fingerprint differently.
-inline std::string fingerprint(std::string_view bytes) { return detail::sha256_hex(bytes); }
+inline std::string fingerprint(std::string_view bytes) {
+  return detail::sha256_hex(bytes);
+}
 // Without these, a string literal or std::string would convert to both overloads above.
-inline std::string fingerprint(const char* bytes) { return fingerprint(std::string_view{bytes}); }
-inline std::string fingerprint(const std::string& bytes) { return fingerprint(std::string_view{bytes}); }
+inline std::string fingerprint(const char* bytes) {
+  return fingerprint(std::string_view{bytes});
+}
+inline std::string fingerprint(const std::string& bytes) {
+  return fingerprint(std::string_view{bytes});
+}
 
 }  // namespace idem

@@ -43,7 +43,8 @@ namespace detail {
 // exponential backoff and claims again (so a finished claim turns into a replay, and a claim
 // whose lease ran out meanwhile is taken over by the decision table).
 template <Store S>
-ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerprint, const Options& options) {
+ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerprint,
+                            const Options& options) {
   validate(options);
   ClaimResult result = store.claim(key, fingerprint, options);
   if (result.verdict != Verdict::in_progress || options.wait <= Duration::zero()) return result;
@@ -55,7 +56,8 @@ ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerpri
   while (result.verdict == Verdict::in_progress) {
     const auto left = std::chrono::duration_cast<Duration>(deadline - steady::now());
     if (left <= Duration::zero()) break;
-    const Duration nap = std::min(left, backoff + Duration{static_cast<long>(jitter() % (backoff.count() + 1))});
+    const Duration nap =
+        std::min(left, backoff + Duration{static_cast<long>(jitter() % (backoff.count() + 1))});
     std::this_thread::sleep_for(nap);
     backoff = std::min(backoff * 2, Duration{100});
     result = store.claim(key, fingerprint, options);
@@ -79,9 +81,10 @@ class IdempotencyGuard {
   ~IdempotencyGuard() {
     if (!open_) return;
     try {
-      store_.fail(claim_.record.key, claim_.record.ticket,
-                  R"({"error":"idem.abandoned","detail":"the guard was destroyed without commit or fail"})",
-                  true);
+      store_.fail(
+          claim_.record.key, claim_.record.ticket,
+          R"({"error":"idem.abandoned","detail":"the guard was destroyed without commit or fail"})",
+          true);
     } catch (...) {
       // The lease will run out and the next duplicate takes over; nothing else to do here.
     }
@@ -123,8 +126,9 @@ class IdempotencyGuard {
   template <class T>
   Outcome<T> replay() const {
     if (claim_.verdict != Verdict::replayed) {
-      throw UsageError(fmt::format("idem::IdempotencyGuard::replay(): the verdict is {}, not replayed",
-                                   to_string(claim_.verdict)));
+      throw UsageError(
+          fmt::format("idem::IdempotencyGuard::replay(): the verdict is {}, not replayed",
+                      to_string(claim_.verdict)));
     }
     const Record& r = claim_.record;
     if (r.status == Status::succeeded) {
@@ -136,12 +140,14 @@ class IdempotencyGuard {
  private:
   void require_open(std::string_view what) const {
     if (claim_.verdict != Verdict::acquired) {
-      throw UsageError(fmt::format("idem::IdempotencyGuard::{}(): the verdict is {}; only an acquired "
-                                   "guard records a result",
-                                   what, to_string(claim_.verdict)));
+      throw UsageError(
+          fmt::format("idem::IdempotencyGuard::{}(): the verdict is {}; only an acquired "
+                      "guard records a result",
+                      what, to_string(claim_.verdict)));
     }
     if (!open_) {
-      throw UsageError(fmt::format("idem::IdempotencyGuard::{}(): the result was already recorded", what));
+      throw UsageError(
+          fmt::format("idem::IdempotencyGuard::{}(): the result was already recorded", what));
     }
   }
 

@@ -38,9 +38,9 @@ inline std::string printable(std::string_view s) {
 
 inline void validate_biz_type(std::string_view biz_type) {
   if (biz_type.empty() || biz_type.size() > max_biz_type_bytes) {
-    throw InvalidArgument(fmt::format(
-        "idem::Key: biz_type must be 1-{} bytes of [A-Za-z0-9_.-], got {} bytes", max_biz_type_bytes,
-        biz_type.size()));
+    throw InvalidArgument(
+        fmt::format("idem::Key: biz_type must be 1-{} bytes of [A-Za-z0-9_.-], got {} bytes",
+                    max_biz_type_bytes, biz_type.size()));
   }
   for (std::size_t i = 0; i < biz_type.size(); ++i) {
     const char c = biz_type[i];
@@ -66,9 +66,9 @@ inline void validate_id(std::string_view id) {
                                       check.offset, printable(id)));
   }
   if (check.fault == TextFault::control_character) {
-    throw InvalidArgument(fmt::format(
-        "idem::Key: id must not contain control characters; byte {} of \"{}\" is one", check.offset,
-        printable(id)));
+    throw InvalidArgument(
+        fmt::format("idem::Key: id must not contain control characters; byte {} of \"{}\" is one",
+                    check.offset, printable(id)));
   }
 }
 
@@ -105,9 +105,9 @@ inline std::string compose_id(std::initializer_list<std::string_view> parts) {
       throw InvalidArgument(fmt::format("idem::compose_id: part {} is empty", index));
     }
     if (part.find(':') != std::string_view::npos) {
-      throw InvalidArgument(fmt::format(
-          "idem::compose_id: part {} (\"{}\") contains the separator ':'", index,
-          detail::printable(part)));
+      throw InvalidArgument(
+          fmt::format("idem::compose_id: part {} (\"{}\") contains the separator ':'", index,
+                      detail::printable(part)));
     }
     if (index > 0) id += ':';
     id += part;

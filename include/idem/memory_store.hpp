@@ -114,7 +114,8 @@ class MemoryStore {
       while (budget > 0) {
         std::lock_guard lock(shard.mutex);
         std::size_t round = 0;
-        for (auto it = shard.records.begin(); it != shard.records.end() && round < batch && budget > 0;) {
+        for (auto it = shard.records.begin();
+             it != shard.records.end() && round < batch && budget > 0;) {
           if (it->second.expire_at <= now) {
             it = shard.records.erase(it);
             ++round, ++removed, --budget;

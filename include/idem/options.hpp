@@ -25,17 +25,21 @@ struct Options {
 // Throws idem::InvalidArgument when a field breaks its rule.
 inline void validate(const Options& o) {
   if (o.lease <= Duration::zero()) {
-    throw InvalidArgument(fmt::format("idem::Options: lease must be positive, got {} ms", o.lease.count()));
+    throw InvalidArgument(
+        fmt::format("idem::Options: lease must be positive, got {} ms", o.lease.count()));
   }
   if (o.ttl <= Duration::zero()) {
-    throw InvalidArgument(fmt::format("idem::Options: ttl must be positive, got {} ms", o.ttl.count()));
+    throw InvalidArgument(
+        fmt::format("idem::Options: ttl must be positive, got {} ms", o.ttl.count()));
   }
   if (o.ttl < o.lease) {
-    throw InvalidArgument(fmt::format(
-        "idem::Options: ttl ({} ms) must be at least the lease ({} ms)", o.ttl.count(), o.lease.count()));
+    throw InvalidArgument(
+        fmt::format("idem::Options: ttl ({} ms) must be at least the lease ({} ms)", o.ttl.count(),
+                    o.lease.count()));
   }
   if (o.wait < Duration::zero()) {
-    throw InvalidArgument(fmt::format("idem::Options: wait must not be negative, got {} ms", o.wait.count()));
+    throw InvalidArgument(
+        fmt::format("idem::Options: wait must not be negative, got {} ms", o.wait.count()));
   }
 }
 

@@ -27,7 +27,8 @@ class Outcome {
     o.value_.emplace(std::move(value));
     return o;
   }
-  static Outcome failure(Verdict v, nlohmann::json error, std::optional<Record> record = std::nullopt) {
+  static Outcome failure(Verdict v, nlohmann::json error,
+                         std::optional<Record> record = std::nullopt) {
     Outcome o(v, std::move(record));
     o.error_.emplace(std::move(error));
     return o;

@@ -21,15 +21,17 @@ inline constexpr std::size_t max_fingerprint_bytes = 128;
 struct Record {
   Key key;
   Status status = Status::processing;
-  Ticket ticket;             // fence + owner token of the latest claim or takeover
-  std::string fingerprint;   // request fingerprint; empty when the claimer opted out
-  std::string snapshot;      // JSON text: the response (succeeded) or the error (failed)
-  bool retryable = false;    // for failed records: may the next duplicate run again?
+  Ticket ticket;               // fence + owner token of the latest claim or takeover
+  std::string fingerprint;     // request fingerprint; empty when the claimer opted out
+  std::string snapshot;        // JSON text: the response (succeeded) or the error (failed)
+  bool retryable = false;      // for failed records: may the next duplicate run again?
   std::uint32_t attempts = 0;  // claims that ran the business (1 for the first)
   TimePoint created_at{};
   TimePoint updated_at{};
-  TimePoint lease_until{};   // a processing claim is honoured until then
-  TimePoint expire_at{};     // after this the record no longer counts and may be purged
+  TimePoint lease_until{};  // a processing claim is honoured until then
+  TimePoint expire_at{};    // after this the record no longer counts and may be purged
+
+  friend bool operator==(const Record&, const Record&) = default;
 };
 
 }  // namespace idem

@@ -30,11 +30,13 @@
 namespace idem {
 
 template <Store S, std::invocable F>
-auto run_once(S& store, const Key& key, std::string_view fingerprint, F&& fn, const Options& options = {})
-    -> Outcome<std::decay_t<std::invoke_result_t<F&>>> {
+auto run_once(S& store, const Key& key, std::string_view fingerprint, F&& fn,
+              const Options& options = {}) -> Outcome<std::decay_t<std::invoke_result_t<F&>>> {
   using T = std::decay_t<std::invoke_result_t<F&>>;
-  static_assert(!std::is_void_v<T>, "idem::run_once: fn must return the response to record (e.g. a bool or a json)");
-  static_assert(Serializable<T>, "idem::run_once: fn's result must be serialisable by nlohmann_json");
+  static_assert(!std::is_void_v<T>,
+                "idem::run_once: fn must return the response to record (e.g. a bool or a json)");
+  static_assert(Serializable<T>,
+                "idem::run_once: fn's result must be serialisable by nlohmann_json");
 
   IdempotencyGuard guard{store, key, fingerprint, options};
   switch (guard.verdict()) {

@@ -14,9 +14,12 @@ enum class Status : std::uint8_t {
 
 constexpr std::string_view to_string(Status s) noexcept {
   switch (s) {
-    case Status::processing: return "processing";
-    case Status::succeeded: return "succeeded";
-    case Status::failed: return "failed";
+    case Status::processing:
+      return "processing";
+    case Status::succeeded:
+      return "succeeded";
+    case Status::failed:
+      return "failed";
   }
   return "unknown";
 }

@@ -14,10 +14,14 @@ enum class Verdict {
 
 constexpr std::string_view to_string(Verdict v) noexcept {
   switch (v) {
-    case Verdict::acquired: return "acquired";
-    case Verdict::replayed: return "replayed";
-    case Verdict::in_progress: return "in_progress";
-    case Verdict::conflict: return "conflict";
+    case Verdict::acquired:
+      return "acquired";
+    case Verdict::replayed:
+      return "replayed";
+    case Verdict::in_progress:
+      return "in_progress";
+    case Verdict::conflict:
+      return "conflict";
   }
   return "unknown";
 }

@@ -26,7 +26,8 @@ std::string encode_snapshot(const T& value) {
   try {
     text = nlohmann::json(value).dump();
   } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(fmt::format("idem: the response cannot be serialised to JSON: {}", e.what()));
+    throw InvalidArgument(
+        fmt::format("idem: the response cannot be serialised to JSON: {}", e.what()));
   }
   check_snapshot(text);
   return text;
@@ -54,8 +55,8 @@ T decode_snapshot(std::string_view text) {
   try {
     return j.get<T>();
   } catch (const nlohmann::json::exception& e) {
-    throw CorruptRecord(fmt::format("idem: the stored snapshot cannot be read as the requested type: {}",
-                                    e.what()));
+    throw CorruptRecord(fmt::format(
+        "idem: the stored snapshot cannot be read as the requested type: {}", e.what()));
   }
 }
 

@@ -17,7 +17,8 @@ inline std::string new_owner_token() {
   std::string out(32, '0');
   for (int half = 0; half < 2; ++half) {
     std::uint64_t v = engine();
-    for (int i = 0; i < 16; ++i, v >>= 4) out[static_cast<std::size_t>(half * 16 + i)] = hex[v & 0xf];
+    for (int i = 0; i < 16; ++i, v >>= 4)
+      out[static_cast<std::size_t>(half * 16 + i)] = hex[v & 0xf];
   }
   return out;
 }

@@ -1,0 +1,163 @@
+// IdempotencyGuard and run_once semantics beyond the store contract (which conformance covers).
+#include <stdexcept>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <idem/idem.hpp>
+
+using nlohmann::json;
+
+namespace {
+
+struct Receipt {
+  std::string trade_no;
+  long amount = 0;
+  friend bool operator==(const Receipt&, const Receipt&) = default;
+};
+void to_json(json& j, const Receipt& r) {
+  j = json{{"trade_no", r.trade_no}, {"amount", r.amount}};
+}
+void from_json(const json& j, Receipt& r) {
+  j.at("trade_no").get_to(r.trade_no);
+  j.at("amount").get_to(r.amount);
+}
+
+struct Fixture {
+  idem::ManualClock clock;
+  idem::MemoryStore store{[this] { return clock.now(); }};
+};
+
+}  // namespace
+
+TEST_CASE_METHOD(Fixture, "guard: acquired, commit, then duplicates replay typed responses") {
+  const idem::Key key{"PAY", "T-1"};
+  const auto fp = idem::fingerprint(json{{"amount", 299}});
+  {
+    idem::IdempotencyGuard guard{store, key, fp};
+    REQUIRE(guard.acquired());
+    guard.commit(Receipt{"T-1", 299});
+    CHECK(guard.record().status == idem::Status::succeeded);
+    CHECK_THROWS_AS(guard.commit(Receipt{"T-1", 1}), idem::UsageError);
+    CHECK_THROWS_AS(guard.fail(json{}, true), idem::UsageError);
+    CHECK_THROWS_AS(guard.replay<Receipt>(), idem::UsageError);
+  }
+  idem::IdempotencyGuard dup{store, key, fp};
+  REQUIRE(dup.verdict() == idem::Verdict::replayed);
+  const idem::Outcome<Receipt> out = dup.replay<Receipt>();
+  REQUIRE(out);
+  CHECK(out.value() == Receipt{"T-1", 299});
+  CHECK_FALSE(out.failed());
+  CHECK_THROWS_AS(out.error(), idem::BadOutcomeAccess);
+  CHECK_THROWS_AS(dup.commit(Receipt{}), idem::UsageError);
+  // A stored response read as the wrong type is reported, not invented.
+  CHECK_THROWS_AS(dup.replay<int>(), idem::CorruptRecord);
+}
+
+TEST_CASE_METHOD(Fixture,
+                 "guard: destroyed without commit records a retryable failure, never throws") {
+  const idem::Key key{"PAY", "T-2"};
+  {
+    idem::IdempotencyGuard guard{store, key, ""};
+    REQUIRE(guard.acquired());
+  }
+  auto r = store.find(key);
+  REQUIRE(r);
+  CHECK(r->status == idem::Status::failed);
+  CHECK(r->retryable);
+  CHECK(json::parse(r->snapshot)["error"] == "idem.abandoned");
+
+  // An exception through the guard's scope does the same.
+  try {
+    idem::IdempotencyGuard guard{store, key, ""};
+    REQUIRE(guard.acquired());
+    throw std::runtime_error("boom");
+  } catch (const std::runtime_error&) {
+  }
+  r = store.find(key);
+  CHECK(r->status == idem::Status::failed);
+  CHECK(r->attempts == 2);
+
+  // The record disappearing under the guard (purged) must not make the destructor throw.
+  const idem::Key key2{"PAY", "T-3"};
+  {
+    idem::IdempotencyGuard guard{
+        store, key2, "",
+        idem::Options{.lease = std::chrono::seconds{1}, .ttl = std::chrono::seconds{1}}};
+    clock.advance(std::chrono::seconds{2});
+    CHECK(store.purge_expired(10, 1) >= 1);
+  }
+  CHECK_FALSE(store.find(key2));
+}
+
+TEST_CASE_METHOD(Fixture, "guard: fail() records retryable or permanent failures") {
+  const idem::Key key{"PAY", "T-4"};
+  {
+    idem::IdempotencyGuard guard{store, key, ""};
+    guard.fail(json{{"error", "declined"}}, false);
+  }
+  idem::IdempotencyGuard dup{store, key, ""};
+  REQUIRE(dup.verdict() == idem::Verdict::replayed);
+  const auto out = dup.replay<Receipt>();
+  CHECK_FALSE(out);
+  REQUIRE(out.failed());
+  CHECK(out.error()["error"] == "declined");
+  CHECK_THROWS_AS(out.value(), idem::BadOutcomeAccess);
+}
+
+TEST_CASE_METHOD(Fixture, "guard: a response that cannot be stored leaves the claim open") {
+  const idem::Key key{"PAY", "T-5"};
+  idem::IdempotencyGuard guard{store, key, ""};
+  CHECK_THROWS_AS(guard.commit(std::string("\xff not utf-8")), idem::InvalidArgument);
+  CHECK_THROWS_AS(guard.commit(std::string(idem::max_snapshot_bytes, 'x')), idem::InvalidArgument);
+  CHECK(store.find(key)->status == idem::Status::processing);
+  guard.commit(std::string("fine"));
+  CHECK(store.find(key)->status == idem::Status::succeeded);
+}
+
+TEST_CASE_METHOD(
+    Fixture, "run_once: an unstorable response after the business ran is recorded as permanent") {
+  const idem::Key key{"PAY", "T-6"};
+  int runs = 0;
+  CHECK_THROWS_AS(idem::run_once(store, key, "",
+                                 [&] {
+                                   ++runs;
+                                   return std::string("\xc3\x28");
+                                 }),
+                  idem::InvalidArgument);
+  const auto again = idem::run_once(store, key, "", [&] {
+    ++runs;
+    return std::string("ok");
+  });
+  CHECK(runs == 1);
+  CHECK(again.verdict() == idem::Verdict::replayed);
+  REQUIRE(again.failed());
+  CHECK(again.error()["error"] == "idem.unstorable_response");
+}
+
+TEST_CASE_METHOD(Fixture, "run_once: returns values of any serialisable type") {
+  const idem::Key key{"ORDER", "u1:req-1"};
+  auto first = idem::run_once(store, key, "", [] { return Receipt{"O-1", 5}; });
+  auto second = idem::run_once(store, key, "", [] { return Receipt{"O-2", 6}; });
+  REQUIRE(first);
+  REQUIRE(second);
+  CHECK(first.acquired());
+  CHECK(second.replayed());
+  CHECK(second.value() == first.value());
+  CHECK(second.record()->status == idem::Status::succeeded);
+}
+
+TEST_CASE("MemoryStore rejects an empty clock") {
+  CHECK_THROWS_AS(idem::MemoryStore(std::function<idem::TimePoint()>{}), idem::InvalidArgument);
+}
+
+TEST_CASE("the error hierarchy has one root") {
+  CHECK_THROWS_AS(throw idem::LeaseLost("x"), idem::Error);
+  CHECK_THROWS_AS(throw idem::CorruptRecord("x"), idem::StoreError);
+  CHECK_THROWS_AS(throw idem::BadOutcomeAccess("x"), idem::UsageError);
+  CHECK_THROWS_AS(throw idem::PermanentFailure(json{{"e", 1}}), idem::Error);
+  const idem::StoreError e("lost connection", true, {2013, "HY000", "Lost connection to server"});
+  CHECK(e.retryable());
+  CHECK(e.server().server_errno == 2013);
+  CHECK(std::string(e.what()) == "lost connection");
+  CHECK(e.server().message == "Lost connection to server");
+}
