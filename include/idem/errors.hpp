@@ -45,25 +45,26 @@ class LeaseLost : public Error {
   using Error::Error;
 };
 
-// What the server said, kept apart from idem's own (client-side) message in what().
-struct ServerDiagnostics {
-  unsigned server_errno = 0;  // e.g. 1213 (ER_LOCK_DEADLOCK); 0 when the failure was client-side
-  std::string sqlstate;       // e.g. "40001"; empty when unknown
-  std::string message;        // the server's text, verbatim
+// What the database (or its driver) said, kept apart from idem's own message in what().
+struct Diagnostics {
+  unsigned code = 0;  // MySQL/MariaDB error number (server ER_* or client CR_*), SQLite result code
+  std::string sqlstate;      // e.g. "40001"; empty when unknown
+  std::string message;       // the server's or driver's text, verbatim
+  bool from_server = false;  // true when the server sent it; false for client-side failures
 };
 
 class StoreError : public Error {
  public:
-  StoreError(const std::string& what, bool retryable, ServerDiagnostics server = {})
-      : Error(what), retryable_(retryable), server_(std::move(server)) {}
+  StoreError(const std::string& what, bool retryable, Diagnostics diagnostics = {})
+      : Error(what), retryable_(retryable), diagnostics_(std::move(diagnostics)) {}
 
   // True when the same call may succeed if repeated (deadlock, timeout, lost connection).
   bool retryable() const noexcept { return retryable_; }
-  const ServerDiagnostics& server() const noexcept { return server_; }
+  const Diagnostics& diagnostics() const noexcept { return diagnostics_; }
 
  private:
   bool retryable_;
-  ServerDiagnostics server_;
+  Diagnostics diagnostics_;
 };
 
 class CorruptRecord : public StoreError {

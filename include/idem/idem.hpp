@@ -6,6 +6,7 @@
 #include "idem/errors.hpp"
 #include "idem/fingerprint.hpp"
 #include "idem/guard.hpp"
+#include "idem/janitor.hpp"
 #include "idem/key.hpp"
 #include "idem/memory_store.hpp"
 #include "idem/options.hpp"

@@ -155,9 +155,10 @@ TEST_CASE("the error hierarchy has one root") {
   CHECK_THROWS_AS(throw idem::CorruptRecord("x"), idem::StoreError);
   CHECK_THROWS_AS(throw idem::BadOutcomeAccess("x"), idem::UsageError);
   CHECK_THROWS_AS(throw idem::PermanentFailure(json{{"e", 1}}), idem::Error);
-  const idem::StoreError e("lost connection", true, {2013, "HY000", "Lost connection to server"});
+  const idem::StoreError e("lost connection", true, {2013, "HY000", "Lost connection to server", false});
   CHECK(e.retryable());
-  CHECK(e.server().server_errno == 2013);
+  CHECK(e.diagnostics().code == 2013);
+  CHECK_FALSE(e.diagnostics().from_server);
   CHECK(std::string(e.what()) == "lost connection");
-  CHECK(e.server().message == "Lost connection to server");
+  CHECK(e.diagnostics().message == "Lost connection to server");
 }

@@ -1,0 +1,80 @@
+#pragma once
+// idem::Janitor: housekeeping on a schedule, for any Store. A background thread purges
+// expired records (bounded batches) and releases claims whose lease ran out, every
+// `interval`, and stops promptly when the Janitor is destroyed. Failures are counted, never
+// thrown: the next round tries again.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <stop_token>
+#include <thread>
+
+#include "idem/store.hpp"
+
+namespace idem {
+
+struct JanitorParams {
+  std::chrono::milliseconds interval{std::chrono::seconds{60}};
+  std::size_t purge_batch = 1000;       // rows per DELETE
+  std::size_t purge_max_batches = 100;  // DELETEs per round
+  std::size_t release_batch = 1000;     // stale claims released per round
+};
+
+struct JanitorStats {
+  std::uint64_t rounds = 0;
+  std::uint64_t purged = 0;
+  std::uint64_t released = 0;
+  std::uint64_t errors = 0;
+};
+
+template <Store S>
+class Janitor {
+ public:
+  explicit Janitor(S& store, JanitorParams params = {})
+      : store_(store), params_(params), thread_([this](std::stop_token stop) { loop(stop); }) {}
+
+  ~Janitor() {
+    thread_.request_stop();
+    cv_.notify_all();
+  }  // jthread joins
+
+  Janitor(const Janitor&) = delete;
+  Janitor& operator=(const Janitor&) = delete;
+
+  // Runs one round now, on the calling thread.
+  void run_once() {
+    try {
+      purged_ += store_.purge_expired(params_.purge_batch, params_.purge_max_batches);
+      released_ += store_.release_stale(params_.release_batch);
+    } catch (...) {
+      ++errors_;
+    }
+    ++rounds_;
+  }
+
+  JanitorStats stats() const noexcept {
+    return {rounds_.load(), purged_.load(), released_.load(), errors_.load()};
+  }
+
+ private:
+  void loop(std::stop_token stop) {
+    std::mutex m;
+    while (!stop.stop_requested()) {
+      run_once();
+      std::unique_lock lock(m);
+      cv_.wait_for(lock, stop, params_.interval, [] { return false; });
+    }
+  }
+
+  S& store_;
+  JanitorParams params_;
+  std::atomic<std::uint64_t> rounds_{0}, purged_{0}, released_{0}, errors_{0};
+  std::condition_variable_any cv_;
+  std::jthread thread_;  // last: starts after every other member exists, stops first
+};
+
+}  // namespace idem

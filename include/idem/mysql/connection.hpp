@@ -1,0 +1,374 @@
+#pragma once
+// idem::mysql::Connection: one MYSQL* with its prepared statements.
+//
+// - Values travel only as bound parameters of prepared statements (execute/select); SQL text
+//   with no values goes through query() (BEGIN, COMMIT, DDL).
+// - Statements are prepared once per connection and cached by their SQL text. After a
+//   reconnect the cache is empty and each statement is prepared again on first use.
+// - MYSQL_OPT_RECONNECT is never turned on: a silent reconnect in the middle of a transaction
+//   would break its atomicity. A lost connection is marked broken(); the pool replaces it.
+// - Not thread-safe: one thread uses a Connection at a time (the pool hands it out).
+// - Works with MariaDB Connector/C and Oracle's libmysqlclient (my_bool vs bool).
+
+#include <mysql.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/errors.hpp"
+#include "idem/mysql/connection_params.hpp"
+#include "idem/mysql/errors.hpp"
+
+namespace idem::mysql {
+
+// One value bound to a `?` placeholder.
+class Param {
+ public:
+  enum class Kind { null, int64, uint64, text, blob };
+
+  Param(std::nullptr_t) noexcept : kind_(Kind::null) {}  // NOLINT: implicit by design
+  template <std::integral T>
+  Param(T v) noexcept {  // NOLINT
+    if constexpr (std::is_signed_v<T> || std::is_same_v<T, bool>) {
+      kind_ = Kind::int64;
+      i64_ = static_cast<std::int64_t>(v);
+    } else {
+      kind_ = Kind::uint64;
+      u64_ = static_cast<std::uint64_t>(v);
+    }
+  }
+  Param(std::string_view s) noexcept : kind_(Kind::text), text_(s) {}    // NOLINT
+  Param(const std::string& s) noexcept : kind_(Kind::text), text_(s) {}  // NOLINT
+  Param(const char* s) noexcept : kind_(Kind::text), text_(s) {}         // NOLINT
+  static Param blob(std::string_view bytes) noexcept {
+    Param p(bytes);
+    p.kind_ = Kind::blob;
+    return p;
+  }
+
+  Kind kind() const noexcept { return kind_; }
+  std::int64_t int64() const noexcept { return i64_; }
+  std::uint64_t uint64() const noexcept { return u64_; }
+  std::string_view text() const noexcept { return text_; }
+
+ private:
+  friend class Connection;
+  Kind kind_ = Kind::null;
+  std::int64_t i64_ = 0;
+  std::uint64_t u64_ = 0;
+  std::string_view text_;
+  mutable unsigned long length_ = 0;  // MYSQL_BIND points here during execute
+};
+
+// One result row: each column as text (numbers and DATETIMEs as the server formats them), or
+// nullopt for SQL NULL.
+using Row = std::vector<std::optional<std::string>>;
+
+namespace detail {
+
+// my_bool in MariaDB Connector/C and older libmysqlclient, bool in MySQL 8.
+using driver_flag = std::remove_pointer_t<decltype(MYSQL_BIND::is_null)>;
+
+inline void library_init() {
+  static std::once_flag once;
+  static int rc = 0;
+  std::call_once(once, [] { rc = mysql_library_init(0, nullptr, nullptr); });
+  if (rc != 0) throw StoreError("idem::mysql: mysql_library_init failed", false);
+}
+
+// Per-thread driver state: set up before the thread's first connection, freed at thread exit.
+inline void thread_init() {
+  struct ThreadState {
+    ThreadState() { mysql_thread_init(); }
+    ~ThreadState() { mysql_thread_end(); }
+  };
+  thread_local ThreadState state;
+  (void)state;
+}
+
+inline StoreError make_error(std::string_view context, unsigned n, const char* sqlstate,
+                             const char* message) {
+  // Client errors are CR_* numbers 2000-2999; everything else came from the server.
+  const bool from_server = n < 2000 || n >= 3000;
+  return StoreError(fmt::format("idem::mysql: {} failed ({}{})", context, n,
+                                is_connection_lost(n) ? ", connection lost" : ""),
+                    is_transient(n),
+                    Diagnostics{n, sqlstate ? sqlstate : "", message ? message : "", from_server});
+}
+
+}  // namespace detail
+
+class Connection {
+ public:
+  explicit Connection(ConnectionParams params) : params_(std::move(params)) { connect(); }
+  ~Connection() { close(); }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Runs SQL text that carries no values. Throws StoreError.
+  void query(std::string_view sql) {
+    if (mysql_real_query(mysql_, sql.data(), static_cast<unsigned long>(sql.size())) != 0) {
+      throw fail_connection("query");
+    }
+    // Drain any result so the connection stays usable.
+    while (true) {
+      if (MYSQL_RES* res = mysql_store_result(mysql_)) mysql_free_result(res);
+      const int next = mysql_next_result(mysql_);
+      if (next > 0) throw fail_connection("query");
+      if (next != 0) break;
+    }
+  }
+
+  // Executes a prepared statement; returns the affected rows. Throws StoreError.
+  std::uint64_t execute(const std::string& sql, std::initializer_list<Param> params) {
+    return execute(sql, params.begin(), params.size());
+  }
+  std::uint64_t execute(const std::string& sql, const std::vector<Param>& params) {
+    return execute(sql, params.data(), params.size());
+  }
+
+  // Executes a prepared query and returns every row. Throws StoreError.
+  std::vector<Row> select(const std::string& sql, std::initializer_list<Param> params) {
+    return select(sql, params.begin(), params.size());
+  }
+  std::vector<Row> select(const std::string& sql, const std::vector<Param>& params) {
+    return select(sql, params.data(), params.size());
+  }
+
+  // True once a failure made the connection unusable; the pool then opens a new one.
+  bool broken() const noexcept { return mysql_ == nullptr || broken_; }
+  void mark_broken() noexcept { broken_ = true; }
+
+  // Closes and opens the connection again; every cached statement will be prepared anew.
+  void reconnect() {
+    close();
+    connect();
+  }
+
+  // A round trip to check the connection; marks it broken and returns false when it fails.
+  bool ping() noexcept {
+    if (broken()) return false;
+    if (mysql_ping(mysql_) != 0) {
+      broken_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  // The server's id for this connection (what KILL CONNECTION takes).
+  unsigned long id() const noexcept { return mysql_ ? mysql_thread_id(mysql_) : 0; }
+  MYSQL* native() noexcept { return mysql_; }
+  const ConnectionParams& params() const noexcept { return params_; }
+
+ private:
+  void connect() {
+    detail::library_init();
+    detail::thread_init();
+    broken_ = false;
+    mysql_ = mysql_init(nullptr);
+    if (mysql_ == nullptr) throw StoreError("idem::mysql: mysql_init failed (out of memory)", true);
+    const unsigned connect_timeout = static_cast<unsigned>(params_.connect_timeout.count());
+    const unsigned read_timeout = static_cast<unsigned>(params_.read_timeout.count());
+    const unsigned write_timeout = static_cast<unsigned>(params_.write_timeout.count());
+    mysql_options(mysql_, MYSQL_OPT_CONNECT_TIMEOUT, &connect_timeout);
+    mysql_options(mysql_, MYSQL_OPT_READ_TIMEOUT, &read_timeout);
+    mysql_options(mysql_, MYSQL_OPT_WRITE_TIMEOUT, &write_timeout);
+    mysql_options(mysql_, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    const bool socket = !params_.unix_socket.empty();
+    if (mysql_real_connect(mysql_, socket ? "localhost" : params_.host.c_str(),
+                           params_.user.c_str(), params_.password.c_str(),
+                           params_.database.empty() ? nullptr : params_.database.c_str(),
+                           socket ? 0 : params_.port,
+                           socket ? params_.unix_socket.c_str() : nullptr, 0) == nullptr) {
+      const StoreError e =
+          detail::make_error(socket ? fmt::format("connect to {}", params_.unix_socket)
+                                    : fmt::format("connect to {}:{}", params_.host, params_.port),
+                             mysql_errno(mysql_), mysql_sqlstate(mysql_), mysql_error(mysql_));
+      mysql_close(mysql_);
+      mysql_ = nullptr;
+      // Refused logins and unknown databases will not heal by retrying; lost links may.
+      throw StoreError(e.what(), is_connection_lost(e.diagnostics().code), e.diagnostics());
+    }
+    // Times are read and written in UTC so that DATETIME(3) columns mean one instant.
+    query("SET SESSION time_zone = '+00:00'");
+  }
+
+  void close() noexcept {
+    for (auto& [sql, stmt] : statements_)
+      mysql_stmt_close(stmt);
+    statements_.clear();
+    if (mysql_ != nullptr) mysql_close(mysql_);
+    mysql_ = nullptr;
+  }
+
+  StoreError fail_connection(std::string_view context) {
+    const unsigned n = mysql_errno(mysql_);
+    if (is_connection_lost(n)) broken_ = true;
+    return detail::make_error(context, n, mysql_sqlstate(mysql_), mysql_error(mysql_));
+  }
+
+  StoreError fail_statement(MYSQL_STMT* stmt, std::string_view context) {
+    const unsigned n = mysql_stmt_errno(stmt);
+    if (is_connection_lost(n)) broken_ = true;
+    return detail::make_error(context, n, mysql_stmt_sqlstate(stmt), mysql_stmt_error(stmt));
+  }
+
+  MYSQL_STMT* prepared(const std::string& sql) {
+    if (broken()) {
+      throw StoreError("idem::mysql: the connection is broken; take another from the pool", true,
+                       Diagnostics{code::server_gone, "HY000", "connection marked broken", false});
+    }
+    if (auto it = statements_.find(sql); it != statements_.end()) return it->second;
+    MYSQL_STMT* stmt = mysql_stmt_init(mysql_);
+    if (stmt == nullptr) throw fail_connection("mysql_stmt_init");
+    if (mysql_stmt_prepare(stmt, sql.data(), static_cast<unsigned long>(sql.size())) != 0) {
+      StoreError e = fail_statement(stmt, "prepare");
+      mysql_stmt_close(stmt);
+      throw e;
+    }
+    statements_.emplace(sql, stmt);
+    return stmt;
+  }
+
+  void forget(const std::string& sql) noexcept {
+    if (auto it = statements_.find(sql); it != statements_.end()) {
+      mysql_stmt_close(it->second);
+      statements_.erase(it);
+    }
+  }
+
+  // Binds and executes; re-prepares once when the server says the table changed under it.
+  MYSQL_STMT* run(const std::string& sql, const Param* params, std::size_t n) {
+    for (int attempt = 0;; ++attempt) {
+      MYSQL_STMT* stmt = prepared(sql);
+      if (mysql_stmt_param_count(stmt) != n) {
+        throw UsageError(fmt::format("idem::mysql: statement takes {} parameters, {} given: {}",
+                                     mysql_stmt_param_count(stmt), n, sql));
+      }
+      constexpr std::size_t inline_binds = 16;
+      std::array<MYSQL_BIND, inline_binds> small{};
+      std::vector<MYSQL_BIND> large;
+      MYSQL_BIND* binds = small.data();
+      if (n > inline_binds) {
+        large.resize(n);
+        binds = large.data();
+      }
+      for (std::size_t i = 0; i < n; ++i)
+        bind(binds[i], params[i]);
+      if (n > 0 && mysql_stmt_bind_param(stmt, binds)) throw fail_statement(stmt, "bind");
+      if (mysql_stmt_execute(stmt) == 0) return stmt;
+      constexpr unsigned need_reprepare = 1615;  // ER_NEED_REPREPARE
+      if (mysql_stmt_errno(stmt) == need_reprepare && attempt == 0) {
+        forget(sql);
+        continue;
+      }
+      throw fail_statement(stmt, "execute");
+    }
+  }
+
+  static void bind(MYSQL_BIND& b, const Param& p) {
+    b = MYSQL_BIND{};
+    switch (p.kind_) {
+      case Param::Kind::null:
+        b.buffer_type = MYSQL_TYPE_NULL;
+        break;
+      case Param::Kind::int64:
+        b.buffer_type = MYSQL_TYPE_LONGLONG;
+        b.buffer = const_cast<std::int64_t*>(&p.i64_);
+        break;
+      case Param::Kind::uint64:
+        b.buffer_type = MYSQL_TYPE_LONGLONG;
+        b.buffer = const_cast<std::uint64_t*>(&p.u64_);
+        b.is_unsigned = 1;
+        break;
+      case Param::Kind::text:
+      case Param::Kind::blob:
+        b.buffer_type = p.kind_ == Param::Kind::text ? MYSQL_TYPE_STRING : MYSQL_TYPE_BLOB;
+        p.length_ = static_cast<unsigned long>(p.text_.size());
+        b.buffer = const_cast<char*>(p.text_.data());
+        b.buffer_length = p.length_;
+        b.length = &p.length_;
+        break;
+    }
+  }
+
+  std::uint64_t execute(const std::string& sql, const Param* params, std::size_t n) {
+    MYSQL_STMT* stmt = run(sql, params, n);
+    const auto affected = static_cast<std::uint64_t>(mysql_stmt_affected_rows(stmt));
+    mysql_stmt_free_result(stmt);
+    return affected;
+  }
+
+  std::vector<Row> select(const std::string& sql, const Param* params, std::size_t n) {
+    MYSQL_STMT* stmt = run(sql, params, n);
+    struct FreeResult {
+      MYSQL_STMT* s;
+      ~FreeResult() { mysql_stmt_free_result(s); }
+    } free_result{stmt};
+    if (mysql_stmt_store_result(stmt) != 0) throw fail_statement(stmt, "store_result");
+    const unsigned columns = mysql_stmt_field_count(stmt);
+    constexpr std::size_t initial = 64;  // numbers and DATETIMEs fit; longer text is fetched again
+    std::vector<MYSQL_BIND> binds(columns);
+    std::vector<std::array<char, initial>> buffers(columns);
+    std::vector<unsigned long> lengths(columns);
+    std::vector<detail::driver_flag> nulls(columns);
+    std::vector<detail::driver_flag> errors(columns);
+    for (unsigned c = 0; c < columns; ++c) {
+      binds[c] = MYSQL_BIND{};
+      binds[c].buffer_type = MYSQL_TYPE_STRING;
+      binds[c].buffer = buffers[c].data();
+      binds[c].buffer_length = initial;
+      binds[c].length = &lengths[c];
+      binds[c].is_null = &nulls[c];
+      binds[c].error = &errors[c];
+    }
+    if (columns > 0 && mysql_stmt_bind_result(stmt, binds.data()))
+      throw fail_statement(stmt, "bind_result");
+    std::vector<Row> rows;
+    while (true) {
+      const int rc = mysql_stmt_fetch(stmt);
+      if (rc == MYSQL_NO_DATA) break;
+      if (rc == 1) throw fail_statement(stmt, "fetch");
+      Row row(columns);
+      for (unsigned c = 0; c < columns; ++c) {
+        if (nulls[c]) continue;
+        if (lengths[c] <= initial) {
+          row[c].emplace(buffers[c].data(), lengths[c]);
+          continue;
+        }
+        std::string big(lengths[c], '\0');
+        MYSQL_BIND again{};
+        unsigned long got = 0;
+        again.buffer_type = MYSQL_TYPE_STRING;
+        again.buffer = big.data();
+        again.buffer_length = lengths[c];
+        again.length = &got;
+        if (mysql_stmt_fetch_column(stmt, &again, c, 0) != 0)
+          throw fail_statement(stmt, "fetch_column");
+        big.resize(got);
+        row[c].emplace(std::move(big));
+      }
+      rows.push_back(std::move(row));
+    }
+    return rows;
+  }
+
+  ConnectionParams params_;
+  MYSQL* mysql_ = nullptr;
+  bool broken_ = false;
+  std::unordered_map<std::string, MYSQL_STMT*> statements_;
+};
+
+}  // namespace idem::mysql

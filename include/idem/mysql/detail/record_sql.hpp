@@ -1,0 +1,169 @@
+#pragma once
+// The SQL idem::mysql issues against the record table, and the decoding of its rows.
+// Every statement is a single-row operation on the primary key, except the housekeeping
+// ones, which walk idx_expire / idx_stale in LIMITed batches.
+
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/clock.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/mysql/connection.hpp"
+#include "idem/record.hpp"
+#include "idem/status.hpp"
+
+namespace idem::mysql::detail {
+
+struct RecordSql {
+  std::string insert;
+  std::string select;          // plain read (autocommit: the latest committed row)
+  std::string select_locking;  // shared-locking read: inside a caller's transaction, the latest row
+  std::string take_over_retry;
+  std::string take_over_expired;
+  std::string complete;
+  std::string fail;
+  std::string purge;
+  std::string release;
+};
+
+inline RecordSql make_record_sql(const std::string& t) {
+  constexpr std::string_view columns =
+      "idempotent_key, biz_type, status, fence, owner_token, request_hash, response_snapshot, "
+      "retryable, "
+      "attempts, lease_until, created_at, updated_at, expire_at";
+  RecordSql s;
+  s.insert = fmt::format(
+      "INSERT INTO {} ({}) VALUES (?, ?, 0, 1, ?, ?, NULL, 0, 1, NOW(3) + INTERVAL ? MICROSECOND, "
+      "NOW(3), "
+      "NOW(3), NOW(3) + INTERVAL ? MICROSECOND)",
+      t, columns);
+  s.select = fmt::format("SELECT {}, NOW(3) FROM {} WHERE idempotent_key = ? AND biz_type = ?",
+                         columns, t);
+  s.select_locking = s.select + " LOCK IN SHARE MODE";
+  // Takeovers are guarded by the old fence and owner token (so a purge and re-insert in
+  // between cannot be mistaken for the row that was read) and re-check their condition
+  // against the server's clock (so a completion in between is never overwritten).
+  s.take_over_retry = fmt::format(
+      "UPDATE {} SET status = 0, fence = fence + 1, owner_token = ?, "
+      "request_hash = IF(request_hash = '', ?, request_hash), response_snapshot = NULL, retryable "
+      "= 0, "
+      "attempts = attempts + 1, lease_until = NOW(3) + INTERVAL ? MICROSECOND, updated_at = "
+      "NOW(3), "
+      "expire_at = NOW(3) + INTERVAL ? MICROSECOND "
+      "WHERE idempotent_key = ? AND biz_type = ? AND fence = ? AND owner_token = ? AND expire_at > "
+      "NOW(3) "
+      "AND ((status = 0 AND lease_until <= NOW(3)) OR (status = 2 AND retryable = 1))",
+      t);
+  s.take_over_expired = fmt::format(
+      "UPDATE {} SET status = 0, fence = fence + 1, owner_token = ?, request_hash = ?, "
+      "response_snapshot = NULL, retryable = 0, attempts = 1, lease_until = NOW(3) + INTERVAL ? "
+      "MICROSECOND, "
+      "created_at = NOW(3), updated_at = NOW(3), expire_at = NOW(3) + INTERVAL ? MICROSECOND "
+      "WHERE idempotent_key = ? AND biz_type = ? AND fence = ? AND owner_token = ? AND expire_at "
+      "<= NOW(3)",
+      t);
+  s.complete = fmt::format(
+      "UPDATE {} SET status = 1, response_snapshot = ?, retryable = 0, updated_at = NOW(3) "
+      "WHERE idempotent_key = ? AND biz_type = ? AND status = 0 AND fence = ? AND owner_token = ?",
+      t);
+  s.fail = fmt::format(
+      "UPDATE {} SET status = 2, response_snapshot = ?, retryable = ?, updated_at = NOW(3) "
+      "WHERE idempotent_key = ? AND biz_type = ? AND status = 0 AND fence = ? AND owner_token = ?",
+      t);
+  s.purge = fmt::format("DELETE FROM {} WHERE expire_at <= NOW(3) ORDER BY expire_at LIMIT ?", t);
+  s.release = fmt::format(
+      "UPDATE {} SET status = 2, retryable = 1, response_snapshot = ?, updated_at = NOW(3) "
+      "WHERE status = 0 AND lease_until <= NOW(3) AND expire_at > NOW(3) ORDER BY lease_until "
+      "LIMIT ?",
+      t);
+  return s;
+}
+
+inline std::int64_t micros(Duration d) {
+  return static_cast<std::int64_t>(d.count()) * 1000;
+}
+
+template <class Int>
+Int parse_int(const std::optional<std::string>& text, std::string_view column) {
+  Int v{};
+  if (!text) throw CorruptRecord(fmt::format("idem::mysql: column {} is NULL", column));
+  const auto* end = text->data() + text->size();
+  auto [p, ec] = std::from_chars(text->data(), end, v);
+  if (ec != std::errc{} || p != end) {
+    throw CorruptRecord(
+        fmt::format("idem::mysql: column {} holds \"{}\", not a number", column, *text));
+  }
+  return v;
+}
+
+// "YYYY-MM-DD HH:MM:SS[.fff...]" in UTC (the session's time zone is +00:00).
+inline TimePoint parse_datetime(const std::optional<std::string>& text, std::string_view column) {
+  auto bad = [&] {
+    return CorruptRecord(fmt::format("idem::mysql: column {} holds \"{}\", not a DATETIME", column,
+                                     text.value_or("NULL")));
+  };
+  if (!text || text->size() < 19) throw bad();
+  const std::string& s = *text;
+  auto num = [&](std::size_t pos, std::size_t len) {
+    int v = 0;
+    auto [p, ec] = std::from_chars(s.data() + pos, s.data() + pos + len, v);
+    if (ec != std::errc{} || p != s.data() + pos + len) throw bad();
+    return v;
+  };
+  const std::chrono::year_month_day ymd{std::chrono::year{num(0, 4)},
+                                        std::chrono::month{static_cast<unsigned>(num(5, 2))},
+                                        std::chrono::day{static_cast<unsigned>(num(8, 2))}};
+  if (!ymd.ok()) throw bad();
+  int ms = 0;
+  if (s.size() > 20 && s[19] == '.') {
+    for (std::size_t i = 20; i < 23; ++i) {  // milliseconds: the first three fraction digits
+      const char c = i < s.size() ? s[i] : '0';
+      if (c < '0' || c > '9') throw bad();
+      ms = ms * 10 + (c - '0');
+    }
+  }
+  return std::chrono::time_point_cast<Duration>(std::chrono::sys_days{ymd}) +
+         std::chrono::hours{num(11, 2)} + std::chrono::minutes{num(14, 2)} +
+         std::chrono::seconds{num(17, 2)} + Duration{ms};
+}
+
+struct RowRead {
+  Record record;
+  TimePoint now;  // the server's NOW(3) when the row was read
+};
+
+inline RowRead decode_record(const Row& row) {
+  if (row.size() != 14) throw CorruptRecord("idem::mysql: unexpected column count in a record row");
+  std::optional<Key> key;
+  try {
+    key.emplace(row[1].value_or(""), row[0].value_or(""));
+  } catch (const InvalidArgument& e) {
+    throw CorruptRecord(fmt::format("idem::mysql: a stored key is not valid: {}", e.what()));
+  }
+  const int status = parse_int<int>(row[2], "status");
+  if (status < 0 || status > 2)
+    throw CorruptRecord(fmt::format("idem::mysql: unknown status {}", status));
+  return RowRead{
+      Record{.key = std::move(*key),
+             .status = static_cast<Status>(status),
+             .ticket = Ticket{parse_int<std::uint64_t>(row[3], "fence"), row[4].value_or("")},
+             .fingerprint = row[5].value_or(""),
+             .snapshot = row[6].value_or(""),
+             .retryable = parse_int<int>(row[7], "retryable") != 0,
+             .attempts = parse_int<std::uint32_t>(row[8], "attempts"),
+             .created_at = parse_datetime(row[10], "created_at"),
+             .updated_at = parse_datetime(row[11], "updated_at"),
+             .lease_until = parse_datetime(row[9], "lease_until"),
+             .expire_at = parse_datetime(row[12], "expire_at")},
+      parse_datetime(row[13], "NOW(3)")};
+}
+
+}  // namespace idem::mysql::detail

@@ -1,0 +1,363 @@
+#pragma once
+// idem::mysql::Store: the idempotency record table on MySQL / MariaDB (InnoDB).
+//
+// Two modes, one decision table (idem/decision.hpp):
+//  - standalone (Store): every operation is its own autocommit statement on a pooled
+//    connection. Use it when the business calls something outside this database (a payment
+//    channel): the claim must be durable before the call, and its result recorded after.
+//  - same transaction (Store::bind(connection) -> BoundStore): the operations run on the
+//    caller's connection inside the caller's transaction, so claim + business writes + record
+//    commit or roll back together. Duplicates wait on the row lock and then replay. Pair it
+//    with idem::mysql::with_transaction, which re-runs the body after a deadlock.
+//
+// How a claim works: one INSERT on the primary key (never SELECT-then-INSERT). On
+// ER_DUP_ENTRY the row is read with the server's NOW(3) and decide() picks the verdict; a
+// takeover is one UPDATE guarded by the old fence and owner token. Every time comes from the
+// database clock. Deadlocks and lock wait timeouts are retried with jittered backoff; a write
+// whose outcome was lost with its connection is resolved by re-reading the row on a fresh
+// connection (the owner token says whether it was ours).
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "idem/decision.hpp"
+#include "idem/detail/checks.hpp"
+#include "idem/detail/token.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/mysql/connection.hpp"
+#include "idem/mysql/detail/record_sql.hpp"
+#include "idem/mysql/errors.hpp"
+#include "idem/mysql/pool.hpp"
+#include "idem/mysql/schema.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/store.hpp"
+#include "idem/ticket.hpp"
+#include "idem/verdict.hpp"
+
+namespace idem::mysql {
+
+struct StoreParams {
+  // The record table; 1-64 characters of [A-Za-z0-9_$], optionally schema.table.
+  std::string table = "idempotent_record";
+  // Tries per operation on transient failures (deadlock, lock wait timeout, lost connection).
+  int max_attempts = 8;
+  // First backoff between tries; doubles each time, with jitter, up to max_backoff.
+  std::chrono::milliseconds backoff{5};
+  std::chrono::milliseconds max_backoff{500};
+};
+
+namespace detail {
+
+// The operations on one connection, shared by both modes. `locking` reads with LOCK IN SHARE
+// MODE: inside a caller's transaction a plain read could return an old snapshot, and an
+// exclusive lock would deadlock the duplicates that all hold the shared lock their failed
+// INSERT took (the S-then-X upgrade deadlock of concurrent inserts on a unique key).
+class RecordOps {
+ public:
+  explicit RecordOps(const RecordSql& sql) : sql_(sql) {}
+
+  std::optional<RowRead> read(Connection& c, const Key& key, bool locking) const {
+    const auto rows =
+        c.select(locking ? sql_.select_locking : sql_.select, {key.id(), key.biz_type()});
+    if (rows.empty()) return std::nullopt;
+    return decode_record(rows.front());
+  }
+
+  // One claim on one connection. `token` is the owner token of this claim call: if an earlier
+  // try of the same call already wrote it (its reply was lost), the row is recognised as ours.
+  ClaimResult claim(Connection& c, const Key& key, std::string_view fp, const Options& o,
+                    const std::string& token, bool locking) const {
+    constexpr int rounds = 16;  // each round loses only to another caller's completed write
+    for (int round = 0; round < rounds; ++round) {
+      try {
+        c.execute(sql_.insert,
+                  {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)});
+        return acquired(c, key, token, locking);
+      } catch (const StoreError& e) {
+        if (e.diagnostics().code != code::dup_entry) throw;
+      }
+      auto row = read(c, key, locking);
+      if (!row) continue;  // purged between the INSERT and the read: insert again
+      Record& stored = row->record;
+      if (stored.ticket.owner == token) return {Verdict::acquired, std::move(stored)};
+      const Decision d = decide(stored, fp, row->now);
+      switch (d) {
+        case Decision::take_over_expired:
+        case Decision::take_over_retry: {
+          const std::string& sql =
+              d == Decision::take_over_expired ? sql_.take_over_expired : sql_.take_over_retry;
+          const auto changed =
+              c.execute(sql, {token, fp, micros(o.lease), micros(o.ttl), key.id(), key.biz_type(),
+                              stored.ticket.fence, stored.ticket.owner});
+          if (changed == 1) return acquired(c, key, token, locking);
+          continue;  // someone else moved the row on: read it again
+        }
+        case Decision::replay:
+          return {Verdict::replayed, std::move(stored)};
+        case Decision::in_progress:
+          return {Verdict::in_progress, std::move(stored)};
+        case Decision::conflict:
+          return {Verdict::conflict, std::move(stored)};
+      }
+    }
+    throw StoreError(fmt::format("idem::mysql: the claim on {}/{} did not settle after {} rounds",
+                                 key.biz_type(), idem::detail::printable(key.id()), rounds),
+                     true);
+  }
+
+  // Runs the fenced UPDATE of complete/fail. Returns true if it changed the row.
+  bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
+              bool retryable) const {
+    if (to == Status::succeeded) {
+      return c.execute(sql_.complete,
+                       {Param::blob(snapshot), key.id(), key.biz_type(), t.fence, t.owner}) == 1;
+    }
+    return c.execute(sql_.fail, {Param::blob(snapshot), retryable, key.id(), key.biz_type(),
+                                 t.fence, t.owner}) == 1;
+  }
+
+  // Whether the row already holds exactly what finish() would have written (a write whose
+  // reply was lost with its connection).
+  static bool finished_as(const std::optional<RowRead>& row, const Ticket& t,
+                          std::string_view snapshot, Status to, bool retryable) {
+    return row && row->record.ticket == t && row->record.status == to &&
+           row->record.snapshot == snapshot &&
+           (to == Status::succeeded || row->record.retryable == retryable);
+  }
+
+  std::size_t purge(Connection& c, std::size_t batch, std::size_t max_batches) const {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < max_batches; ++i) {
+      const auto n =
+          static_cast<std::size_t>(c.execute(sql_.purge, {static_cast<std::uint64_t>(batch)}));
+      total += n;
+      if (n < batch) break;
+    }
+    return total;
+  }
+
+  std::size_t release(Connection& c, std::size_t batch) const {
+    return static_cast<std::size_t>(c.execute(
+        sql_.release, {Param::blob(released_snapshot), static_cast<std::uint64_t>(batch)}));
+  }
+
+  static constexpr std::string_view released_snapshot =
+      R"({"error":"idem.lease_expired","detail":"released by release_stale"})";
+
+ private:
+  ClaimResult acquired(Connection& c, const Key& key, const std::string& token,
+                       bool locking) const {
+    auto row = read(c, key, locking);
+    if (!row || row->record.ticket.owner != token) {
+      throw StoreError("idem::mysql: a claimed row could not be read back", true);
+    }
+    return {Verdict::acquired, std::move(row->record)};
+  }
+
+  const RecordSql& sql_;
+};
+
+[[noreturn]] inline void throw_lease_lost(const Key& key, const Ticket& t) {
+  throw LeaseLost(
+      fmt::format("idem::mysql: the claim on {}/{} (fence {}) is no longer held; the record was "
+                  "taken over, released or purged",
+                  key.biz_type(), idem::detail::printable(key.id()), t.fence));
+}
+
+}  // namespace detail
+
+class BoundStore;
+
+class Store {
+ public:
+  // The store shares the pool (other stores or the caller's transactions may use it too).
+  explicit Store(std::shared_ptr<Pool> pool, StoreParams params = {})
+      : pool_(std::move(pool)),
+        params_(std::move(params)),
+        table_(quote_identifier(params_.table)),
+        sql_(std::make_unique<detail::RecordSql>(detail::make_record_sql(table_))),
+        ops_(*sql_) {
+    if (!pool_) throw InvalidArgument("idem::mysql::Store: pool must not be null");
+    if (params_.max_attempts < 1)
+      throw InvalidArgument("idem::mysql::Store: max_attempts must be at least 1");
+  }
+
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Creates the record table if it does not exist (docs/schema.sql holds the same DDL).
+  void ensure_schema() {
+    with_retries("ensure_schema", [&](Connection& c, bool) {
+      c.query(record_table_ddl(table_));
+      return 0;
+    });
+  }
+
+  ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
+    validate(options);
+    idem::detail::check_fingerprint(fingerprint);
+    const std::string token = idem::detail::new_owner_token();
+    return with_retries("claim", [&](Connection& c, bool) {
+      return ops_.claim(c, key, fingerprint, options, token, false);
+    });
+  }
+
+  void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
+    finish(key, ticket, snapshot, Status::succeeded, false);
+  }
+
+  void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable) {
+    finish(key, ticket, error, Status::failed, retryable);
+  }
+
+  std::optional<Record> find(const Key& key) {
+    return with_retries("find", [&](Connection& c, bool) -> std::optional<Record> {
+      auto row = ops_.read(c, key, false);
+      if (!row) return std::nullopt;
+      return std::move(row->record);
+    });
+  }
+
+  std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
+    if (batch == 0 || max_batches == 0) return 0;
+    return with_retries("purge_expired",
+                        [&](Connection& c, bool) { return ops_.purge(c, batch, max_batches); });
+  }
+
+  std::size_t release_stale(std::size_t batch) {
+    if (batch == 0) return 0;
+    return with_retries("release_stale",
+                        [&](Connection& c, bool) { return ops_.release(c, batch); });
+  }
+
+  // The same store on the caller's connection, inside the caller's transaction.
+  BoundStore bind(Connection& connection) const;
+
+  const std::string& table() const noexcept { return table_; }
+  Pool& pool() const noexcept { return *pool_; }
+
+ private:
+  friend class BoundStore;
+
+  void finish(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
+              bool retryable) {
+    idem::detail::check_snapshot(snapshot);
+    const bool done = with_retries("record", [&](Connection& c, bool uncertain) {
+      // A previous try may have been applied before its connection died: look before writing.
+      if (uncertain) {
+        if (detail::RecordOps::finished_as(ops_.read(c, key, false), ticket, snapshot, to,
+                                           retryable))
+          return true;
+      }
+      return ops_.finish(c, key, ticket, snapshot, to, retryable);
+    });
+    if (!done) detail::throw_lease_lost(key, ticket);
+  }
+
+  // Runs op on a pooled connection; on a transient failure backs off and tries again on a
+  // (possibly new) connection. `uncertain` tells op that an earlier try lost its connection
+  // after sending a statement, so its outcome must be looked up, not assumed.
+  template <class Op>
+  auto with_retries(std::string_view what, Op&& op)
+      -> decltype(op(std::declval<Connection&>(), false)) {
+    thread_local std::minstd_rand jitter{std::random_device{}()};
+    bool uncertain = false;
+    auto backoff = params_.backoff;
+    for (int attempt = 1;; ++attempt) {
+      try {
+        auto handle = pool_->acquire();
+        return op(*handle, uncertain);
+      } catch (const StoreError& e) {
+        if (!e.retryable() || attempt >= params_.max_attempts) {
+          if (e.retryable()) {
+            throw StoreError(
+                fmt::format("idem::mysql: {} gave up after {} tries: {}", what, attempt, e.what()),
+                true, e.diagnostics());
+          }
+          throw;
+        }
+        if (is_connection_lost(e.diagnostics().code)) uncertain = true;
+      }
+      const auto nap = backoff + std::chrono::milliseconds{jitter() % (backoff.count() + 1)};
+      std::this_thread::sleep_for(nap);
+      backoff = std::min(backoff * 2, params_.max_backoff);
+    }
+  }
+
+  std::shared_ptr<Pool> pool_;
+  StoreParams params_;
+  std::string table_;
+  std::unique_ptr<detail::RecordSql> sql_;  // stable address: RecordOps and BoundStores refer to it
+  detail::RecordOps ops_;
+};
+
+// A Store bound to one connection and the transaction open on it. Nothing is retried here:
+// a deadlock rolls back the caller's whole transaction, so the caller (or with_transaction)
+// must run the transaction again. Reads take a shared lock (LOCK IN SHARE MODE) so that the
+// decision is taken on the latest committed state, whatever the transaction's snapshot.
+class BoundStore {
+ public:
+  BoundStore(const Store& store, Connection& connection)
+      : ops_(*store.sql_), connection_(connection) {}
+
+  ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
+    validate(options);
+    idem::detail::check_fingerprint(fingerprint);
+    return ops_.claim(connection_, key, fingerprint, options, idem::detail::new_owner_token(),
+                      true);
+  }
+
+  void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
+    idem::detail::check_snapshot(snapshot);
+    if (!ops_.finish(connection_, key, ticket, snapshot, Status::succeeded, false)) {
+      detail::throw_lease_lost(key, ticket);
+    }
+  }
+
+  void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable) {
+    idem::detail::check_snapshot(error);
+    if (!ops_.finish(connection_, key, ticket, error, Status::failed, retryable))
+      detail::throw_lease_lost(key, ticket);
+  }
+
+  std::optional<Record> find(const Key& key) {
+    auto row = ops_.read(connection_, key, false);
+    if (!row) return std::nullopt;
+    return std::move(row->record);
+  }
+
+  std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
+    return batch == 0 ? 0 : ops_.purge(connection_, batch, max_batches);
+  }
+  std::size_t release_stale(std::size_t batch) {
+    return batch == 0 ? 0 : ops_.release(connection_, batch);
+  }
+
+  Connection& connection() const noexcept { return connection_; }
+
+ private:
+  detail::RecordOps ops_;
+  Connection& connection_;
+};
+
+inline BoundStore Store::bind(Connection& connection) const {
+  return BoundStore(*this, connection);
+}
+
+static_assert(idem::Store<Store>);
+static_assert(idem::Store<BoundStore>);
+
+}  // namespace idem::mysql

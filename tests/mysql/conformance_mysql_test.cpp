@@ -1,0 +1,20 @@
+// The store conformance suite on idem::mysql::Store against the real MariaDB server. Time
+// comes from the server's clock, so advance() sleeps.
+#include <chrono>
+#include <thread>
+#include <tuple>
+
+#include "support.hpp"
+
+namespace {
+
+struct MysqlFixture {
+  idem_test::Table table;
+  idem::mysql::Store& store() { return table.store; }
+  void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
+};
+
+}  // namespace
+
+#define IDEM_CONFORMANCE_FIXTURES std::tuple<MysqlFixture>
+#include <idem/testing/conformance.hpp>

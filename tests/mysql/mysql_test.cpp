@@ -1,0 +1,496 @@
+// idem::mysql::Store on a real MariaDB: races over real connections, same-transaction mode,
+// lease loss, killed connections, housekeeping and hostile names.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using idem_test::Table;
+
+namespace {
+
+// A business table with no unique key on purpose: a double execution shows up as two rows.
+struct BusinessTable {
+  std::shared_ptr<idem::mysql::Pool> pool;
+  std::string name = idem_test::unique_table("biz");
+
+  explicit BusinessTable(std::shared_ptr<idem::mysql::Pool> p) : pool(std::move(p)) {
+    auto c = pool->acquire();
+    c->query("CREATE TABLE `" + name +
+             "` (id BIGINT AUTO_INCREMENT PRIMARY KEY, trade_no VARBINARY(64) NOT NULL, KEY "
+             "(trade_no)) ENGINE=InnoDB");
+  }
+  ~BusinessTable() {
+    try {
+      auto c = pool->acquire();
+      c->query("DROP TABLE IF EXISTS `" + name + "`");
+    } catch (...) {
+    }
+  }
+  void insert(idem::mysql::Connection& c, const std::string& trade_no) {
+    c.execute("INSERT INTO `" + name + "` (trade_no) VALUES (?)", {trade_no});
+  }
+  long long rows(const std::string& where = "1") {
+    auto c = pool->acquire();
+    return std::stoll(
+        *c->select("SELECT COUNT(*) FROM `" + name + "` WHERE " + where, {}).at(0).at(0));
+  }
+  long long max_per_key() {
+    auto c = pool->acquire();
+    const auto r = c->select("SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) n FROM `" + name +
+                                 "` GROUP BY trade_no) t",
+                             {});
+    return std::stoll(*r.at(0).at(0));
+  }
+};
+
+// Catch2 assertions are not thread-safe: worker threads report here, the test thread checks.
+struct Errors {
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  void add(const std::string& m) {
+    std::lock_guard lock(mutex);
+    messages.push_back(m);
+  }
+  std::string first() {
+    std::lock_guard lock(mutex);
+    return messages.empty() ? std::string("none") : messages.front();
+  }
+};
+
+template <class F>
+void run_threads(int n, F&& f) {
+  std::atomic<bool> go{false};
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(n));
+  for (int t = 0; t < n; ++t) {
+    pool.emplace_back([&, t] {
+      while (!go.load())
+        std::this_thread::yield();
+      f(t);
+    });
+  }
+  go = true;
+  for (auto& th : pool)
+    th.join();
+}
+
+}  // namespace
+
+TEST_CASE("a server that cannot be reached is a StoreError with the driver's diagnostics") {
+  idem::mysql::ConnectionParams p;
+  p.unix_socket = "/nonexistent/idem.sock";
+  try {
+    idem::mysql::Connection c(p);
+    FAIL("connected to a socket that does not exist");
+  } catch (const idem::StoreError& e) {
+    CHECK(e.diagnostics().code == 2002);
+    CHECK_FALSE(e.diagnostics().from_server);
+    CHECK_FALSE(e.diagnostics().message.empty());
+    CHECK(std::string(e.what()).find("idem::mysql") != std::string::npos);
+  }
+}
+
+TEST_CASE("server errors keep errno, SQLSTATE and the server's text apart from idem's") {
+  auto pool = idem_test::make_pool(1);
+  auto c = pool->acquire();
+  try {
+    c->execute("SELECT * FROM no_such_table_here WHERE x = ?", {1});
+    FAIL("selected from a table that does not exist");
+  } catch (const idem::StoreError& e) {
+    CHECK(e.diagnostics().code == 1146);
+    CHECK(e.diagnostics().sqlstate == "42S02");
+    CHECK(e.diagnostics().from_server);
+    CHECK(e.diagnostics().message.find("no_such_table_here") != std::string::npos);
+    CHECK_FALSE(e.retryable());
+  }
+  CHECK_FALSE(c->broken());  // a statement error is not fatal to the connection
+}
+
+TEST_CASE("table names are validated and quoted") {
+  auto pool = idem_test::make_pool(1);
+  for (const char* bad : {"", "bad name", "t;DROP TABLE x", "t`", "a.b.c", "x-y", "tbl'"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(idem::mysql::Store(pool, {.table = bad}), idem::InvalidArgument);
+  }
+  CHECK(idem::mysql::quote_identifier("idem_test.idempotent_record") ==
+        "`idem_test`.`idempotent_record`");
+  CHECK_THROWS_AS(idem::mysql::quote_identifier(std::string(65, 'x')), idem::InvalidArgument);
+}
+
+TEST_CASE("the schema stores keys byte-exactly and the DDL matches docs/schema.sql's shape") {
+  Table t;
+  auto c = t.pool->acquire();
+  const auto rows = c->select(
+      "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+      "DATABASE() AND TABLE_NAME = ? "
+      "AND COLUMN_NAME IN ('idempotent_key', 'biz_type')",
+      {t.name});
+  REQUIRE(rows.size() == 2);
+  for (const auto& r : rows)
+    CHECK(*r.at(1) == "varbinary");
+  const auto keys = c->select(
+      "SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) FROM "
+      "information_schema.STATISTICS "
+      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? GROUP BY INDEX_NAME ORDER BY BINARY "
+      "INDEX_NAME",
+      {t.name});
+  REQUIRE(keys.size() == 3);
+  CHECK(*keys[0][0] == "PRIMARY");
+  CHECK(*keys[0][1] == "idempotent_key,biz_type");
+  CHECK(*keys[1][0] == "idx_expire");
+  CHECK(*keys[2][0] == "idx_stale");
+  t.store.ensure_schema();  // idempotent
+}
+
+TEST_CASE("200 threads over a 32-connection pool race one key - one execution, no errors") {
+  Table t(32);
+  BusinessTable biz(t.pool);
+  const idem::Key key{"PAY", "CH-race-200"};
+  const auto fp = idem::fingerprint(nlohmann::json{{"trade_no", "CH-race-200"}, {"amount", 29900}});
+  std::atomic<int> executed{0}, replayed{0}, in_progress{0}, errors{0};
+  Errors failures;
+  run_threads(200, [&](int) {
+    try {
+      const auto out = idem::run_once(t.store, key, fp, [&] {
+        ++executed;
+        auto c = t.pool->acquire();
+        biz.insert(*c, key.id());
+        std::this_thread::sleep_for(50ms);
+        return std::string("paid");
+      });
+      if (out.verdict() == idem::Verdict::replayed) ++replayed;
+      if (out.verdict() == idem::Verdict::in_progress) ++in_progress;
+    } catch (const std::exception& e) {
+      ++errors;
+      failures.add(e.what());
+    }
+  });
+  INFO("first error: " << failures.first());
+  CHECK(errors == 0);
+  CHECK(executed == 1);
+  CHECK(biz.rows() == 1);
+  CHECK(replayed + in_progress == 199);
+  const auto r = t.store.find(key);
+  REQUIRE(r);
+  CHECK(r->status == idem::Status::succeeded);
+  CHECK(r->ticket.fence == 1);
+}
+
+TEST_CASE("10,000 requests at 12% duplicates over 32 connections - executions equal keys") {
+  Table t(32);
+  BusinessTable biz(t.pool);
+  constexpr int requests = 10'000;
+  constexpr int distinct = requests * 88 / 100;  // 8,800 keys, 1,200 duplicate requests
+  std::vector<int> order;
+  for (int k = 0; k < distinct; ++k)
+    order.push_back(k);
+  std::mt19937 rng(12);
+  while (static_cast<int>(order.size()) < requests)
+    order.push_back(static_cast<int>(rng() % distinct));
+  std::shuffle(order.begin(), order.end(), rng);
+
+  std::atomic<std::size_t> next{0};
+  std::atomic<int> executed{0}, answered{0}, errors{0};
+  Errors failures;
+  run_threads(32, [&](int) {
+    for (std::size_t i = next++; i < order.size(); i = next++) {
+      const std::string id = "order-" + std::to_string(order[i]);
+      try {
+        const auto out = idem::run_once(
+            t.store, idem::Key{"ORDER", id}, "",
+            [&] {
+              ++executed;
+              auto c = t.pool->acquire();
+              biz.insert(*c, id);
+              return id;
+            },
+            idem::Options{.wait = 10s});
+        if (out && out.value() == id) ++answered;
+      } catch (const std::exception& e) {
+        ++errors;
+        failures.add(e.what());
+      }
+    }
+  });
+  INFO("first error: " << failures.first());
+  CHECK(errors == 0);
+  CHECK(executed == distinct);
+  CHECK(biz.rows() == distinct);
+  CHECK(biz.max_per_key() == 1);
+  CHECK(answered == requests);
+  CHECK(t.count("status = 1") == distinct);
+}
+
+TEST_CASE("a SELECT-then-INSERT claim loses the same race (the test can catch the bug)") {
+  Table t(32);
+  BusinessTable biz(t.pool);
+  // The naive claim of the articles: look, then insert; a duplicate-key error nobody catches
+  // properly is taken for "created". The window between the two is where duplicates slip in.
+  std::atomic<int> executed{0}, connected{0};
+  run_threads(32, [&](int) {
+    auto c = t.pool->acquire();
+    ++connected;  // every caller holds its connection before anyone looks
+    while (connected.load() < 32)
+      std::this_thread::yield();
+    const auto seen =
+        c->select("SELECT 1 FROM " + t.store.table() + " WHERE idempotent_key = ? AND biz_type = ?",
+                  {"naive-1", "PAY"});
+    if (!seen.empty()) return;
+    std::this_thread::sleep_for(20ms);
+    try {
+      c->execute(
+          "INSERT INTO " + t.store.table() +
+              " (idempotent_key, biz_type, owner_token, lease_until, created_at, updated_at, "
+              "expire_at) "
+              "VALUES (?, 'PAY', REPEAT('0', 32), NOW(3), NOW(3), NOW(3), NOW(3) + INTERVAL 1 DAY)",
+          {"naive-1"});
+    } catch (const idem::StoreError&) {
+      // swallowed, as in the incident
+    }
+    ++executed;
+    biz.insert(*c, "naive-1");
+  });
+  CHECK(executed > 1);
+  CHECK(biz.rows() > 1);
+  CHECK(t.count() == 1);  // the unique key held; the business did not
+}
+
+TEST_CASE("same-transaction mode - a rollback leaves nothing, a commit replays") {
+  Table t(4);
+  BusinessTable biz(t.pool);
+  const idem::Key key{"ORDER", "u42:0190f1c6-7a3b-7cc0-9a51-3f1e2d4c5b6a"};
+  const auto fp = idem::fingerprint(nlohmann::json{{"sku", "A-1"}, {"qty", 2}});
+
+  CHECK_THROWS_AS(idem::mysql::with_transaction(*t.pool,
+                                                [&](idem::mysql::Connection& c) -> int {
+                                                  auto tx = t.store.bind(c);
+                                                  idem::IdempotencyGuard guard{tx, key, fp};
+                                                  REQUIRE(guard.acquired());
+                                                  biz.insert(c, key.id());
+                                                  guard.commit(1);
+                                                  throw std::runtime_error(
+                                                      "business check failed after the write");
+                                                }),
+                  std::runtime_error);
+  CHECK(t.count() == 0);
+  CHECK(biz.rows() == 0);
+
+  auto body = [&](idem::mysql::Connection& c) {
+    auto tx = t.store.bind(c);
+    return idem::run_once(tx, key, fp, [&] {
+      biz.insert(c, key.id());
+      return std::string("order-created");
+    });
+  };
+  const auto first = idem::mysql::with_transaction(*t.pool, body);
+  CHECK(first.verdict() == idem::Verdict::acquired);
+  const auto second = idem::mysql::with_transaction(*t.pool, body);
+  CHECK(second.verdict() == idem::Verdict::replayed);
+  REQUIRE(second);
+  CHECK(second.value() == "order-created");
+  CHECK(biz.rows() == 1);
+  CHECK(t.count("status = 1") == 1);
+}
+
+TEST_CASE("same-transaction duplicates wait on the row lock, then replay") {
+  Table t(24);
+  BusinessTable biz(t.pool);
+  const idem::Key key{"ORDER", "tx-race"};
+  std::atomic<int> executed{0}, replayed{0}, errors{0};
+  Errors failures;
+  run_threads(16, [&](int) {
+    try {
+      const auto out = idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+        auto tx = t.store.bind(c);
+        return idem::run_once(tx, key, "", [&] {
+          ++executed;
+          biz.insert(c, key.id());
+          std::this_thread::sleep_for(100ms);  // hold the row lock while duplicates arrive
+          return 7;
+        });
+      });
+      if (out.verdict() == idem::Verdict::replayed && out && out.value() == 7) ++replayed;
+    } catch (const std::exception& e) {
+      ++errors;
+      failures.add(e.what());
+    }
+  });
+  INFO("first error: " << failures.first());
+  CHECK(errors == 0);
+  CHECK(biz.rows() == 1);
+  CHECK(replayed == 15);
+  // executed counts runs of bodies that were later rolled back too; the table is the truth.
+  CHECK(executed >= 1);
+}
+
+TEST_CASE("a late commit after the lease was taken over throws LeaseLost") {
+  Table t;
+  const idem::Key key{"PAY", "late"};
+  const idem::Options short_lease{.lease = 300ms, .ttl = 1h};
+  idem::IdempotencyGuard slow{t.store, key, "", short_lease};
+  REQUIRE(slow.acquired());
+  std::this_thread::sleep_for(400ms);
+  idem::IdempotencyGuard fast{t.store, key, "", short_lease};
+  REQUIRE(fast.acquired());
+  fast.commit(std::string("new owner"));
+  CHECK_THROWS_AS(slow.commit(std::string("old owner")), idem::LeaseLost);
+  const auto r = t.store.find(key);
+  REQUIRE(r);
+  CHECK(r->snapshot == R"("new owner")");
+  CHECK(r->ticket.fence == 2);
+}
+
+namespace {
+
+// Waits until a statement matching `like` runs on the server, then kills its connection.
+// Returns false if it never showed up (checked by the test thread).
+bool kill_when_running(idem::mysql::Pool& pool, const std::string& like) {
+  auto admin = pool.acquire();
+  for (int i = 0; i < 500; ++i) {
+    const auto rows = admin->select(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()",
+        {like});
+    if (!rows.empty()) {
+      admin->query("KILL CONNECTION " + *rows.front().at(0));
+      return true;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("KILL CONNECTION during complete - the outcome is reconciled, nothing runs twice") {
+  Table t(4);
+  const idem::Key key{"PAY", "killed-complete"};
+  const auto claim = t.store.claim(key, "", {});
+  REQUIRE(claim.verdict == idem::Verdict::acquired);
+
+  // Another session holds the row lock, so complete's UPDATE is sent and then waits.
+  auto locker = t.pool->acquire();
+  locker->query("START TRANSACTION");
+  locker->select("SELECT fence FROM " + t.store.table() +
+                     " WHERE idempotent_key = ? AND biz_type = ? FOR UPDATE",
+                 {key.id(), key.biz_type()});
+  bool killed = false;
+  std::thread killer([&] {
+    killed = kill_when_running(*t.pool, "UPDATE " + t.store.table() + " SET status = 1%");
+    std::this_thread::sleep_for(50ms);
+    locker->query("COMMIT");
+  });
+  t.store.complete(key, claim.record.ticket, R"({"receipt":"R-77"})");  // survives the kill
+  killer.join();
+  CHECK(killed);
+
+  const auto r = t.store.find(key);
+  REQUIRE(r);
+  CHECK(r->status == idem::Status::succeeded);
+  CHECK(r->snapshot == R"({"receipt":"R-77"})");
+  CHECK(t.store.claim(key, "", {}).verdict == idem::Verdict::replayed);
+}
+
+TEST_CASE("KILL CONNECTION during a claim - the retry recognises its own row") {
+  Table t(4);
+  const idem::Key key{"PAY", "killed-claim"};
+  // Take the row lock on the key's gap by inserting it in an open transaction.
+  auto blocker = t.pool->acquire();
+  blocker->query("START TRANSACTION");
+  blocker->execute("INSERT INTO " + t.store.table() +
+                       " (idempotent_key, biz_type, owner_token, lease_until, created_at, "
+                       "updated_at, expire_at) "
+                       "VALUES (?, ?, REPEAT('b', 32), NOW(3), NOW(3), NOW(3), NOW(3))",
+                   {key.id(), key.biz_type()});
+  bool killed = false;
+  std::thread killer([&] {
+    killed = kill_when_running(*t.pool, "INSERT INTO " + t.store.table() + " (idempotent_key%");
+    std::this_thread::sleep_for(50ms);
+    blocker->query("ROLLBACK");  // the key is free again
+  });
+  const auto c = t.store.claim(key, "", {});
+  killer.join();
+  CHECK(killed);
+  CHECK(c.verdict == idem::Verdict::acquired);
+  CHECK(c.record.ticket.fence == 1);
+  CHECK(t.count() == 1);
+}
+
+TEST_CASE("the pool replaces a killed idle connection") {
+  auto pool = std::make_shared<idem::mysql::Pool>(
+      idem_test::server(), idem::mysql::PoolParams{.size = 1, .ping_after_idle = 0ms});
+  unsigned long first_id = 0;
+  {
+    auto c = pool->acquire();
+    first_id = c->id();
+  }
+  {
+    auto admin = std::make_unique<idem::mysql::Connection>(idem_test::server());
+    admin->query("KILL CONNECTION " + std::to_string(first_id));
+  }
+  std::this_thread::sleep_for(50ms);
+  auto c = pool->acquire();
+  CHECK(c->id() != first_id);
+  CHECK(c->select("SELECT 1", {}).size() == 1);
+}
+
+TEST_CASE(
+    "purge_expired and release_stale work in batches, the Janitor runs them and stops promptly") {
+  Table t;
+  const idem::Options brief{.lease = 200ms, .ttl = 200ms};
+  for (int i = 0; i < 30; ++i)
+    t.store.claim(idem::Key{"OLD", "k" + std::to_string(i)}, "", brief);
+  const auto stale =
+      t.store.claim(idem::Key{"STALE", "s"}, "", idem::Options{.lease = 200ms, .ttl = 1h});
+  t.store.claim(idem::Key{"LIVE", "l"}, "", {});
+  std::this_thread::sleep_for(300ms);
+
+  CHECK(t.store.purge_expired(7, 2) == 14);
+  {
+    idem::mysql::Janitor janitor(t.store,
+                                 {.interval = 20ms, .purge_batch = 5, .purge_max_batches = 100});
+    for (int i = 0; i < 200 && t.count() > 2; ++i)
+      std::this_thread::sleep_for(10ms);
+  }
+  CHECK(t.count() == 2);
+  const auto s = t.store.find(idem::Key{"STALE", "s"});
+  REQUIRE(s);
+  CHECK(s->status == idem::Status::failed);
+  CHECK(s->retryable);
+  CHECK_THROWS_AS(t.store.complete(stale.record.key, stale.record.ticket, "1"), idem::LeaseLost);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  { idem::mysql::Janitor janitor(t.store, {.interval = std::chrono::hours{1}}); }
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+}
+
+TEST_CASE("hostile keys are stored verbatim and never alter the table") {
+  Table t;
+  const std::vector<std::string> ids = {"'; DROP TABLE " + t.name + "; --",
+                                        "\" OR 1=1 --",
+                                        "\\x00",
+                                        "a`b",
+                                        "%_",
+                                        "Robert'); --",
+                                        "ABC",
+                                        "abc",
+                                        "abc ",
+                                        " abc"};
+  for (const auto& id : ids) {
+    const auto c = t.store.claim(idem::Key{"PAY", id}, "", {});
+    CHECK(c.verdict == idem::Verdict::acquired);
+    CHECK(c.record.key.id() == id);
+  }
+  CHECK(t.count() == static_cast<long long>(ids.size()));
+  for (const auto& id : ids)
+    CHECK(t.store.find(idem::Key{"PAY", id})->key.id() == id);
+}
