@@ -2,12 +2,16 @@
 // idem::IdempotencyGuard: claim -> execute -> record, as a RAII guard.
 //
 //   idem::IdempotencyGuard guard{store, key, idem::fingerprint(body), options};
-//   switch (guard.verdict()) {
-//     case idem::Verdict::acquired:    auto r = charge(); guard.commit(r); return r;
-//     case idem::Verdict::replayed:    return guard.replay<Receipt>();   // an Outcome
-//     case idem::Verdict::in_progress: return busy();                    // HTTP 409
-//     case idem::Verdict::conflict:    return mismatch();                // HTTP 422
+//   if (guard.acquired()) {
+//     Receipt r = charge();
+//     guard.commit(r);
+//     return respond(r);
 //   }
+//   if (guard.verdict() == idem::Verdict::replayed) {
+//     auto replay = guard.replay<Receipt>();         // an idem::Outcome<Receipt>
+//     return replay ? respond(replay.value()) : decline(replay.error());
+//   }
+//   return guard.verdict() == idem::Verdict::in_progress ? busy() : mismatch();  // 409 / 422
 //
 // The constructor claims (and, with options.wait, waits for an in-progress claim to finish).
 // An acquired guard that is destroyed without commit() or fail() - an exception, an early
@@ -123,7 +127,7 @@ class IdempotencyGuard {
   // For a replayed verdict: the stored response as T, or the stored permanent failure
   // (failed() true, value() throws). Throws UsageError for any other verdict and
   // CorruptRecord when the stored snapshot does not decode as T.
-  template <class T>
+  template <Deserializable T>
   Outcome<T> replay() const {
     if (claim_.verdict != Verdict::replayed) {
       throw UsageError(

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -107,7 +108,9 @@ class MemoryStore {
 
   std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
     const TimePoint now = clock_();
-    std::size_t budget = batch * max_batches;
+    const bool huge =
+        max_batches != 0 && batch > std::numeric_limits<std::size_t>::max() / max_batches;
+    std::size_t budget = huge ? std::numeric_limits<std::size_t>::max() : batch * max_batches;
     std::size_t removed = 0;
     // One shard lock at a time, at most `batch` deletions per hold.
     for (Shard& shard : shards_) {

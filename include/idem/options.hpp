@@ -17,7 +17,8 @@ struct Options {
   // How long the record counts. Past it, the key behaves as never seen and may be purged.
   // Must be at least the lease, or a live claim could expire under its worker.
   Duration ttl = std::chrono::hours{24 * 7};
-  // How long a duplicate waits for an in-progress claim to finish (polling with backoff)
+  // Used by IdempotencyGuard and run_once (a store's claim() never waits):
+  // how long a duplicate waits for an in-progress claim to finish (polling with backoff)
   // before it answers in_progress. If the claim finishes meanwhile, the duplicate replays.
   Duration wait = Duration::zero();
 };

@@ -2,6 +2,7 @@
 // Encoding and decoding of response / error snapshots (JSON text in the store).
 
 #include <concepts>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <typeinfo>
@@ -18,6 +19,12 @@ namespace idem {
 template <class T>
 concept Serializable = std::constructible_from<nlohmann::json, const T&>;
 
+// A response type idem can replay: nlohmann_json can read it back (from_json / adl_serializer).
+template <class T>
+concept Deserializable = requires(const nlohmann::json& j) {
+  j.template get<T>();
+};
+
 namespace detail {
 
 template <Serializable T>
@@ -33,11 +40,14 @@ std::string encode_snapshot(const T& value) {
   return text;
 }
 
-// Errors are recorded even when they hold invalid UTF-8 (replaced), so that recording a
-// failure never fails on its own content.
+// Errors are recorded even when their content is bad, so that recording a failure never fails
+// on its own content: invalid UTF-8 is replaced, and an error over the snapshot limit is
+// recorded as a short note that says so.
 inline std::string encode_error(const nlohmann::json& error) {
   std::string text = error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  check_snapshot(text);
+  if (text.size() > max_snapshot_bytes) {
+    text = nlohmann::json{{"error", "idem.error_too_large"}, {"bytes", text.size()}}.dump();
+  }
   return text;
 }
 
