@@ -9,6 +9,7 @@
 #include "idem/janitor.hpp"
 #include "idem/key.hpp"
 #include "idem/memory_store.hpp"
+#include "idem/memory_table.hpp"  // also state_machine.hpp and statement.hpp
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"

@@ -1,0 +1,257 @@
+// idem::MemoryTable: the machine's statements with MySQL's WHERE semantics, in memory, and a
+// handler built on guard + state machine unit-tested without a database.
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <idem/idem.hpp>
+
+namespace {
+
+enum class OrderStatus { pending = 0, paid = 1, completed = 2, refunded = 3 };
+using enum OrderStatus;
+using idem::RejectReason;
+
+const std::vector<idem::Transition<OrderStatus>> order_moves = {
+    {pending, paid}, {paid, completed}, {paid, refunded}};
+
+idem::StateMachine<OrderStatus> versioned() {
+  return {{.table = "t_order", .key_column = "order_no", .version_column = "version"}, order_moves};
+}
+
+template <class F>
+void run_threads(int n, F&& f) {
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      ++ready;
+      while (ready.load() < n)
+        std::this_thread::yield();
+      f(t);
+    });
+  }
+  for (auto& th : threads)
+    th.join();
+}
+
+}  // namespace
+
+TEST_CASE("memory table: a transition, then its duplicate is rejected with the reason") {
+  const auto m = versioned();
+  idem::MemoryTable orders{m};
+  orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});
+
+  const auto first = orders.apply(m, "A1", pending, paid, 0);
+  CHECK(first.transitioned());
+  CHECK(first);
+  CHECK(orders.find("A1")->at("status") == idem::SqlValue(1));
+  CHECK(orders.find("A1")->at("version") == idem::SqlValue(std::int64_t{1}));
+
+  const auto again = orders.apply(m, "A1", pending, paid, 0);
+  CHECK(again.rejected());
+  CHECK(again.reason == RejectReason::not_explained);
+
+  const auto why = orders.apply(m, "A1", pending, paid, 0, {.explain = true});
+  CHECK(why.reason == RejectReason::status_moved_on);
+  CHECK(why.status == paid);
+  CHECK(why.version == 1);
+
+  // Right status, stale version: someone moved the row on (and maybe back) since it was read.
+  const auto stale = orders.apply(m, "A1", paid, refunded, 0, {.explain = true});
+  CHECK(stale.reason == RejectReason::version_moved_on);
+  CHECK(stale.version == 1);
+
+  const auto missing = orders.apply(m, "A2", pending, paid, 0, {.explain = true});
+  CHECK(missing.reason == RejectReason::not_found);
+
+  CHECK(orders.apply(m, "A1", paid, refunded, 1));
+  CHECK(orders.find("A1")->at("status") == idem::SqlValue(3));
+  CHECK(orders.find("A1")->at("version") == idem::SqlValue(std::int64_t{2}));
+}
+
+TEST_CASE("memory table: the explaining read happens only on the rejection path") {
+  const auto m = versioned();
+  idem::MemoryTable orders{m};
+  orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});
+  CHECK(orders.apply(m, "A1", pending, paid, 0, {.explain = true}));
+  CHECK(orders.statements() == 1);  // the UPDATE only
+  CHECK(orders.apply(m, "A1", pending, paid, 0, {.explain = true}).rejected());
+  CHECK(orders.statements() == 3);  // UPDATE + one SELECT
+  CHECK(orders.apply(m, "A1", pending, paid, 0).rejected());
+  CHECK(orders.statements() == 4);  // not asked: no SELECT
+}
+
+TEST_CASE("memory table: illegal transitions never reach the table") {
+  const auto m = versioned();
+  idem::MemoryTable orders{m};
+  orders.insert({{"order_no", "A1"}, {"status", 3}, {"version", 2}});
+  CHECK_THROWS_AS(orders.apply(m, "A1", refunded, refunded, 2), idem::IllegalTransition);
+  CHECK_THROWS_AS(orders.apply(m, "A1", refunded, paid, 2), idem::IllegalTransition);
+  CHECK_THROWS_AS(orders.apply(m, "A1", paid, refunded), idem::InvalidArgument);  // no version
+  CHECK(orders.statements() == 0);
+  CHECK(orders.find("A1")->at("status") == idem::SqlValue(3));
+}
+
+TEST_CASE("memory table: machines without a version column and with status names") {
+  const idem::StateMachine<OrderStatus> m{
+      {.table = "t_order",
+       .key_column = "order_no",
+       .status_name =
+           [](OrderStatus s) {
+             return std::string(s == pending ? "PENDING" : s == paid ? "PAID" : "OTHER");
+           }},
+      {{pending, paid}}};
+  idem::MemoryTable orders{m, {"amount"}};
+  orders.insert({{"order_no", "A1"}, {"status", "PENDING"}, {"amount", 29900}});
+  CHECK(orders.apply(m, "A1", pending, paid));
+  const auto again = orders.apply(m, "A1", pending, paid, std::nullopt, {.explain = true});
+  CHECK(again.reason == RejectReason::status_moved_on);
+  CHECK(again.stored_status == "PAID");
+  CHECK(again.status == paid);
+  CHECK_FALSE(again.version.has_value());
+  CHECK(orders.find("A1")->at("amount") == idem::SqlValue(29900));
+}
+
+TEST_CASE("memory table: WHERE semantics follow SQL") {
+  const auto m = versioned();
+  idem::MemoryTable t{m};
+  t.insert({{"order_no", "N"}, {"status", 1}});  // version NULL
+  t.insert({{"order_no", "U"}, {"status", std::uint64_t{1}}, {"version", std::uint64_t{5}}});
+  t.insert({{"order_no", "S"}, {"status", "1"}, {"version", 5}});
+  t.insert({{"order_no", 7}, {"status", 0}, {"version", 0}});
+
+  // NULL equals nothing, not even NULL: a row without a version never transitions.
+  CHECK(t.apply(m, "N", paid, refunded, 0, {.explain = true}).reason ==
+        RejectReason::version_moved_on);
+  CHECK(t.execute({"UPDATE `t_order` SET `status` = ? WHERE `version` = ?", {2, nullptr}}) == 0);
+  // Integers compare by value whatever their signedness; a text matches its decimal form.
+  CHECK(t.apply(m, "U", paid, refunded, 5));
+  CHECK(t.apply(m, "S", paid, refunded, 5));
+  CHECK(t.apply(m, "7", pending, paid, 0));  // text key, integer column
+  CHECK(t.find(7)->at("status") == idem::SqlValue(1));
+  // Text compares byte for byte.
+  CHECK(t.select({"SELECT `status` FROM `t_order` WHERE `order_no` = ?", {"n"}}).empty());
+  // An UPDATE counts changed rows only, like MySQL's affected rows.
+  CHECK(t.execute({"UPDATE `t_order` SET `status` = ? WHERE `order_no` = ?", {3, "U"}}) == 0);
+  CHECK(t.execute({"UPDATE t_order SET STATUS = ? WHERE Order_No = ?", {2, "U"}}) == 1);
+  // NULL + 1 stays NULL.
+  CHECK(t.execute({"UPDATE `t_order` SET `version` = `version` + 1 WHERE `order_no` = ?", {"N"}}) ==
+        0);
+  CHECK(t.find("N")->at("version").is_null());
+}
+
+TEST_CASE("memory table: statements it does not understand are refused") {
+  const auto m = versioned();
+  idem::MemoryTable t{m};
+  using idem::Statement;
+  CHECK_THROWS_AS(t.execute({"DELETE FROM `t_order` WHERE `order_no` = ?", {"A"}}),
+                  idem::InvalidArgument);
+  CHECK_THROWS_AS(t.execute({"UPDATE `t_order` SET `status` = 1 WHERE `order_no` = ?", {"A"}}),
+                  idem::InvalidArgument);  // values only as parameters
+  CHECK_THROWS_AS(
+      t.execute({"UPDATE `t_order` SET `status` = ? WHERE `order_no` = ? OR 1", {1, "A"}}),
+      idem::InvalidArgument);
+  CHECK_THROWS_AS(t.execute({"UPDATE `other` SET `status` = ? WHERE `order_no` = ?", {1, "A"}}),
+                  idem::InvalidArgument);
+  CHECK_THROWS_AS(t.execute({"UPDATE `t_order` SET `nope` = ? WHERE `order_no` = ?", {1, "A"}}),
+                  idem::InvalidArgument);
+  CHECK_THROWS_AS(t.execute(m.probe("A")), idem::InvalidArgument);  // a SELECT
+  CHECK_THROWS_AS(t.select(m.transition("A", pending, paid, 0)), idem::InvalidArgument);
+  CHECK_THROWS_AS(t.execute({"UPDATE `t_order` SET `status` = ? WHERE `order_no` = ?", {1}}),
+                  idem::UsageError);
+  CHECK_THROWS_AS(t.insert({{"status", 1}}), idem::InvalidArgument);  // no key
+  CHECK_THROWS_AS(t.insert({{"order_no", "A"}, {"colour", 1}}), idem::InvalidArgument);
+  t.insert({{"order_no", "A"}, {"status", 0}});
+  CHECK_THROWS_AS(t.insert({{"order_no", "A"}, {"status", 1}}), idem::InvalidArgument);
+  t.put({{"order_no", "A"}, {"status", 1}, {"version", 4}});
+  CHECK(t.find("A")->at("version") == idem::SqlValue(4));
+  CHECK(t.size() == 1);
+  CHECK(t.erase("A"));
+  CHECK_FALSE(t.erase("A"));
+
+  const idem::StateMachine<OrderStatus> elsewhere{
+      {.table = "shop.t_order", .key_column = "order_no"}, order_moves};
+  CHECK_THROWS_AS(t.apply(elsewhere, "A", pending, paid), idem::InvalidArgument);
+}
+
+TEST_CASE("memory table: 50 threads race one legal transition; exactly one wins") {
+  const auto m = versioned();
+  idem::MemoryTable orders{m};
+  orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});
+  std::mutex mutex;
+  std::vector<idem::TransitionResult<OrderStatus>> results;
+  run_threads(50, [&](int) {
+    auto r = orders.apply(m, "A1", pending, paid, 0, {.explain = true});
+    std::lock_guard lock(mutex);
+    results.push_back(r);
+  });
+  int won = 0;
+  int stale = 0;
+  for (const auto& r : results) {
+    won += r.transitioned();
+    stale += r.rejected() && r.reason == RejectReason::status_moved_on && r.status == paid;
+  }
+  CHECK(won == 1);
+  CHECK(stale == 49);
+  CHECK(orders.find("A1")->at("version") == idem::SqlValue(std::int64_t{1}));
+}
+
+namespace {
+
+// What a payment handler looks like in a service, written against any idem store and a table
+// that can apply transitions: the unit test below runs it on MemoryStore + MemoryTable.
+struct PayResult {
+  int http = 0;
+  bool paid_now = false;
+};
+
+template <class S>
+PayResult on_paid(S& store, idem::MemoryTable& orders, const idem::StateMachine<OrderStatus>& m,
+                  const std::string& trade_no, const std::string& order_no) {
+  idem::IdempotencyGuard guard{store, idem::Key{"PAY", trade_no}, "",
+                               idem::Options{.wait = std::chrono::seconds{5}}};
+  if (guard.verdict() == idem::Verdict::replayed) return {200, false};
+  if (!guard.acquired()) return {409, false};
+  const auto version = std::get<std::int64_t>(orders.find(order_no)->at("version").value());
+  const auto r = orders.apply(m, order_no, pending, paid, version, {.explain = true});
+  guard.commit(nlohmann::json{{"paid", r.transitioned()}, {"reason", idem::to_string(r.reason)}});
+  return {200, r.transitioned()};
+}
+
+}  // namespace
+
+TEST_CASE("a guarded handler is unit-testable on MemoryStore + MemoryTable") {
+  const auto m = versioned();
+  idem::MemoryStore store;
+  idem::MemoryTable orders{m};
+  orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});
+  orders.insert({{"order_no", "A2"}, {"status", 0}, {"version", 0}});
+
+  CHECK(on_paid(store, orders, m, "CH-1", "A1").paid_now);
+  const auto dup = on_paid(store, orders, m, "CH-1", "A1");  // the gateway's retry
+  CHECK(dup.http == 200);
+  CHECK_FALSE(dup.paid_now);
+  // The user paid twice through the channel: a second trade number for the same order. The
+  // guard lets it in (another key); the state machine refuses to pay the order again.
+  CHECK_FALSE(on_paid(store, orders, m, "CH-2", "A1").paid_now);
+  CHECK(store.find(idem::Key{"PAY", "CH-2"})->snapshot ==
+        R"({"paid":false,"reason":"status_moved_on"})");
+
+  // Concurrent duplicates: one pays, the rest replay.
+  std::atomic<int> paid_now{0};
+  std::atomic<int> not_ok{0};
+  run_threads(16, [&](int) {
+    const auto r = on_paid(store, orders, m, "CH-3", "A2");
+    paid_now += r.paid_now;
+    not_ok += r.http != 200;
+  });
+  CHECK(paid_now == 1);
+  CHECK(not_ok == 0);
+  CHECK(orders.find("A2")->at("version") == idem::SqlValue(std::int64_t{1}));
+}

@@ -1,0 +1,256 @@
+// idem::StateMachine and idem::Statement: the SQL and parameters each configuration emits,
+// and every bad input refused with a typed error before any SQL exists.
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <idem/state_machine.hpp>
+
+namespace {
+
+enum class OrderStatus { pending = 0, paid = 1, completed = 2, refunded = 3, closed = 4 };
+using enum OrderStatus;
+
+// An enum on an unsigned type: stored as an unsigned integer.
+enum class Flag : std::uint8_t { off = 0, on = 200 };
+
+std::string order_name(OrderStatus s) {
+  switch (s) {
+    case pending:
+      return "PENDING";
+    case paid:
+      return "PAID";
+    case completed:
+      return "COMPLETED";
+    case refunded:
+      return "REFUNDED";
+    case closed:
+      return "CLOSED";
+  }
+  return "?";
+}
+
+const std::vector<idem::Transition<OrderStatus>> order_moves = {
+    {pending, paid}, {paid, completed}, {paid, refunded}};
+
+idem::StateMachine<OrderStatus> versioned() {
+  return {{.table = "t_order", .key_column = "order_no", .version_column = "version"}, order_moves};
+}
+
+using V = std::vector<idem::SqlValue>;
+
+}  // namespace
+
+TEST_CASE("with a version column: compare-and-set on status and version, version bumped") {
+  const auto m = versioned();
+  const idem::Statement s = m.transition("A1001", paid, refunded, 7);
+  CHECK(s.sql ==
+        "UPDATE `t_order` SET `status` = ?, `version` = `version` + 1 WHERE `order_no` = ? AND "
+        "`status` = ? AND `version` = ?");
+  // Placeholder order: to, key, from, version.
+  CHECK(s.params == V{3, "A1001", 1, std::int64_t{7}});
+  CHECK(std::holds_alternative<std::int64_t>(s.params[0].value()));
+  CHECK(std::holds_alternative<std::string>(s.params[1].value()));
+  CHECK(m.versioned());
+  CHECK(
+      m.probe("A1001") ==
+      idem::Statement{"SELECT `status`, `version` FROM `t_order` WHERE `order_no` = ?", {"A1001"}});
+  // The optional overload picks the same form.
+  CHECK(m.transition("A1001", paid, refunded, std::optional<std::int64_t>{7}) == s);
+}
+
+TEST_CASE("without a version column: compare-and-set on the status alone") {
+  const idem::StateMachine<OrderStatus> m{{.table = "t_order", .key_column = "order_no"},
+                                          order_moves};
+  const idem::Statement s = m.transition("A1001", pending, paid);
+  CHECK(s.sql == "UPDATE `t_order` SET `status` = ? WHERE `order_no` = ? AND `status` = ?");
+  CHECK(s.params == V{1, "A1001", 0});
+  CHECK_FALSE(m.versioned());
+  CHECK(m.probe("A1001").sql == "SELECT `status` FROM `t_order` WHERE `order_no` = ?");
+}
+
+TEST_CASE("custom columns, a qualified table and an integer key") {
+  const idem::StateMachine<OrderStatus> m{{.table = "shop.t_order",
+                                           .key_column = "id",
+                                           .status_column = "order_state",
+                                           .version_column = "rev"},
+                                          order_moves};
+  const idem::Statement s = m.transition(std::uint64_t{42}, paid, completed, 0);
+  CHECK(s.sql ==
+        "UPDATE `shop`.`t_order` SET `order_state` = ?, `rev` = `rev` + 1 WHERE `id` = ? AND "
+        "`order_state` = ? AND `rev` = ?");
+  CHECK(s.params == V{2, std::uint64_t{42}, 1, std::int64_t{0}});
+  CHECK(m.quoted_table() == "`shop`.`t_order`");
+}
+
+TEST_CASE("a string mapping stores names instead of integers") {
+  const idem::StateMachine<OrderStatus> m{
+      {.table = "t_order", .key_column = "order_no", .status_name = order_name}, order_moves};
+  const idem::Statement s = m.transition("A1", paid, refunded);
+  CHECK(s.params == V{"REFUNDED", "A1", "PAID"});
+  CHECK(m.stored(completed) == idem::SqlValue("COMPLETED"));
+  CHECK(m.status_of("PAID") == paid);
+  CHECK_FALSE(m.status_of("1").has_value());
+  CHECK_FALSE(m.status_of("CLOSED").has_value());  // not a state of this machine
+}
+
+TEST_CASE("an enum on an unsigned type is stored as an unsigned integer") {
+  const idem::StateMachine<Flag> m{{.table = "t", .key_column = "k"}, {{Flag::off, Flag::on}}};
+  const auto s = m.transition(1, Flag::off, Flag::on);
+  CHECK(s.params == V{std::uint64_t{200}, 1, std::uint64_t{0}});
+  CHECK(m.status_of("200") == Flag::on);
+}
+
+TEST_CASE("can() answers exactly the declared moves") {
+  const auto m = versioned();
+  CHECK(m.can(pending, paid));
+  CHECK(m.can(paid, completed));
+  CHECK(m.can(paid, refunded));
+  CHECK_FALSE(m.can(paid, pending));
+  CHECK_FALSE(m.can(refunded, refunded));
+  CHECK_FALSE(m.can(pending, refunded));
+  CHECK_FALSE(m.can(completed, refunded));
+  CHECK(m.transitions().size() == 3);
+}
+
+TEST_CASE("an illegal transition is a typed error and no statement exists") {
+  const auto m = versioned();
+  try {
+    (void)m.transition("A1", refunded, refunded, 3);
+    FAIL("an undeclared transition produced a statement");
+  } catch (const idem::IllegalTransition& e) {
+    CHECK(e.from() == "3");
+    CHECK(e.to() == "3");
+    const std::string what = e.what();
+    CHECK(what.find("3 -> 3 is not declared") != std::string::npos);
+    CHECK(what.find("declared: 0 -> 1, 1 -> 2, 1 -> 3") != std::string::npos);
+  }
+  CHECK_THROWS_AS(m.transition("A1", paid, pending, 1), idem::InvalidArgument);
+  // The legality check comes first: an illegal move with other faults is still IllegalTransition.
+  CHECK_THROWS_AS(m.transition(nullptr, completed, paid), idem::IllegalTransition);
+
+  const idem::StateMachine<OrderStatus> named{
+      {.table = "t_order", .key_column = "order_no", .status_name = order_name}, order_moves};
+  CHECK_THROWS_WITH(named.transition("A1", refunded, paid),
+                    Catch::Contains("\"REFUNDED\" -> \"PAID\" is not declared"));
+}
+
+TEST_CASE("identifiers are validated and quoted; anything else is refused up front") {
+  using P = idem::StateMachineParams<OrderStatus>;
+  auto make = [](P p) { return idem::StateMachine<OrderStatus>(std::move(p), order_moves); };
+  const std::vector<std::string> bad = {"",
+                                        "t order",
+                                        "t`order",
+                                        "t_order; DROP TABLE t_order",
+                                        "t-order",
+                                        "t_ordér",
+                                        std::string(65, 'x'),
+                                        "a.b.c",
+                                        ".t",
+                                        "t."};
+  for (const auto& name : bad) {
+    INFO("name: " << name);
+    CHECK_THROWS_AS(make({.table = name, .key_column = "k"}), idem::InvalidArgument);
+    CHECK_THROWS_AS(make({.table = "t", .key_column = name}), idem::InvalidArgument);
+    CHECK_THROWS_AS(make({.table = "t", .key_column = "k", .status_column = name}),
+                    idem::InvalidArgument);
+    if (!name.empty()) {  // an empty version column means "none"
+      CHECK_THROWS_AS(make({.table = "t", .key_column = "k", .version_column = name}),
+                      idem::InvalidArgument);
+    }
+  }
+  // Only the table may be qualified.
+  CHECK_THROWS_WITH(make({.table = "t", .key_column = "t.k"}),
+                    Catch::Contains("key column \"t.k\" is not a valid identifier"));
+  CHECK_NOTHROW(make({.table = "db.t", .key_column = "k"}));
+  CHECK_NOTHROW(make({.table = std::string(64, 't'), .key_column = "$k_1"}));
+  // Columns must differ (MySQL compares column names without case).
+  CHECK_THROWS_AS(make({.table = "t", .key_column = "status"}), idem::InvalidArgument);
+  CHECK_THROWS_AS(make({.table = "t", .key_column = "k", .version_column = "STATUS"}),
+                  idem::InvalidArgument);
+  CHECK_THROWS_AS(make({.table = "t", .key_column = "k", .version_column = "K"}),
+                  idem::InvalidArgument);
+}
+
+TEST_CASE("the declaration itself is checked") {
+  const idem::StateMachineParams<OrderStatus> p{.table = "t", .key_column = "k"};
+  using T = std::vector<idem::Transition<OrderStatus>>;
+  CHECK_THROWS_WITH(idem::StateMachine<OrderStatus>(p, T{}), Catch::Contains("at least one"));
+  // A self-move changes no row, which MySQL reports as 0 affected rows: never "transitioned".
+  CHECK_THROWS_WITH(idem::StateMachine<OrderStatus>(p, T{{paid, paid}}),
+                    Catch::Contains("does not change the status"));
+  CHECK_THROWS_WITH(idem::StateMachine<OrderStatus>(p, T{{pending, paid}, {pending, paid}}),
+                    Catch::Contains("declared twice"));
+  auto named = p;
+  named.status_name = [](OrderStatus s) { return s == pending ? std::string() : order_name(s); };
+  CHECK_THROWS_WITH(idem::StateMachine<OrderStatus>(named, T{{pending, paid}}),
+                    Catch::Contains("empty name"));
+  named.status_name = [](OrderStatus) { return std::string("SAME"); };
+  CHECK_THROWS_WITH(idem::StateMachine<OrderStatus>(named, T{{pending, paid}}),
+                    Catch::Contains("the same name"));
+}
+
+TEST_CASE("a NULL key or a version that does not fit the table is refused") {
+  const auto m = versioned();
+  CHECK_THROWS_AS(m.transition(nullptr, pending, paid, 0), idem::InvalidArgument);
+  CHECK_THROWS_WITH(m.transition("A1", pending, paid), Catch::Contains("pass the version"));
+  const idem::StateMachine<OrderStatus> plain{{.table = "t", .key_column = "k"}, order_moves};
+  CHECK_THROWS_WITH(plain.transition("A1", pending, paid, 0), Catch::Contains("no version column"));
+  CHECK_THROWS_AS(plain.probe(nullptr), idem::InvalidArgument);
+}
+
+TEST_CASE("explain() reads a rejection from what the row holds now") {
+  const auto m = versioned();
+  using idem::ProbeRow;
+  using idem::RejectReason;
+  CHECK(m.explain(pending, 0, std::nullopt).reason == RejectReason::not_found);
+
+  auto r = m.explain(pending, 0, ProbeRow{"1", "1"});
+  CHECK(r.rejected());
+  CHECK(r.reason == RejectReason::status_moved_on);
+  CHECK(r.stale());
+  CHECK(r.status == paid);
+  CHECK(r.stored_status == "1");
+  CHECK(r.version == 1);
+
+  r = m.explain(paid, 4, ProbeRow{"1", "5"});
+  CHECK(r.reason == RejectReason::version_moved_on);
+  CHECK(r.stale());
+  CHECK(r.version == 5);
+
+  r = m.explain(paid, 4, ProbeRow{"1", "4"});  // matches now: it changed between the two reads
+  CHECK(r.reason == RejectReason::indeterminate);
+  CHECK_FALSE(r.stale());
+
+  r = m.explain(paid, 4, ProbeRow{"9", "4"});  // a status the machine does not know
+  CHECK(r.reason == RejectReason::status_moved_on);
+  CHECK_FALSE(r.status.has_value());
+  CHECK(r.stored_status == "9");
+
+  r = m.explain(paid, 4, ProbeRow{std::nullopt, "4"});  // NULL status
+  CHECK(r.reason == RejectReason::status_moved_on);
+  CHECK_FALSE(r.stored_status.has_value());
+
+  CHECK(idem::to_string(RejectReason::version_moved_on) == "version_moved_on");
+  CHECK(idem::TransitionResult<OrderStatus>::success().transitioned());
+  CHECK(idem::TransitionResult<OrderStatus>::success().reason == RejectReason::none);
+  CHECK(idem::TransitionResult<OrderStatus>::rejection().reason == RejectReason::not_explained);
+}
+
+TEST_CASE("SqlValue: integers keep their signedness, text and NULL print readably") {
+  CHECK(std::holds_alternative<std::int64_t>(idem::SqlValue(42).value()));
+  CHECK(std::holds_alternative<std::uint64_t>(idem::SqlValue(42u).value()));
+  CHECK(std::holds_alternative<std::int64_t>(idem::SqlValue(true).value()));
+  CHECK(idem::SqlValue().is_null());
+  CHECK(idem::SqlValue(nullptr).is_null());
+  CHECK(idem::SqlValue(std::string_view("x")).is_text());
+  CHECK(idem::SqlValue(-3).text() == "-3");
+  CHECK_FALSE(idem::SqlValue().text().has_value());
+  std::ostringstream os;
+  os << idem::Statement{"SELECT ?", {nullptr, 1, 2u, "a\nb"}};
+  CHECK(os.str() == "SELECT ? [NULL, 1, 2u, \"a\\x0ab\"]");
+}
