@@ -46,12 +46,26 @@ namespace detail {
 // Claims; while the answer is in_progress and options.wait allows, sleeps with jittered
 // exponential backoff and claims again (so a finished claim turns into a replay, and a claim
 // whose lease ran out meanwhile is taken over by the decision table).
+// A store can declare `static constexpr bool supports_wait = false;` when polling it would
+// hurt (a claim inside a transaction holds row locks until the transaction ends).
+template <class S>
+constexpr bool supports_wait() {
+  if constexpr (requires { S::supports_wait; }) {
+    return S::supports_wait;
+  } else {
+    return true;
+  }
+}
+
 template <Store S>
 ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerprint,
                             const Options& options) {
   validate(options);
   ClaimResult result = store.claim(key, fingerprint, options);
-  if (result.verdict != Verdict::in_progress || options.wait <= Duration::zero()) return result;
+  if (result.verdict != Verdict::in_progress || options.wait <= Duration::zero() ||
+      !supports_wait<S>()) {
+    return result;
+  }
 
   using steady = std::chrono::steady_clock;
   const auto deadline = steady::now() + options.wait;

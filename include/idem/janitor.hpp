@@ -47,8 +47,13 @@ class Janitor {
 
   // Runs one round now, on the calling thread.
   void run_once() {
+    // Each job on its own: a failed purge must not keep dead claims from being released.
     try {
       purged_ += store_.purge_expired(params_.purge_batch, params_.purge_max_batches);
+    } catch (...) {
+      ++errors_;
+    }
+    try {
       released_ += store_.release_stale(params_.release_batch);
     } catch (...) {
       ++errors_;

@@ -494,3 +494,51 @@ TEST_CASE("hostile keys are stored verbatim and never alter the table") {
   for (const auto& id : ids)
     CHECK(t.store.find(idem::Key{"PAY", id})->key.id() == id);
 }
+
+TEST_CASE("a connection returned with a transaction open is rolled back, not handed on") {
+  Table t(1);
+  {
+    auto c = t.pool->acquire();
+    c->query("START TRANSACTION");
+    c->execute("INSERT INTO " + t.store.table() +
+                   " (idempotent_key, biz_type, owner_token, lease_until, created_at, updated_at, "
+                   "expire_at) "
+                   "VALUES ('left-open', 'PAY', REPEAT('x', 32), NOW(3), NOW(3), NOW(3), NOW(3) + "
+                   "INTERVAL 1 DAY)",
+               {});
+    REQUIRE(c->in_transaction());
+  }  // returned without COMMIT or ROLLBACK
+  {
+    auto c = t.pool->acquire();
+    CHECK_FALSE(c->in_transaction());
+  }
+  CHECK(t.count() == 0);
+}
+
+TEST_CASE(
+    "same-transaction claims never wait on in-progress rows (they would hold the lock they wait "
+    "for)") {
+  Table t(2);
+  const idem::Key key{"PAY", "bound-no-wait"};
+  const auto holder = t.store.claim(key, "", {});  // a committed processing claim (standalone)
+  REQUIRE(holder.verdict == idem::Verdict::acquired);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto verdict = idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+    auto tx = t.store.bind(c);
+    idem::IdempotencyGuard guard{tx, key, "", idem::Options{.wait = 5s}};
+    return guard.verdict();
+  });
+  CHECK(verdict == idem::Verdict::in_progress);
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  t.store.complete(key, holder.record.ticket, "1");
+}
+
+TEST_CASE("store parameters are validated") {
+  auto pool = idem_test::make_pool(1);
+  CHECK_THROWS_AS(idem::mysql::Store(nullptr), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::mysql::Store(pool, {.max_attempts = 0}), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::mysql::Store(pool, {.backoff = 0ms}), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::mysql::Store(pool, {.backoff = 10ms, .max_backoff = 5ms}),
+                  idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::mysql::Pool(idem_test::server(), {.size = 0}), idem::InvalidArgument);
+}

@@ -167,6 +167,11 @@ class Connection {
     return true;
   }
 
+  // True while a transaction is open on this connection (the server's status flag).
+  bool in_transaction() const noexcept {
+    return mysql_ != nullptr && (mysql_->server_status & SERVER_STATUS_IN_TRANS) != 0;
+  }
+
   // The server's id for this connection (what KILL CONNECTION takes).
   unsigned long id() const noexcept { return mysql_ ? mysql_thread_id(mysql_) : 0; }
   MYSQL* native() noexcept { return mysql_; }

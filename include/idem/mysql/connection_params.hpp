@@ -14,10 +14,12 @@ struct ConnectionParams {
   std::string user = "root";
   std::string password;
   std::string database;
-  // The driver's timeouts (whole seconds; the driver may retry a read before giving up).
+  // The driver's timeouts (whole seconds). read_timeout must outlast the server's
+  // innodb_lock_wait_timeout (50 s by default): a statement waiting on a row lock is silent,
+  // and a read timeout would drop the connection while the server still waits.
   std::chrono::seconds connect_timeout{5};
-  std::chrono::seconds read_timeout{30};
-  std::chrono::seconds write_timeout{30};
+  std::chrono::seconds read_timeout{60};
+  std::chrono::seconds write_timeout{60};
 };
 
 }  // namespace idem::mysql

@@ -5,7 +5,10 @@
 // - Connections are opened lazily. One that sat idle longer than ping_after_idle is pinged
 //   before it is handed out; a broken one (lost, killed, server restarted) is reopened, so the
 //   pool recovers from a database restart without restarting the process.
-// - A handle returned while its connection is broken closes that connection.
+// - A handle returned while its connection is broken closes that connection; one returned
+//   with a transaction still open is rolled back first.
+// - Running out of connections is a StoreError that idem's stores do not retry on their own:
+//   it surfaces after acquire_timeout, so an overloaded service fails fast.
 
 #include <chrono>
 #include <condition_variable>
@@ -60,6 +63,8 @@ class Pool {
   // A healthy connection for this thread's exclusive use. Throws StoreError (retryable) when
   // none frees up within acquire_timeout or a new connection cannot be opened.
   Handle acquire() {
+    detail::thread_init();  // the driver's per-thread state, for every thread that uses a
+                            // connection
     std::unique_ptr<Connection> conn;
     Clock::time_point idle_since{};
     {
@@ -105,6 +110,14 @@ class Pool {
   };
 
   void release(std::unique_ptr<Connection> conn) noexcept {
+    // A transaction left open by the last user must not leak into the next one.
+    if (conn && !conn->broken() && conn->in_transaction()) {
+      try {
+        conn->query("ROLLBACK");
+      } catch (...) {
+        conn->mark_broken();
+      }
+    }
     std::unique_lock lock(mutex_);
     if (conn && !conn->broken()) {
       idle_.push_back(Idle{std::move(conn), Clock::now()});

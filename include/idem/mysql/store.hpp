@@ -191,8 +191,13 @@ class Store {
         sql_(std::make_unique<detail::RecordSql>(detail::make_record_sql(table_))),
         ops_(*sql_) {
     if (!pool_) throw InvalidArgument("idem::mysql::Store: pool must not be null");
-    if (params_.max_attempts < 1)
+    if (params_.max_attempts < 1) {
       throw InvalidArgument("idem::mysql::Store: max_attempts must be at least 1");
+    }
+    if (params_.backoff.count() < 1 || params_.max_backoff < params_.backoff) {
+      throw InvalidArgument(
+          "idem::mysql::Store: backoff must be at least 1 ms and max_backoff at least backoff");
+    }
   }
 
   Store(const Store&) = delete;
@@ -281,8 +286,11 @@ class Store {
         auto handle = pool_->acquire();
         return op(*handle, uncertain);
       } catch (const StoreError& e) {
-        if (!e.retryable() || attempt >= params_.max_attempts) {
-          if (e.retryable()) {
+        // Only the database's transient errors are retried here; a pool that has no connection
+        // free is reported at once (the caller decides whether to try again).
+        const bool transient = is_transient(e.diagnostics().code);
+        if (!transient || attempt >= params_.max_attempts) {
+          if (transient) {
             throw StoreError(
                 fmt::format("idem::mysql: {} gave up after {} tries: {}", what, attempt, e.what()),
                 true, e.diagnostics());
@@ -310,6 +318,10 @@ class Store {
 // decision is taken on the latest committed state, whatever the transaction's snapshot.
 class BoundStore {
  public:
+  // A duplicate's wait would hold the shared row lock of its reads until the transaction ends
+  // and so block the very claim it waits for: the guard answers in_progress at once instead.
+  static constexpr bool supports_wait = false;
+
   BoundStore(const Store& store, Connection& connection)
       : ops_(*store.sql_), connection_(connection) {}
 

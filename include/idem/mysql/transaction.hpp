@@ -41,8 +41,14 @@ template <class F>
 auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
   using R = std::invoke_result_t<F&, Connection&>;
-  if (params.max_attempts < 1)
+  if (params.max_attempts < 1) {
     throw InvalidArgument("idem::mysql::with_transaction: max_attempts must be at least 1");
+  }
+  if (params.backoff.count() < 1 || params.max_backoff < params.backoff) {
+    throw InvalidArgument(
+        "idem::mysql::with_transaction: backoff must be at least 1 ms and max_backoff at least "
+        "backoff");
+  }
   thread_local std::minstd_rand jitter{std::random_device{}()};
   auto backoff = params.backoff;
   for (int attempt = 1;; ++attempt) {
