@@ -1,0 +1,159 @@
+#pragma once
+// The SQL idem::sqlite issues against the record table, and the decoding of its rows. The
+// statements are those of idem::mysql with the clock's `now` bound as a parameter instead of
+// NOW(3): every single-row statement works on the primary key; the housekeeping ones walk
+// the expire / stale indexes in LIMITed batches (DELETE/UPDATE ... LIMIT is an optional
+// SQLite feature, so they pick their rowids in a subquery).
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "idem/clock.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/record.hpp"
+#include "idem/sqlite/connection.hpp"
+#include "idem/sqlite/schema.hpp"
+#include "idem/status.hpp"
+
+namespace idem::sqlite::detail {
+
+struct RecordSql {
+  std::string insert;
+  std::string select;
+  std::string take_over_retry;
+  std::string take_over_expired;
+  std::string complete;
+  std::string fail;
+  std::string purge;
+  std::string release;
+};
+
+inline constexpr std::string_view record_columns =
+    "idempotent_key, biz_type, status, fence, owner_token, request_hash, response_snapshot, "
+    "retryable, attempts, lease_until, created_at, updated_at, expire_at";
+
+inline RecordSql make_record_sql(const TableName& name) {
+  const std::string t = name.quoted();
+  RecordSql s;
+  // ?1 key, ?2 biz_type, ?3 owner token, ?4 fingerprint, ?5 lease_until, ?6 now, ?7 expire_at.
+  s.insert =
+      fmt::format("INSERT INTO {} ({}) VALUES (?1, ?2, 0, 1, ?3, ?4, NULL, 0, 1, ?5, ?6, ?6, ?7)",
+                  t, record_columns);
+  s.select = fmt::format("SELECT {} FROM {} WHERE idempotent_key = ?1 AND biz_type = ?2",
+                         record_columns, t);
+  // Takeovers write the record apply_takeover() computed from the row that was read
+  // (?1 fence, ?2 owner, ?3 fingerprint, ?4 attempts, ?5 lease_until, ?6 now, ?7 expire_at),
+  // guarded by the old fence and owner token (?10, ?11) - so a purge and re-insert in between
+  // cannot be mistaken for the row that was read - and by the takeover condition re-checked
+  // at `now`, so a completion in between is never overwritten. The WHERE clauses are those of
+  // idem::mysql's take_over_retry / take_over_expired.
+  s.take_over_retry = fmt::format(
+      "UPDATE {} SET status = 0, fence = ?1, owner_token = ?2, request_hash = ?3, "
+      "response_snapshot = NULL, retryable = 0, attempts = ?4, lease_until = ?5, updated_at = ?6, "
+      "expire_at = ?7 "
+      "WHERE idempotent_key = ?8 AND biz_type = ?9 AND fence = ?10 AND owner_token = ?11 "
+      "AND expire_at > ?6 AND ((status = 0 AND lease_until <= ?6) OR (status = 2 AND retryable = "
+      "1))",
+      t);
+  s.take_over_expired = fmt::format(
+      "UPDATE {} SET status = 0, fence = ?1, owner_token = ?2, request_hash = ?3, "
+      "response_snapshot = NULL, retryable = 0, attempts = ?4, lease_until = ?5, created_at = ?6, "
+      "updated_at = ?6, expire_at = ?7 "
+      "WHERE idempotent_key = ?8 AND biz_type = ?9 AND fence = ?10 AND owner_token = ?11 "
+      "AND expire_at <= ?6",
+      t);
+  // ?1 snapshot, ?2 now, ?3 key, ?4 biz_type, ?5 fence, ?6 owner token (, ?7 retryable).
+  s.complete = fmt::format(
+      "UPDATE {} SET status = 1, response_snapshot = ?1, retryable = 0, updated_at = ?2 "
+      "WHERE idempotent_key = ?3 AND biz_type = ?4 AND status = 0 AND fence = ?5 AND "
+      "owner_token = ?6",
+      t);
+  s.fail = fmt::format(
+      "UPDATE {} SET status = 2, response_snapshot = ?1, retryable = ?7, updated_at = ?2 "
+      "WHERE idempotent_key = ?3 AND biz_type = ?4 AND status = 0 AND fence = ?5 AND "
+      "owner_token = ?6",
+      t);
+  // ?1 now, ?2 batch.
+  s.purge = fmt::format(
+      "DELETE FROM {0} WHERE rowid IN "
+      "(SELECT rowid FROM {0} WHERE expire_at <= ?1 ORDER BY expire_at LIMIT ?2)",
+      t);
+  // ?1 snapshot, ?2 now, ?3 batch.
+  s.release = fmt::format(
+      "UPDATE {0} SET status = 2, retryable = 1, response_snapshot = ?1, updated_at = ?2 "
+      "WHERE rowid IN (SELECT rowid FROM {0} WHERE status = 0 AND lease_until <= ?2 "
+      "AND expire_at > ?2 ORDER BY lease_until LIMIT ?3)",
+      t);
+  return s;
+}
+
+// Milliseconds since the Unix epoch, as the table stores time.
+inline std::int64_t millis(TimePoint t) noexcept {
+  return static_cast<std::int64_t>(t.time_since_epoch().count());
+}
+
+inline std::int64_t limit(std::size_t n) noexcept {
+  constexpr auto max = static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max());
+  return static_cast<std::int64_t>(n < max ? n : max);
+}
+
+inline std::int64_t integer_column(const Rows& row, int column, std::string_view name) {
+  if (row.type(column) != SQLITE_INTEGER) {
+    throw CorruptRecord(fmt::format("idem::sqlite: column {} does not hold an integer", name));
+  }
+  return row.integer(column);
+}
+
+inline std::string text_column(const Rows& row, int column, std::string_view name) {
+  const int type = row.type(column);
+  if (type != SQLITE_TEXT && type != SQLITE_BLOB) {
+    throw CorruptRecord(fmt::format("idem::sqlite: column {} does not hold text", name));
+  }
+  return row.text(column);
+}
+
+inline TimePoint time_column(const Rows& row, int column, std::string_view name) {
+  return TimePoint{Duration{integer_column(row, column, name)}};
+}
+
+// The record in the current row of a query over record_columns.
+inline Record decode_record(const Rows& row) {
+  if (row.columns() != 13) {
+    throw CorruptRecord("idem::sqlite: unexpected column count in a record row");
+  }
+  std::optional<Key> key;
+  try {
+    key.emplace(text_column(row, 1, "biz_type"), text_column(row, 0, "idempotent_key"));
+  } catch (const InvalidArgument& e) {
+    throw CorruptRecord(fmt::format("idem::sqlite: a stored key is not valid: {}", e.what()));
+  }
+  const std::int64_t status = integer_column(row, 2, "status");
+  if (status < 0 || status > 2) {
+    throw CorruptRecord(fmt::format("idem::sqlite: unknown status {}", status));
+  }
+  const std::int64_t fence = integer_column(row, 3, "fence");
+  const std::int64_t attempts = integer_column(row, 8, "attempts");
+  if (fence < 0 || attempts < 0 || attempts > std::numeric_limits<std::uint32_t>::max()) {
+    throw CorruptRecord("idem::sqlite: fence or attempts out of range");
+  }
+  return Record{
+      .key = std::move(*key),
+      .status = static_cast<Status>(status),
+      .ticket = Ticket{static_cast<std::uint64_t>(fence), text_column(row, 4, "owner_token")},
+      .fingerprint = text_column(row, 5, "request_hash"),
+      .snapshot = row.is_null(6) ? std::string{} : text_column(row, 6, "response_snapshot"),
+      .retryable = integer_column(row, 7, "retryable") != 0,
+      .attempts = static_cast<std::uint32_t>(attempts),
+      .created_at = time_column(row, 10, "created_at"),
+      .updated_at = time_column(row, 11, "updated_at"),
+      .lease_until = time_column(row, 9, "lease_until"),
+      .expire_at = time_column(row, 12, "expire_at")};
+}
+
+}  // namespace idem::sqlite::detail

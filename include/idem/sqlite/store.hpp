@@ -1,0 +1,413 @@
+#pragma once
+// idem::sqlite::Store: the idempotency record table in a SQLite database file.
+//
+// Two modes, one decision table (idem/decision.hpp), as on MySQL:
+//  - standalone (Store): every operation is its own autocommit statement on a pooled
+//    connection. Use it when the business calls something outside this file (a payment
+//    channel): the claim must be durable before the call, and its result recorded after.
+//  - same transaction (Store::bind(connection) -> BoundStore): the operations run on the
+//    caller's connection inside the caller's transaction, so claim + business writes + record
+//    commit or roll back together. Duplicates wait for the write lock and then replay. Pair it
+//    with idem::sqlite::with_transaction, which re-runs the body when the file stays locked.
+//
+// How a claim works: one INSERT on the primary key (never SELECT-then-INSERT). On
+// SQLITE_CONSTRAINT_PRIMARYKEY the row is read and decide() judges it with the same `now`; a
+// takeover is one UPDATE of the record apply_takeover() computed, guarded by the old fence
+// and owner token and the re-checked takeover condition. Completions are UPDATEs guarded by
+// status, fence and owner. Every statement is atomic on its own, so many threads and several
+// processes can share the file.
+//
+// Time: SQLite has no server clock, so `now` comes from StoreParams::clock (the system clock
+// by default). Every process using one file must read the same clock: keep them on one host.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "idem/clock.hpp"
+#include "idem/decision.hpp"
+#include "idem/detail/checks.hpp"
+#include "idem/detail/token.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/sqlite/connection.hpp"
+#include "idem/sqlite/detail/record_sql.hpp"
+#include "idem/sqlite/errors.hpp"
+#include "idem/sqlite/pool.hpp"
+#include "idem/sqlite/schema.hpp"
+#include "idem/store.hpp"
+#include "idem/ticket.hpp"
+#include "idem/verdict.hpp"
+
+namespace idem::sqlite {
+
+struct StoreParams {
+  // The record table; 1-64 characters of [A-Za-z0-9_$], optionally schema.table.
+  std::string table = "idempotent_record";
+  // Where `now` comes from. Inject a ManualClock to move time in tests. Processes sharing a
+  // file must share the clock, i.e. run on one host.
+  std::function<TimePoint()> clock = system_now;
+  // How long a statement waits for another connection's lock (and a call for a free pooled
+  // connection) before it fails with SQLITE_BUSY.
+  std::chrono::milliseconds busy_timeout{5'000};
+  // full: every commit is synced to disk (the default; a payment claim must survive a power
+  // cut). normal: faster, but a power cut may lose the last commits.
+  Synchronous synchronous = Synchronous::full;
+  // Connections to the file at most (one per thread using the store at that moment).
+  std::size_t pool_size = 8;
+  // Tries per operation while the file stays locked (SQLITE_BUSY / SQLITE_LOCKED after the
+  // busy timeout); the last failure is thrown as a retryable StoreError.
+  int max_attempts = 4;
+  // First pause between tries; doubles each time, with jitter, up to max_backoff.
+  std::chrono::milliseconds backoff{5};
+  std::chrono::milliseconds max_backoff{500};
+  // Create the table and its indexes (if missing) when the store is constructed.
+  bool create_schema = true;
+};
+
+namespace detail {
+
+// The operations on one connection, shared by both modes.
+class RecordOps {
+ public:
+  RecordOps(const RecordSql& sql, const std::function<TimePoint()>& clock)
+      : sql_(sql), clock_(clock) {}
+
+  std::optional<Record> read(Connection& c, const Key& key) const {
+    Rows rows = c.query(sql_.select, {key.id(), key.biz_type()});
+    if (!rows.next()) return std::nullopt;
+    return decode_record(rows);
+  }
+
+  ClaimResult claim(Connection& c, const Key& key, std::string_view fp, const Options& o) const {
+    // No "is this row already mine?" shortcut: a statement that returned an error did not
+    // happen, so a row can carry this call's token only if this call returned acquired.
+    const std::string token = idem::detail::new_owner_token();
+    constexpr int rounds = 16;  // each round loses only to another caller's completed write
+    for (int round = 0; round < rounds; ++round) {
+      const TimePoint now = clock_();
+      const StepResult inserted =
+          c.try_execute(sql_.insert, {key.id(), key.biz_type(), token, fp, millis(now + o.lease),
+                                      millis(now), millis(now + o.ttl)});
+      if (inserted.code == SQLITE_OK) {
+        return {Verdict::acquired, Record{.key = key,
+                                          .status = Status::processing,
+                                          .ticket = Ticket{1, token},
+                                          .fingerprint = std::string(fp),
+                                          .snapshot = {},
+                                          .retryable = false,
+                                          .attempts = 1,
+                                          .created_at = now,
+                                          .updated_at = now,
+                                          .lease_until = now + o.lease,
+                                          .expire_at = now + o.ttl}};
+      }
+      if (inserted.code != SQLITE_CONSTRAINT_PRIMARYKEY) throw c.error("claim", inserted.code);
+      std::optional<Record> stored = read(c, key);
+      if (!stored) continue;  // purged between the INSERT and the read: insert again
+      switch (const Decision d = decide(*stored, fp, now)) {
+        case Decision::take_over_expired:
+        case Decision::take_over_retry: {
+          Record next = *stored;
+          apply_takeover(next, d, fp, token, now, o.lease, o.ttl);
+          const std::string& sql =
+              d == Decision::take_over_expired ? sql_.take_over_expired : sql_.take_over_retry;
+          const auto changed = c.execute(
+              sql, {next.ticket.fence, next.ticket.owner, next.fingerprint, next.attempts,
+                    millis(next.lease_until), millis(now), millis(next.expire_at), key.id(),
+                    key.biz_type(), stored->ticket.fence, stored->ticket.owner});
+          if (changed == 1) return {Verdict::acquired, std::move(next)};
+          continue;  // someone else moved the row on: look again
+        }
+        case Decision::replay:
+          return {Verdict::replayed, std::move(*stored)};
+        case Decision::in_progress:
+          return {Verdict::in_progress, std::move(*stored)};
+        case Decision::conflict:
+          return {Verdict::conflict, std::move(*stored)};
+      }
+    }
+    throw StoreError(fmt::format("idem::sqlite: the claim on {}/{} did not settle after {} rounds",
+                                 key.biz_type(), idem::detail::printable(key.id()), rounds),
+                     true);
+  }
+
+  // The fenced UPDATE of complete/fail. Returns true if it changed the row.
+  bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
+              bool retryable) const {
+    const std::int64_t now = millis(clock_());
+    if (to == Status::succeeded) {
+      return c.execute(sql_.complete, {Value::blob(snapshot), now, key.id(), key.biz_type(),
+                                       t.fence, t.owner}) == 1;
+    }
+    return c.execute(sql_.fail, {Value::blob(snapshot), now, key.id(), key.biz_type(), t.fence,
+                                 t.owner, retryable}) == 1;
+  }
+
+  std::size_t purge(Connection& c, std::size_t batch, std::size_t max_batches) const {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < max_batches; ++i) {
+      const auto n =
+          static_cast<std::size_t>(c.execute(sql_.purge, {millis(clock_()), limit(batch)}));
+      total += n;
+      if (n < batch) break;
+    }
+    return total;
+  }
+
+  std::size_t release(Connection& c, std::size_t batch) const {
+    return static_cast<std::size_t>(
+        c.execute(sql_.release, {Value::blob(released_snapshot), millis(clock_()), limit(batch)}));
+  }
+
+  static constexpr std::string_view released_snapshot =
+      R"({"error":"idem.lease_expired","detail":"released by release_stale"})";
+
+ private:
+  const RecordSql& sql_;
+  const std::function<TimePoint()>& clock_;
+};
+
+[[noreturn]] inline void throw_lease_lost(const Key& key, const Ticket& t) {
+  throw LeaseLost(
+      fmt::format("idem::sqlite: the claim on {}/{} (fence {}) is no longer held; the record was "
+                  "taken over, released or purged",
+                  key.biz_type(), idem::detail::printable(key.id()), t.fence));
+}
+
+}  // namespace detail
+
+class BoundStore;
+
+class Store {
+ public:
+  // Opens (creating it when missing) the database file at `path` and, unless
+  // params.create_schema is false, creates the record table. Throws StoreError when the file
+  // cannot be opened or is not a SQLite database, InvalidArgument for bad params.
+  explicit Store(std::filesystem::path path, StoreParams params = {})
+      : params_(checked(path, std::move(params))),
+        name_(parse_table_name(params_.table)),
+        table_(name_.quoted()),
+        ddl_(record_table_ddl(name_)),
+        sql_(detail::make_record_sql(name_)),
+        pool_(std::move(path), ConnectionParams{params_.busy_timeout, params_.synchronous},
+              params_.pool_size),
+        ops_(sql_, params_.clock) {
+    if (params_.create_schema) {
+      ensure_schema();
+    } else {
+      // Open one connection now: a bad file should fail here, not at the first claim.
+      with_retries("open", [](Connection&) { return 0; });
+    }
+  }
+
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Creates the record table and its indexes if they do not exist. Never alters a table.
+  void ensure_schema() {
+    with_retries("ensure_schema", [&](Connection& c) {
+      c.exec("BEGIN IMMEDIATE");
+      try {
+        c.exec(ddl_);
+        c.exec("COMMIT");
+      } catch (...) {
+        try {
+          c.exec("ROLLBACK");
+        } catch (...) {
+        }
+        throw;
+      }
+      return 0;
+    });
+  }
+
+  ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
+    validate(options);
+    idem::detail::check_fingerprint(fingerprint);
+    return with_retries("claim",
+                        [&](Connection& c) { return ops_.claim(c, key, fingerprint, options); });
+  }
+
+  void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
+    finish(key, ticket, snapshot, Status::succeeded, false);
+  }
+
+  void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable) {
+    finish(key, ticket, error, Status::failed, retryable);
+  }
+
+  std::optional<Record> find(const Key& key) {
+    return with_retries("find", [&](Connection& c) { return ops_.read(c, key); });
+  }
+
+  std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
+    if (batch == 0 || max_batches == 0) return 0;
+    return with_retries("purge_expired",
+                        [&](Connection& c) { return ops_.purge(c, batch, max_batches); });
+  }
+
+  std::size_t release_stale(std::size_t batch) {
+    if (batch == 0) return 0;
+    return with_retries("release_stale", [&](Connection& c) { return ops_.release(c, batch); });
+  }
+
+  // The same store on a connection of yours (or of pool()), inside the transaction open on
+  // it. The store must outlive the BoundStore.
+  BoundStore bind(Connection& connection) const;
+  // The same on your own sqlite3* handle; the BoundStore caches its prepared statements and
+  // must be destroyed before you close the handle.
+  BoundStore bind(sqlite3* db) const;
+
+  // The quoted table name, e.g. "idempotent_record".
+  const std::string& table() const noexcept { return table_; }
+  const std::filesystem::path& path() const noexcept { return pool_.path(); }
+  // The store's connections; use them for business statements on the same file, or with
+  // idem::sqlite::with_transaction.
+  Pool& pool() noexcept { return pool_; }
+  TimePoint now() const { return params_.clock(); }
+
+ private:
+  friend class BoundStore;
+
+  static StoreParams checked(const std::filesystem::path& path, StoreParams p) {
+    if (path.empty() || path == ":memory:") {
+      throw InvalidArgument(
+          "idem::sqlite::Store: needs a database file (an in-memory database is private to one "
+          "connection; use idem::MemoryStore instead)");
+    }
+    if (!p.clock) throw InvalidArgument("idem::sqlite::Store: clock must not be empty");
+    if (p.pool_size == 0)
+      throw InvalidArgument("idem::sqlite::Store: pool_size must be at least 1");
+    if (p.max_attempts < 1)
+      throw InvalidArgument("idem::sqlite::Store: max_attempts must be at least 1");
+    if (p.busy_timeout < std::chrono::milliseconds::zero() ||
+        p.backoff < std::chrono::milliseconds::zero() || p.max_backoff < p.backoff) {
+      throw InvalidArgument(
+          "idem::sqlite::Store: busy_timeout and backoff must not be negative, and max_backoff "
+          "must be at least backoff");
+    }
+    return p;
+  }
+
+  void finish(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
+              bool retryable) {
+    idem::detail::check_snapshot(snapshot);
+    // A statement that failed did not happen (no lost replies as over a network), so a retry
+    // can simply send the same fenced UPDATE again.
+    const bool done = with_retries("record", [&](Connection& c) {
+      return ops_.finish(c, key, ticket, snapshot, to, retryable);
+    });
+    if (!done) detail::throw_lease_lost(key, ticket);
+  }
+
+  // Runs op on a pooled connection; while the file stays locked (a retryable StoreError after
+  // the busy timeout), backs off and tries again, up to max_attempts.
+  template <class Op>
+  auto with_retries(std::string_view what, Op&& op) -> decltype(op(std::declval<Connection&>())) {
+    thread_local std::minstd_rand jitter{std::random_device{}()};
+    auto backoff = params_.backoff;
+    for (int attempt = 1;; ++attempt) {
+      try {
+        auto handle = pool_.acquire();
+        return op(*handle);
+      } catch (const StoreError& e) {
+        if (!e.retryable()) throw;
+        if (attempt >= params_.max_attempts) {
+          throw StoreError(
+              fmt::format("idem::sqlite: {} gave up after {} tries: {}", what, attempt, e.what()),
+              true, e.diagnostics());
+        }
+      }
+      const auto nap = backoff + std::chrono::milliseconds{jitter() % (backoff.count() + 1)};
+      std::this_thread::sleep_for(nap);
+      backoff = std::min(backoff * 2, params_.max_backoff);
+    }
+  }
+
+  StoreParams params_;
+  TableName name_;
+  std::string table_;
+  std::string ddl_;
+  detail::RecordSql sql_;  // the store is not movable: RecordOps and BoundStores refer to it
+  Pool pool_;
+  detail::RecordOps ops_;
+};
+
+// A Store bound to one connection and the transaction open on it. Nothing is retried here: a
+// busy failure inside the caller's transaction means the transaction must run again, which is
+// the caller's (or with_transaction's) call. Inside a write transaction SQLite reads the
+// latest committed state, so no locking reads are needed.
+class BoundStore {
+ public:
+  BoundStore(const Store& store, Connection& connection)
+      : ops_(&store.ops_), connection_(&connection) {}
+  BoundStore(const Store& store, sqlite3* db)
+      : ops_(&store.ops_),
+        borrowed_(std::make_unique<Connection>(db)),
+        connection_(borrowed_.get()) {}
+
+  BoundStore(BoundStore&&) noexcept = default;
+  BoundStore& operator=(BoundStore&&) noexcept = default;
+
+  ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
+    validate(options);
+    idem::detail::check_fingerprint(fingerprint);
+    return ops_->claim(*connection_, key, fingerprint, options);
+  }
+
+  void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
+    idem::detail::check_snapshot(snapshot);
+    if (!ops_->finish(*connection_, key, ticket, snapshot, Status::succeeded, false))
+      detail::throw_lease_lost(key, ticket);
+  }
+
+  void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable) {
+    idem::detail::check_snapshot(error);
+    if (!ops_->finish(*connection_, key, ticket, error, Status::failed, retryable))
+      detail::throw_lease_lost(key, ticket);
+  }
+
+  std::optional<Record> find(const Key& key) { return ops_->read(*connection_, key); }
+
+  std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
+    return batch == 0 ? 0 : ops_->purge(*connection_, batch, max_batches);
+  }
+  std::size_t release_stale(std::size_t batch) {
+    return batch == 0 ? 0 : ops_->release(*connection_, batch);
+  }
+
+  Connection& connection() const noexcept { return *connection_; }
+
+ private:
+  const detail::RecordOps* ops_;
+  std::unique_ptr<Connection> borrowed_;  // set when bound to a raw sqlite3*
+  Connection* connection_;
+};
+
+inline BoundStore Store::bind(Connection& connection) const {
+  return BoundStore(*this, connection);
+}
+
+inline BoundStore Store::bind(sqlite3* db) const {
+  return BoundStore(*this, db);
+}
+
+static_assert(idem::Store<Store>);
+static_assert(idem::Store<BoundStore>);
+
+}  // namespace idem::sqlite

@@ -1,0 +1,153 @@
+#pragma once
+// idem::sqlite::with_transaction: run a transaction body under BEGIN IMMEDIATE ... COMMIT, and
+// run it again when the file stayed locked (SQLITE_BUSY / SQLITE_LOCKED after the busy timeout).
+//
+//   auto receipt = idem::sqlite::with_transaction(store.pool(), [&](idem::sqlite::Connection& c) {
+//     auto tx = store.bind(c);
+//     idem::IdempotencyGuard guard{tx, key, fp};
+//     ...business writes on c...
+//     guard.commit(result);
+//     return result;
+//   });
+//
+// On your own handle the body gets the sqlite3* back:
+//
+//   idem::sqlite::with_transaction(db, [&](sqlite3* db) {
+//     auto tx = store.bind(db);
+//     return idem::run_once(tx, key, fp, [&] { ...business writes on db...; return 1; });
+//   });
+//
+// BEGIN IMMEDIATE takes the write lock up front: a duplicate waits (busy timeout) until the
+// first transaction commits, then its INSERT finds the row and replays it. A deferred BEGIN
+// could instead fail half-way with SQLITE_BUSY_SNAPSHOT when it upgrades from reading to
+// writing. The body must be safe to run again: whatever it wrote to this database is rolled
+// back before a new try. A body that acts outside the database wants standalone mode.
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "idem/errors.hpp"
+#include "idem/sqlite/connection.hpp"
+#include "idem/sqlite/errors.hpp"
+#include "idem/sqlite/pool.hpp"
+
+namespace idem::sqlite {
+
+struct TransactionParams {
+  int max_attempts = 5;
+  std::chrono::milliseconds backoff{5};
+  std::chrono::milliseconds max_backoff{500};
+};
+
+namespace detail {
+
+inline void exec_raw(sqlite3* db, const char* sql) {
+  char* message = nullptr;
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &message);
+  sqlite3_free(message);
+  if (rc != SQLITE_OK) {
+    const char* file = sqlite3_db_filename(db, "main");
+    throw make_error(sql, db, rc, file != nullptr && *file != '\0' ? file : "(temporary database)");
+  }
+}
+
+inline void rollback_quietly(sqlite3* db) noexcept {
+  // SQLite may already have rolled back by itself (e.g. after SQLITE_FULL or SQLITE_IOERR).
+  if (sqlite3_get_autocommit(db) != 0) return;
+  sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+}
+
+// One try: BEGIN IMMEDIATE, fn(), COMMIT; rolled back on any exception.
+template <class Fn>
+std::invoke_result_t<Fn&> in_transaction(sqlite3* db, Fn&& fn) {
+  using R = std::invoke_result_t<Fn&>;
+  if (sqlite3_get_autocommit(db) == 0) {
+    throw UsageError(
+        "idem::sqlite::with_transaction: a transaction is already open on this connection");
+  }
+  exec_raw(db, "BEGIN IMMEDIATE");
+  try {
+    if constexpr (std::is_void_v<R>) {
+      fn();
+      exec_raw(db, "COMMIT");
+    } else {
+      R result = fn();
+      exec_raw(db, "COMMIT");
+      return result;
+    }
+  } catch (...) {
+    rollback_quietly(db);
+    throw;
+  }
+}
+
+// Calls one_try until it returns, rethrowing everything but a retryable StoreError, and that
+// too after max_attempts tries.
+template <class Try>
+auto retry_transaction(const TransactionParams& params, Try&& one_try)
+    -> std::invoke_result_t<Try&> {
+  if (params.max_attempts < 1) {
+    throw InvalidArgument("idem::sqlite::with_transaction: max_attempts must be at least 1");
+  }
+  thread_local std::minstd_rand jitter{std::random_device{}()};
+  auto backoff = std::max(params.backoff, std::chrono::milliseconds::zero());
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return one_try();
+    } catch (const StoreError& e) {
+      if (!e.retryable()) throw;
+      if (attempt >= params.max_attempts) {
+        throw StoreError(fmt::format("idem::sqlite::with_transaction: gave up after {} tries: {}",
+                                     attempt, e.what()),
+                         true, e.diagnostics());
+      }
+    }
+    std::this_thread::sleep_for(backoff +
+                                std::chrono::milliseconds{jitter() % (backoff.count() + 1)});
+    backoff = std::min(backoff * 2, std::max(params.max_backoff, backoff));
+  }
+}
+
+}  // namespace detail
+
+// On your own connection handle (give it a busy timeout: sqlite3_busy_timeout).
+template <class F>
+auto with_transaction(sqlite3* db, F&& body, TransactionParams params = {})
+    -> std::invoke_result_t<F&, sqlite3*> {
+  if (db == nullptr) throw InvalidArgument("idem::sqlite::with_transaction: db is null");
+  return detail::retry_transaction(params, [&]() -> decltype(auto) {
+    return detail::in_transaction(db, [&]() -> decltype(auto) { return body(db); });
+  });
+}
+
+// On one of idem's connections.
+template <class F>
+auto with_transaction(Connection& connection, F&& body, TransactionParams params = {})
+    -> std::invoke_result_t<F&, Connection&> {
+  return detail::retry_transaction(params, [&]() -> decltype(auto) {
+    return detail::in_transaction(connection.native(),
+                                  [&]() -> decltype(auto) { return body(connection); });
+  });
+}
+
+// On a connection from the pool (e.g. store.pool()), taken for each try.
+template <class F>
+auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
+    -> std::invoke_result_t<F&, Connection&> {
+  return detail::retry_transaction(params, [&]() -> decltype(auto) {
+    auto connection = pool.acquire();
+    return detail::in_transaction(connection->native(),
+                                  [&]() -> decltype(auto) { return body(*connection); });
+  });
+}
+
+}  // namespace idem::sqlite
