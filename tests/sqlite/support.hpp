@@ -1,0 +1,97 @@
+#pragma once
+// Shared set-up of the SQLite tests: a temporary directory per test, threads that start
+// together, and a place for worker threads to report errors (Catch2 is not thread-safe).
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include <idem/sqlite.hpp>
+
+namespace idem_test {
+
+// A fresh directory under the system's temporary directory, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            ("idem-sqlite-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The first integer of the first row of a query on the store's file.
+inline std::int64_t scalar(idem::sqlite::Store& store, const std::string& sql,
+                           std::initializer_list<idem::sqlite::Value> params = {}) {
+  auto c = store.pool().acquire();
+  auto rows = c->query(sql, params);
+  return rows.next() ? rows.integer(0) : -1;
+}
+
+inline std::int64_t count(idem::sqlite::Store& store, const std::string& where = "1") {
+  return scalar(store, "SELECT COUNT(*) FROM " + store.table() + " WHERE " + where);
+}
+
+// A business table with no unique key on purpose: a double execution shows up as two rows.
+inline void create_business_table(idem::sqlite::Store& store, const std::string& name = "biz") {
+  auto c = store.pool().acquire();
+  c->exec("CREATE TABLE IF NOT EXISTS " + name +
+          " (id INTEGER PRIMARY KEY, trade_no TEXT NOT NULL, pid INTEGER NOT NULL DEFAULT 0)");
+}
+
+// Catch2 assertions are not thread-safe: worker threads report here, the test thread checks.
+struct Errors {
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  void add(const std::string& m) {
+    std::lock_guard lock(mutex);
+    messages.push_back(m);
+  }
+  std::size_t size() {
+    std::lock_guard lock(mutex);
+    return messages.size();
+  }
+  std::string first() {
+    std::lock_guard lock(mutex);
+    return messages.empty() ? std::string("none") : messages.front();
+  }
+};
+
+template <class F>
+void run_threads(int n, F&& f) {
+  std::atomic<bool> go{false};
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(n));
+  for (int t = 0; t < n; ++t) {
+    pool.emplace_back([&, t] {
+      while (!go.load())
+        std::this_thread::yield();
+      f(t);
+    });
+  }
+  go = true;
+  for (auto& th : pool)
+    th.join();
+}
+
+}  // namespace idem_test
