@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <string>
@@ -541,4 +543,13 @@ TEST_CASE("store parameters are validated") {
   CHECK_THROWS_AS(idem::mysql::Store(pool, {.backoff = 10ms, .max_backoff = 5ms}),
                   idem::InvalidArgument);
   CHECK_THROWS_AS(idem::mysql::Pool(idem_test::server(), {.size = 0}), idem::InvalidArgument);
+}
+
+TEST_CASE("docs/schema.sql holds the DDL that ensure_schema() runs") {
+  std::ifstream in(std::string(IDEM_SOURCE_DIR) + "/docs/schema.sql");
+  REQUIRE(in);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto start = text.find("CREATE TABLE");
+  REQUIRE(start != std::string::npos);
+  CHECK(text.substr(start) == idem::mysql::record_table_ddl("`idempotent_record`") + ";\n");
 }
