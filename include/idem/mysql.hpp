@@ -5,6 +5,7 @@
 #include "idem/mysql/connection.hpp"
 #include "idem/mysql/connection_params.hpp"
 #include "idem/mysql/errors.hpp"
+#include "idem/mysql/execute.hpp"
 #include "idem/mysql/janitor.hpp"
 #include "idem/mysql/pool.hpp"
 #include "idem/mysql/schema.hpp"

@@ -180,7 +180,7 @@ TEST_CASE("memory table: statements it does not understand are refused") {
   CHECK_THROWS_AS(t.apply(elsewhere, "A", pending, paid), idem::InvalidArgument);
 }
 
-TEST_CASE("memory table: 50 threads race one legal transition; exactly one wins") {
+TEST_CASE("memory table: 50 threads race one legal transition, exactly one wins") {
   const auto m = versioned();
   idem::MemoryTable orders{m};
   orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});

@@ -139,7 +139,7 @@ TEST_CASE("an illegal transition is a typed error and no statement exists") {
                     Catch::Contains("\"REFUNDED\" -> \"PAID\" is not declared"));
 }
 
-TEST_CASE("identifiers are validated and quoted; anything else is refused up front") {
+TEST_CASE("identifiers are validated and quoted, anything else is refused up front") {
   using P = idem::StateMachineParams<OrderStatus>;
   auto make = [](P p) { return idem::StateMachine<OrderStatus>(std::move(p), order_moves); };
   const std::vector<std::string> bad = {"",

@@ -1,0 +1,530 @@
+// StateMachine transitions on a real MariaDB: the emitted SQL in every configuration, what
+// reaches the server, a 50-thread race on one row, and the articles' incident replayed through
+// guard + state machine in one transaction (and without the state machine, where it fails).
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "../mysql/support.hpp"
+
+namespace {
+
+enum class OrderStatus { pending = 0, paid = 1, completed = 2, refunded = 3 };
+using enum OrderStatus;
+using idem::RejectReason;
+using idem::mysql::Connection;
+
+const std::vector<idem::Transition<OrderStatus>> order_moves = {
+    {pending, paid}, {paid, completed}, {paid, refunded}};
+
+std::string order_name(OrderStatus s) {
+  switch (s) {
+    case pending:
+      return "PENDING";
+    case paid:
+      return "PAID";
+    case completed:
+      return "COMPLETED";
+    case refunded:
+      return "REFUNDED";
+  }
+  return "?";
+}
+
+long long to_ll(const std::optional<std::string>& v) {
+  return v ? std::stoll(*v) : -1;
+}
+
+// A t_order-like business table, plus a ledger of executed refunds and an audit of every
+// status change written by a trigger, so the test sees the moves the database really made.
+struct Shop {
+  std::shared_ptr<idem::mysql::Pool> pool;
+  std::string orders = idem_test::unique_table("t_order");
+  std::string refunds = idem_test::unique_table("t_refund");
+  std::string moves = idem_test::unique_table("t_move");
+
+  explicit Shop(std::shared_ptr<idem::mysql::Pool> p, const std::string& status_type = "TINYINT")
+      : pool(std::move(p)) {
+    auto c = pool->acquire();
+    c->query("CREATE TABLE `" + orders + "` (order_no VARCHAR(32) NOT NULL PRIMARY KEY, status " +
+             status_type + " NOT NULL, version INT NOT NULL DEFAULT 0) ENGINE=InnoDB");
+    // No unique key on purpose: a second refund of one order shows up as a second row.
+    c->query("CREATE TABLE `" + refunds +
+             "` (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_no VARCHAR(32) NOT NULL, KEY "
+             "(order_no)) ENGINE=InnoDB");
+    c->query("CREATE TABLE `" + moves +
+             "` (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_no VARCHAR(32) NOT NULL, "
+             "from_status " +
+             status_type + ", to_status " + status_type + ") ENGINE=InnoDB");
+    c->query("CREATE TRIGGER `" + moves + "_audit` AFTER UPDATE ON `" + orders +
+             "` FOR EACH ROW INSERT INTO `" + moves +
+             "` (order_no, from_status, to_status) VALUES (OLD.order_no, OLD.status, NEW.status)");
+  }
+  ~Shop() {
+    try {
+      auto c = pool->acquire();
+      c->query("DROP TABLE IF EXISTS `" + orders + "`, `" + refunds + "`, `" + moves + "`");
+    } catch (...) {
+    }
+  }
+
+  idem::StateMachine<OrderStatus> machine() const {
+    return {{.table = orders, .key_column = "order_no", .version_column = "version"}, order_moves};
+  }
+
+  void add_order(const std::string& order_no, const idem::SqlValue& status = 0) {
+    auto c = pool->acquire();
+    idem::mysql::execute(
+        *c, {"INSERT INTO `" + orders + "` (order_no, status) VALUES (?, ?)", {order_no, status}});
+  }
+
+  // {status, version} as the table holds them now.
+  std::pair<std::string, long long> row(const std::string& order_no) {
+    auto c = pool->acquire();
+    const auto rows =
+        c->select("SELECT status, version FROM `" + orders + "` WHERE order_no = ?", {order_no});
+    REQUIRE(rows.size() == 1);
+    return {rows[0][0].value_or("NULL"), to_ll(rows[0][1])};
+  }
+
+  std::vector<idem::mysql::Row> query(const std::string& sql) {
+    auto c = pool->acquire();
+    return c->select(sql, {});
+  }
+};
+
+struct Errors {
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  void add(const std::string& m) {
+    std::lock_guard lock(mutex);
+    messages.push_back(m);
+  }
+  std::size_t size() {
+    std::lock_guard lock(mutex);
+    return messages.size();
+  }
+  std::string first() {
+    std::lock_guard lock(mutex);
+    return messages.empty() ? std::string("none") : messages.front();
+  }
+};
+
+// Starts n threads; each runs prepare(t) first, then all run go(t) at once.
+template <class Prepare, class Go>
+void run_threads(int n, Prepare&& prepare, Go&& go) {
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(n));
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      auto state = prepare(t);
+      ++ready;
+      while (ready.load() < n)
+        std::this_thread::yield();
+      go(t, state);
+    });
+  }
+  for (auto& th : threads)
+    th.join();
+}
+
+// Statements this session sent: COM_QUERY and COM_STMT_EXECUTE (Questions) plus prepares.
+long long statements_sent(Connection& c) {
+  long long n = 0;
+  for (const auto& r :
+       c.select("SHOW SESSION STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_prepare')", {}))
+    n += to_ll(r.at(1));
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("the emitted SQL runs on MariaDB: with a version column") {
+  auto pool = idem_test::make_pool(2);
+  Shop shop(pool);
+  const auto m = shop.machine();
+  shop.add_order("A1");
+  auto c = pool->acquire();
+
+  CHECK(idem::mysql::apply(*c, m, "A1", pending, paid, 0).transitioned());
+  CHECK(shop.row("A1") == std::pair<std::string, long long>{"1", 1});
+
+  const auto dup = idem::mysql::apply(*c, m, "A1", pending, paid, 0, {.explain = true});
+  CHECK(dup.rejected());
+  CHECK(dup.reason == RejectReason::status_moved_on);
+  CHECK(dup.status == paid);
+  CHECK(dup.stored_status == "1");
+  CHECK(dup.version == 1);
+
+  const auto stale = idem::mysql::apply(*c, m, "A1", paid, refunded, 0, {.explain = true});
+  CHECK(stale.reason == RejectReason::version_moved_on);
+  CHECK(stale.version == 1);
+
+  CHECK(idem::mysql::apply(*c, m, "nope", pending, paid, 0, {.explain = true}).reason ==
+        RejectReason::not_found);
+  CHECK(idem::mysql::apply(*c, m, "A1", paid, refunded, 0).reason == RejectReason::not_explained);
+
+  CHECK(idem::mysql::apply(*c, m, "A1", paid, refunded, 1));
+  CHECK(shop.row("A1") == std::pair<std::string, long long>{"3", 2});
+  // idem::mysql::execute runs any Statement; the probe is an ordinary one.
+  const auto rows = idem::mysql::select(*c, m.probe("A1"));
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0][0] == "3");
+  CHECK(idem::mysql::execute(*c, m.transition("A1", paid, completed, 2)) == 0);
+}
+
+TEST_CASE("the emitted SQL runs on MariaDB: status only, names, qualified table") {
+  auto pool = idem_test::make_pool(2);
+  auto c = pool->acquire();
+
+  SECTION("compare-and-set on the status alone") {
+    Shop shop(pool);
+    const idem::StateMachine<OrderStatus> m{{.table = shop.orders, .key_column = "order_no"},
+                                            order_moves};
+    shop.add_order("B1");
+    CHECK(idem::mysql::apply(*c, m, "B1", pending, paid));
+    const auto again =
+        idem::mysql::apply(*c, m, "B1", pending, paid, std::nullopt, {.explain = true});
+    CHECK(again.reason == RejectReason::status_moved_on);
+    CHECK_FALSE(again.version.has_value());
+    CHECK(shop.row("B1").first == "1");
+    CHECK(shop.row("B1").second == 0);  // the version column is not touched
+  }
+  SECTION("statuses stored as names") {
+    Shop shop(pool, "VARCHAR(16)");
+    const idem::StateMachine<OrderStatus> m{{.table = shop.orders,
+                                             .key_column = "order_no",
+                                             .version_column = "version",
+                                             .status_name = order_name},
+                                            order_moves};
+    shop.add_order("C1", "PENDING");
+    CHECK(idem::mysql::apply(*c, m, "C1", pending, paid, 0));
+    CHECK(idem::mysql::apply(*c, m, "C1", paid, completed, 1));
+    const auto late = idem::mysql::apply(*c, m, "C1", paid, refunded, 2, {.explain = true});
+    CHECK(late.reason == RejectReason::status_moved_on);
+    CHECK(late.status == completed);
+    CHECK(late.stored_status == "COMPLETED");
+    CHECK(shop.row("C1") == std::pair<std::string, long long>{"COMPLETED", 2});
+  }
+  SECTION("a schema-qualified table name") {
+    Shop shop(pool);
+    const idem::StateMachine<OrderStatus> m{{.table = "idem_test." + shop.orders,
+                                             .key_column = "order_no",
+                                             .version_column = "version"},
+                                            order_moves};
+    shop.add_order("D1");
+    CHECK(idem::mysql::apply(*c, m, "D1", pending, paid, 0));
+    CHECK(shop.row("D1").first == "1");
+  }
+}
+
+TEST_CASE("illegal transitions never reach the server") {
+  auto pool = idem_test::make_pool(2);
+  Shop shop(pool);
+  const auto m = shop.machine();
+  shop.add_order("E1", 3);
+  auto c = pool->acquire();
+  (void)statements_sent(*c);  // prepare the counter's own statement first
+  const long long a = statements_sent(*c);
+  const long long b = statements_sent(*c);
+  const long long reading = b - a;  // what one reading of the counter costs
+
+  CHECK_THROWS_AS(idem::mysql::apply(*c, m, "E1", refunded, refunded, 1, {.explain = true}),
+                  idem::IllegalTransition);
+  CHECK_THROWS_AS(idem::mysql::apply(*c, m, "E1", paid, pending, 1), idem::IllegalTransition);
+  const long long after_illegal = statements_sent(*c);
+  CHECK(after_illegal - b == reading);  // nothing else was sent
+
+  // The counter does see a legal (rejected) transition: its UPDATE, prepare and SELECT.
+  CHECK(idem::mysql::apply(*c, m, "E1", paid, refunded, 1, {.explain = true}).rejected());
+  CHECK(statements_sent(*c) - after_illegal > reading);
+  CHECK(shop.row("E1") == std::pair<std::string, long long>{"3", 0});
+}
+
+TEST_CASE("inside a transaction the explanation reads the latest row, not the snapshot") {
+  auto pool = idem_test::make_pool(2);
+  Shop shop(pool);
+  const auto m = shop.machine();
+  shop.add_order("F1");
+  auto a = pool->acquire();
+  auto b = pool->acquire();
+  a->query("START TRANSACTION");
+  const std::string read = "SELECT status FROM `" + shop.orders + "` WHERE order_no = ?";
+  CHECK(a->select(read, {"F1"}).at(0).at(0) == "0");  // a's snapshot: pending
+
+  CHECK(idem::mysql::apply(*b, m, "F1", pending, paid, 0));  // someone else, committed
+
+  const auto r = idem::mysql::apply(*a, m, "F1", pending, paid, 0, {.explain = true});
+  CHECK(r.rejected());
+  CHECK(r.reason == RejectReason::status_moved_on);  // not "indeterminate" from the snapshot
+  CHECK(r.status == paid);
+  CHECK(r.version == 1);
+  CHECK(a->select(read, {"F1"}).at(0).at(0) == "0");  // the snapshot still says pending
+  a->query("ROLLBACK");
+}
+
+TEST_CASE("a transition rolls back with the transaction it ran in") {
+  auto pool = idem_test::make_pool(2);
+  Shop shop(pool);
+  const auto m = shop.machine();
+  shop.add_order("G1");
+  CHECK_THROWS_AS(
+      idem::mysql::with_transaction(*pool,
+                                    [&](Connection& c) {
+                                      REQUIRE(idem::mysql::apply(c, m, "G1", pending, paid, 0));
+                                      throw std::runtime_error("later step failed");
+                                    }),
+      std::runtime_error);
+  CHECK(shop.row("G1") == std::pair<std::string, long long>{"0", 0});
+}
+
+TEST_CASE("50 threads race the same legal transition on one row: exactly one wins") {
+  constexpr int threads = 50;
+  auto pool = idem_test::make_pool(threads);
+  Shop shop(pool);
+  const auto m = shop.machine();
+  shop.add_order("R1");
+
+  std::mutex mutex;
+  std::vector<idem::TransitionResult<OrderStatus>> results;
+  Errors errors;
+  run_threads(
+      threads,
+      [&](int) {
+        // Each thread has its connection and has read the order (pending, version 0) before
+        // anyone moves.
+        auto handle = std::make_unique<idem::mysql::Pool::Handle>(pool->acquire());
+        (void)(*handle)->select(
+            "SELECT status, version FROM `" + shop.orders + "` WHERE order_no = ?", {"R1"});
+        return handle;
+      },
+      [&](int, std::unique_ptr<idem::mysql::Pool::Handle>& handle) {
+        try {
+          auto r = idem::mysql::apply(**handle, m, "R1", pending, paid, 0, {.explain = true});
+          std::lock_guard lock(mutex);
+          results.push_back(std::move(r));
+        } catch (const std::exception& e) {
+          errors.add(e.what());
+        }
+      });
+  INFO("first error: " << errors.first());
+  REQUIRE(errors.size() == 0);
+  REQUIRE(results.size() == threads);
+  int won = 0;
+  int stale = 0;
+  for (const auto& r : results) {
+    if (r.transitioned()) ++won;
+    if (r.rejected() && r.stale() && r.status == paid && r.version == 1) ++stale;
+  }
+  CHECK(won == 1);
+  CHECK(stale == threads - 1);
+  CHECK(shop.row("R1") == std::pair<std::string, long long>{"1", 1});
+  CHECK(shop.query("SELECT COUNT(*) FROM `" + shop.moves + "`").at(0).at(0) == "1");
+}
+
+namespace {
+
+// The articles' incident: a gateway hiccup delivers 58 "paid" callbacks for 11 orders (47
+// duplicates), concurrently, and the buggy gateway flow follows every callback with a refund
+// attempt for the same order. Each attempt carries its own refund request id (the gateway
+// made one up per attempt, the "server-generated id" mistake), so the REFUND guard cannot tell
+// them apart: only a guarded state change can stop the second refund.
+struct Incident {
+  static constexpr int orders = 11;
+  static constexpr int duplicates = 47;
+
+  struct Callback {
+    std::string trade_no;  // the channel's trade number: the PAY idempotency key
+    std::string order_no;
+  };
+  std::vector<Callback> callbacks;
+
+  Incident() {
+    std::vector<Callback> originals;
+    for (int i = 0; i < orders; ++i) {
+      originals.push_back(
+          {"CH2026113017" + std::to_string(1000 + i), "A2026113017" + std::to_string(100 + i)});
+    }
+    callbacks = originals;
+    std::mt19937 rng(47);
+    for (int d = 0; d < duplicates; ++d)
+      callbacks.push_back(originals[rng() % orders]);
+    std::shuffle(callbacks.begin(), callbacks.end(), rng);
+  }
+};
+
+struct IncidentRun {
+  std::atomic<int> paid{0}, pay_replayed{0}, refunded{0}, refund_rejected{0};
+  Errors errors;
+};
+
+long long read_version(Connection& c, const Shop& shop, const std::string& order_no) {
+  return to_ll(c.select("SELECT version FROM `" + shop.orders + "` WHERE order_no = ?", {order_no})
+                   .at(0)
+                   .at(0));
+}
+
+// One callback, then its refund attempt; each is one transaction holding the guard's record
+// and the business writes. With `machine`, status changes go through it; without, they are
+// plain UPDATEs of the status (the code of the incident).
+void handle_callback(idem_test::Table& records, Shop& shop,
+                     const idem::StateMachine<OrderStatus>* machine, const Incident::Callback& cb,
+                     int attempt, IncidentRun& run) {
+  const std::string& order_no = cb.order_no;
+  const auto pay = idem::mysql::with_transaction(*records.pool, [&](Connection& c) {
+    auto tx = records.store.bind(c);
+    idem::IdempotencyGuard guard{tx, idem::Key{"PAY", cb.trade_no}, ""};
+    if (guard.verdict() == idem::Verdict::replayed) return idem::Verdict::replayed;
+    if (!guard.acquired()) return guard.verdict();
+    bool moved = false;
+    if (machine) {
+      const auto version = read_version(c, shop, order_no);
+      moved = idem::mysql::apply(c, *machine, order_no, pending, paid, version).transitioned();
+    } else {
+      moved = c.execute("UPDATE `" + shop.orders +
+                            "` SET status = 1, version = version + 1 WHERE order_no = ?",
+                        {order_no}) == 1;
+    }
+    guard.commit(nlohmann::json{{"paid", moved}});
+    return idem::Verdict::acquired;
+  });
+  if (pay == idem::Verdict::acquired) ++run.paid;
+  if (pay == idem::Verdict::replayed) ++run.pay_replayed;
+  if (pay != idem::Verdict::acquired && pay != idem::Verdict::replayed) {
+    run.errors.add("pay callback answered " + std::string(idem::to_string(pay)));
+  }
+
+  const bool did_refund = idem::mysql::with_transaction(*records.pool, [&](Connection& c) {
+    auto tx = records.store.bind(c);
+    idem::IdempotencyGuard guard{
+        tx, idem::Key{"REFUND", cb.trade_no + ":" + std::to_string(attempt)}, ""};
+    if (!guard.acquired()) throw std::runtime_error("a fresh refund key was not acquired");
+    bool moved = false;
+    std::string reason;
+    if (machine) {
+      const auto version = read_version(c, shop, order_no);
+      const auto r =
+          idem::mysql::apply(c, *machine, order_no, paid, refunded, version, {.explain = true});
+      moved = r.transitioned();
+      reason = idem::to_string(r.reason);
+    } else {
+      // Checks the affected rows, and still refunds twice: nothing says the order was paid.
+      moved = c.execute("UPDATE `" + shop.orders +
+                            "` SET status = 3, version = version + 1 WHERE order_no = ?",
+                        {order_no}) == 1;
+    }
+    if (moved) {
+      c.execute("INSERT INTO `" + shop.refunds + "` (order_no) VALUES (?)", {order_no});
+    }
+    guard.commit(nlohmann::json{{"refunded", moved}, {"reason", reason}});
+    return moved;
+  });
+  ++(did_refund ? run.refunded : run.refund_rejected);
+}
+
+struct IncidentOutcome {
+  std::map<std::string, std::string> final_status;  // order_no -> status
+  std::map<std::string, long long> refunds;         // order_no -> refunds executed
+  long long illegal_moves = 0;
+  long long moves = 0;
+  long long pay_records = 0;
+  long long refund_records = 0;
+};
+
+IncidentOutcome replay_incident(bool with_machine, IncidentRun& run) {
+  idem_test::Table records(16);
+  Shop shop(records.pool);
+  const Incident incident;
+  for (int i = 0; i < Incident::orders; ++i)
+    shop.add_order("A2026113017" + std::to_string(100 + i));
+  const auto machine = shop.machine();
+  const int n = static_cast<int>(incident.callbacks.size());
+  run_threads(
+      n, [](int) { return 0; },
+      [&](int t, int) {
+        try {
+          handle_callback(records, shop, with_machine ? &machine : nullptr,
+                          incident.callbacks[static_cast<std::size_t>(t)], t, run);
+        } catch (const std::exception& e) {
+          run.errors.add(e.what());
+        }
+      });
+
+  IncidentOutcome out;
+  for (const auto& r : shop.query("SELECT order_no, status FROM `" + shop.orders + "`"))
+    out.final_status[*r.at(0)] = *r.at(1);
+  for (const auto& r :
+       shop.query("SELECT order_no, COUNT(*) FROM `" + shop.refunds + "` GROUP BY order_no"))
+    out.refunds[*r.at(0)] = to_ll(r.at(1));
+  for (const auto& r : shop.query("SELECT from_status, to_status FROM `" + shop.moves + "`")) {
+    ++out.moves;
+    const auto from = static_cast<OrderStatus>(to_ll(r.at(0)));
+    const auto to = static_cast<OrderStatus>(to_ll(r.at(1)));
+    if (!machine.can(from, to)) ++out.illegal_moves;
+  }
+  out.pay_records = records.count("biz_type = 'PAY' AND status = 1");
+  out.refund_records = records.count("biz_type = 'REFUND' AND status = 1");
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the incident replayed through guard + state machine in one transaction") {
+  IncidentRun run;
+  const IncidentOutcome out = replay_incident(true, run);
+  INFO("first error: " << run.errors.first());
+  REQUIRE(run.errors.size() == 0);
+  INFO("paid " << run.paid << ", pay replayed " << run.pay_replayed << ", refunded " << run.refunded
+               << ", refund rejected " << run.refund_rejected);
+
+  REQUIRE(out.final_status.size() == Incident::orders);
+  for (const auto& [order_no, status] : out.final_status) {
+    INFO(order_no);
+    CHECK(status == "3");  // paid once, then refunded once: one legal state
+  }
+  long long refunds = 0;
+  for (const auto& [order_no, n] : out.refunds) {
+    INFO(order_no);
+    CHECK(n <= 1);
+    refunds += n;
+  }
+  CHECK(refunds == Incident::orders);
+  CHECK(out.illegal_moves == 0);
+  CHECK(out.moves == 2 * Incident::orders);  // pending -> paid, paid -> refunded, per order
+  // The record table: one succeeded PAY record per order (biz type PAY), and one REFUND record
+  // per refund attempt (biz type REFUND; every attempt had its own id, so 58).
+  CHECK(out.pay_records == Incident::orders);
+  CHECK(out.refund_records == Incident::orders + Incident::duplicates);
+  CHECK(run.pay_replayed == Incident::duplicates);
+  CHECK(run.refund_rejected == Incident::duplicates);
+}
+
+TEST_CASE("the incident replayed without the state machine refunds orders twice") {
+  IncidentRun run;
+  const IncidentOutcome out = replay_incident(false, run);
+  INFO("first error: " << run.errors.first());
+  REQUIRE(run.errors.size() == 0);
+  long long refunds = 0;
+  long long refunded_twice = 0;
+  for (const auto& [order_no, n] : out.refunds) {
+    refunds += n;
+    if (n > 1) ++refunded_twice;
+  }
+  // The PAY guard still held (11 records) ...
+  CHECK(out.pay_records == Incident::orders);
+  // ... but every refund attempt went through: the double refunds of the incident.
+  CHECK(refunds == Incident::orders + Incident::duplicates);
+  CHECK(refunded_twice >= 1);
+  CHECK(out.illegal_moves == Incident::duplicates);  // refunded -> refunded
+}
