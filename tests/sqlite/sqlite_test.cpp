@@ -2,9 +2,12 @@
 // files, thread races, same-transaction mode, housekeeping and hostile names.
 #include <sqlite3.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <stdexcept>
@@ -333,6 +336,35 @@ TEST_CASE(
       CHECK_FALSE(e.diagnostics().message.empty());
       CHECK(std::string(e.what()).find(path.string()) != std::string::npos);
     }
+  }
+}
+
+TEST_CASE("a database file that may not be written is a clear StoreError when the store opens") {
+  TempDir dir;
+  const auto file = dir / "readonly.db";
+  {
+    idem::sqlite::Store store{file};
+    store.claim(idem::Key{"PAY", "before"}, "", {});
+  }
+  // Root ignores permission bits, but not the immutable attribute.
+  const bool root = ::geteuid() == 0;
+  const std::string quoted = "'" + file.string() + "'";
+  if (std::system(((root ? "chattr +i " : "chmod 0444 ") + quoted + " 2>/dev/null").c_str()) != 0) {
+    WARN("cannot make " << file << " unwritable here (no chattr support); nothing to check");
+    return;
+  }
+  struct Unlock {
+    std::string command;
+    ~Unlock() { [[maybe_unused]] const int rc = std::system(command.c_str()); }
+  } unlock{(root ? "chattr -i " : "chmod 0644 ") + quoted};
+
+  try {
+    idem::sqlite::Store store{file};
+    FAIL("opened a read-only database file for writing");
+  } catch (const idem::StoreError& e) {
+    CHECK_FALSE(e.retryable());
+    CHECK(e.diagnostics().code == SQLITE_READONLY);
+    CHECK(std::string(e.what()).find("read-only") != std::string::npos);
   }
 }
 

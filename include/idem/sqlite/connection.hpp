@@ -163,6 +163,16 @@ class Connection {
       throw e;
     }
     db_ = db;
+    if (sqlite3_db_readonly(db_, "main") == 1) {
+      // SQLite falls back to read-only when it may not write the file; every claim would fail.
+      close();
+      throw StoreError(
+          fmt::format("idem::sqlite: open failed on {}: the file can only be opened read-only "
+                      "(permissions, an immutable file or a read-only filesystem) (SQLite result "
+                      "code {})",
+                      path_, SQLITE_READONLY),
+          false, Diagnostics{SQLITE_READONLY, "", "attempt to write a readonly database", false});
+    }
     sqlite3_extended_result_codes(db_, 1);
     const auto ms = std::min<std::chrono::milliseconds::rep>(params.busy_timeout.count(),
                                                              std::numeric_limits<int>::max());
