@@ -401,6 +401,42 @@ TEST_CASE("32 threads race one key - one execution, everyone else replays or wai
   CHECK(r->ticket.fence == 1);
 }
 
+TEST_CASE("a SELECT-then-INSERT claim loses the same race (the test can catch the bug)") {
+  TempDir dir;
+  idem::sqlite::Store store{dir / "naive.db", {.pool_size = 16}};
+  idem_test::create_business_table(store);
+  // The naive claim of the articles: look, then insert; a duplicate-key error nobody catches
+  // properly is taken for "created". The window between the two is where duplicates slip in.
+  std::atomic<int> executed{0}, looked{0};
+  idem_test::run_threads(16, [&](int) {
+    auto c = store.pool().acquire();
+    bool seen = false;
+    {
+      auto rows =
+          c->query("SELECT 1 FROM " + store.table() + " WHERE idempotent_key = ? AND biz_type = ?",
+                   {"naive-1", "PAY"});
+      seen = rows.next();
+    }
+    ++looked;
+    while (looked.load() < 16)  // everyone has looked before anyone inserts
+      std::this_thread::yield();
+    if (seen) return;
+    try {
+      c->execute("INSERT INTO " + store.table() +
+                     " (idempotent_key, biz_type, owner_token, lease_until, created_at, "
+                     "updated_at, expire_at) VALUES (?, 'PAY', 'naive', 0, 0, 0, 1)",
+                 {"naive-1"});
+    } catch (const idem::StoreError&) {
+      // swallowed, as in the incident
+    }
+    ++executed;
+    c->execute("INSERT INTO biz (trade_no) VALUES (?)", {"naive-1"});
+  });
+  CHECK(executed > 1);
+  CHECK(idem_test::scalar(store, "SELECT COUNT(*) FROM biz") > 1);
+  CHECK(idem_test::count(store) == 1);  // the primary key held; the business did not
+}
+
 TEST_CASE("16 threads, 1,000 keys at 12% duplicates over 4 connections - executions equal keys") {
   TempDir dir;
   idem::sqlite::Store store{dir / "dups.db",

@@ -151,6 +151,13 @@ class Connection {
     if (params.busy_timeout < std::chrono::milliseconds::zero()) {
       throw InvalidArgument("idem::sqlite: busy_timeout must not be negative");
     }
+    if (sqlite3_threadsafe() == 0) {
+      throw StoreError(
+          "idem::sqlite: the SQLite library was built with SQLITE_THREADSAFE=0; idem "
+          "needs one that threads may share",
+          false);
+    }
+    // NOMUTEX: a connection is used by one thread at a time (the pool sees to that).
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
 #ifdef SQLITE_OPEN_EXRESCODE
     flags |= SQLITE_OPEN_EXRESCODE;
