@@ -235,7 +235,7 @@ TEST_CASE("explain() reads a rejection from what the row holds now") {
   CHECK(r.reason == RejectReason::status_moved_on);
   CHECK_FALSE(r.stored_status.has_value());
 
-  CHECK(idem::to_string(RejectReason::version_moved_on) == "version_moved_on");
+  CHECK(std::string(idem::to_string(RejectReason::version_moved_on)) == "version_moved_on");
   CHECK(idem::TransitionResult<OrderStatus>::success().transitioned());
   CHECK(idem::TransitionResult<OrderStatus>::success().reason == RejectReason::none);
   CHECK(idem::TransitionResult<OrderStatus>::rejection().reason == RejectReason::not_explained);
