@@ -1,6 +1,6 @@
 #pragma once
-// Time as idem sees it: wall-clock milliseconds. SQL backends take `now` from the database
-// server so that application clock skew cannot break leases; MemoryStore takes it from an
+// Time as idem sees it: wall-clock milliseconds. The MySQL backend takes `now` from the database
+// server so that application clock skew cannot break leases; MemoryStore and SQLite take it from an
 // injectable function so that tests can move time without sleeping.
 
 #include <atomic>

@@ -5,7 +5,7 @@
 //
 // ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options)
 //   Atomically decides by the decision table (idem/decision.hpp) with `now` from the store's
-//   clock (the database server's for SQL backends):
+//   clock (the database server's for MySQL; the application's, injectable, for SQLite):
 //   - no record: inserts {processing, fence 1, attempts 1, lease_until = now + lease,
 //     expire_at = now + ttl, fresh owner token} and answers acquired;
 //   - a takeover row (expired; failed retryable; processing with lease_until <= now): rewrites

@@ -1,8 +1,11 @@
 // IdempotencyGuard and run_once semantics beyond the store contract (which conformance covers).
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdexcept>
 #include <string>
 
 #include <catch2/catch.hpp>
+#include <idem/detail/token.hpp>
 #include <idem/idem.hpp>
 
 using nlohmann::json;
@@ -155,10 +158,35 @@ TEST_CASE("the error hierarchy has one root") {
   CHECK_THROWS_AS(throw idem::CorruptRecord("x"), idem::StoreError);
   CHECK_THROWS_AS(throw idem::BadOutcomeAccess("x"), idem::UsageError);
   CHECK_THROWS_AS(throw idem::PermanentFailure(json{{"e", 1}}), idem::Error);
-  const idem::StoreError e("lost connection", true, {2013, "HY000", "Lost connection to server", false});
+  const idem::StoreError e("lost connection", true,
+                           {2013, "HY000", "Lost connection to server", false});
   CHECK(e.retryable());
   CHECK(e.diagnostics().code == 2013);
   CHECK_FALSE(e.diagnostics().from_server);
   CHECK(std::string(e.what()) == "lost connection");
   CHECK(e.diagnostics().message == "Lost connection to server");
+}
+
+TEST_CASE("owner tokens differ between a parent and its forked children") {
+  const std::string before = idem::detail::new_owner_token();  // the engine exists before fork
+  (void)before;
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const std::string token = idem::detail::new_owner_token();
+    const auto written = ::write(fds[1], token.data(), token.size());
+    ::_exit(written == static_cast<ssize_t>(token.size()) ? 0 : 1);
+  }
+  const std::string mine = idem::detail::new_owner_token();
+  std::string theirs(32, '\0');
+  const auto got = ::read(fds[0], theirs.data(), theirs.size());
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  REQUIRE(got == 32);
+  CHECK(WIFEXITED(status));
+  CHECK(theirs != mine);
 }

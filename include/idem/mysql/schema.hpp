@@ -12,31 +12,14 @@
 
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
+#include "idem/statement.hpp"
 
 namespace idem::mysql {
 
 // A table name: 1-64 characters of [A-Za-z0-9_$], optionally qualified as schema.table.
 // Returns it quoted with backticks; throws InvalidArgument otherwise.
 inline std::string quote_identifier(std::string_view name) {
-  auto part_ok = [](std::string_view part) {
-    if (part.empty() || part.size() > 64) return false;
-    for (char c : part) {
-      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '_' || c == '$';
-      if (!ok) return false;
-    }
-    return true;
-  };
-  const auto dot = name.find('.');
-  if (dot == std::string_view::npos) {
-    if (part_ok(name)) return fmt::format("`{}`", name);
-  } else if (part_ok(name.substr(0, dot)) && part_ok(name.substr(dot + 1))) {
-    return fmt::format("`{}`.`{}`", name.substr(0, dot), name.substr(dot + 1));
-  }
-  throw InvalidArgument(fmt::format(
-      "idem::mysql: \"{}\" is not a valid table name (1-64 characters of [A-Za-z0-9_$], optionally "
-      "schema.table)",
-      idem::detail::printable(name)));
+  return idem::detail::quote_identifier(name, "idem::mysql: table name", true);
 }
 
 // CREATE TABLE IF NOT EXISTS for the record table under the given (already quoted) name.
