@@ -5,6 +5,7 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <thread>
@@ -164,6 +165,10 @@ TEST_CASE("3 x 64 threads on three nodes race one key for 200 rounds - one execu
     }
   });
   const long long certification_conflicts = galera_test::conflicts() - conflicts_before;
+  std::printf(
+      "galera one-key race: %d acquired, %d replayed, %d in_progress, %d errors, %lld "
+      "certification conflicts\n",
+      acquired.load(), replayed.load(), in_progress.load(), errors.load(), certification_conflicts);
   INFO("first error: " << failures.first());
   INFO("certification conflicts (cert failures + BF aborts): " << certification_conflicts);
   CHECK(errors == 0);
@@ -179,6 +184,53 @@ TEST_CASE("3 x 64 threads on three nodes race one key for 200 rounds - one execu
   CHECK(cl.count("status = 1 AND fence = 1") == rounds);
   // The race did cross nodes: claims lost at certification and were still answered right.
   CHECK(certification_conflicts > 0);
+}
+
+TEST_CASE("without the store's retry the same race surfaces 1213 - the retry is what answers it") {
+  // The control for the test above: with one try per call, the claims that lost certification
+  // come back as retryable StoreErrors carrying 1213, and still nothing runs twice.
+  galera_test::GlobalSetting no_server_retry("wsrep_retry_autocommit", "0");
+  Cluster cl(threads_per_node, idem::mysql::StoreParams{.max_attempts = 1});
+  constexpr int rounds = 40;
+  constexpr int threads = nodes * threads_per_node;
+  std::vector<std::atomic<int>> executed(rounds);
+  std::atomic<int> deadlocks{0}, other_errors{0};
+  Errors failures;
+  std::barrier sync(threads);
+  galera_test::run_threads(threads, [&](int t) {
+    const int n = t % nodes;
+    for (int r = 0; r < rounds; ++r) {
+      sync.arrive_and_wait();
+      try {
+        idem::run_once(
+            cl.store(n), idem::Key{"PAY", "bare-" + std::to_string(r)}, "",
+            [&] {
+              ++executed[static_cast<std::size_t>(r)];
+              return r;
+            },
+            long_lease);
+      } catch (const idem::StoreError& e) {
+        if (e.diagnostics().code == idem::mysql::code::deadlock && e.retryable()) {
+          ++deadlocks;
+        } else {
+          ++other_errors;
+          failures.add(e.what());
+        }
+      } catch (const std::exception& e) {
+        ++other_errors;
+        failures.add(e.what());
+      }
+    }
+  });
+  std::printf("galera one-key race without retries: %d claims failed with 1213\n",
+              deadlocks.load());
+  INFO("first other error: " << failures.first());
+  CHECK(other_errors == 0);
+  CHECK(deadlocks > 0);
+  int rounds_not_once = 0;
+  for (auto& e : executed)
+    rounds_not_once += e.load() == 1 ? 0 : 1;
+  CHECK(rounds_not_once == 0);
 }
 
 TEST_CASE(
@@ -216,6 +268,10 @@ TEST_CASE(
     }
   });
   const long long certification_conflicts = galera_test::conflicts() - conflicts_before;
+  std::printf(
+      "galera 3,000 keys: %zu requests, %d answered, %d errors, %lld certification "
+      "conflicts\n",
+      order.size(), answered.load(), errors.load(), certification_conflicts);
   INFO("first error: " << failures.first());
   INFO("certification conflicts: " << certification_conflicts);
   CHECK(errors == 0);
@@ -279,6 +335,8 @@ TEST_CASE("same-transaction mode across three nodes - no business row twice") {
       }
     }
   });
+  std::printf("galera same-transaction: %d requests, %d bodies run, %d errors\n",
+              hot_rounds * threads + static_cast<int>(order.size()), bodies.load(), errors.load());
   INFO("first error: " << failures.first());
   INFO("bodies run (including re-runs after 1213): " << bodies.load());
   CHECK(errors == 0);
@@ -362,6 +420,11 @@ TEST_CASE(
   });
   killer.join();
   REQUIRE(killed);
+  std::printf(
+      "galera SIGKILL: %d done before the kill, %d by survivors after it, %d StoreErrors "
+      "on the killed node, %d other errors\n",
+      done_before_kill.load(), survivor_done_after_kill.load(), victim_store_errors.load(),
+      victim_other_errors.load() + survivor_errors.load());
 
   INFO("first error: " << failures.first());
   CHECK(survivor_errors == 0);          // the other two nodes' clients went on
