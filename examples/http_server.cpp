@@ -12,6 +12,8 @@
 //   curl -i -X POST localhost:PORT/payments -H 'Content-Type: application/json'
 //        -H 'Idempotency-Key: "018f2e4c-7b1a-7c3e-9a4b-2f1d6c8e0a55"'
 //        -d '{"amount": 2990, "currency": "EUR"}'     (one command line)
+#include <sys/socket.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -165,6 +167,15 @@ int serve(S& store, const Config& config, const std::string& where) {
     res.set_content(json{{"charges", ledger.count()}}.dump(), "application/json");
   });
 
+  // cpp-httplib listens with a backlog of 5 (a compile-time constant of the library): a burst
+  // of simultaneous connections overflows it and the kernel drops some. Keep the listening
+  // socket and widen its backlog after bind.
+  int listen_fd = -1;
+  server.set_socket_options([&listen_fd](socket_t fd) {
+    httplib::default_socket_options(fd);
+    listen_fd = fd;
+  });
+
   int port = config.port;
   if (port == 0) {
     port = server.bind_to_any_port("127.0.0.1");
@@ -175,6 +186,7 @@ int serve(S& store, const Config& config, const std::string& where) {
     std::fprintf(stderr, "idem_http_server: cannot bind 127.0.0.1:%d\n", config.port);
     return 1;
   }
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);  // on Linux, updates the backlog
 
   // SIGINT/SIGTERM are blocked in every thread (main blocked them before any thread started);
   // this thread takes them and stops the server, which ends listen_after_bind().
