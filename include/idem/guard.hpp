@@ -16,10 +16,12 @@
 // The constructor claims (and, with options.wait, waits for an in-progress claim to finish).
 // An acquired guard that is destroyed without commit() or fail() - an exception, an early
 // return - records a retryable failure, so a retry may run again and no processing record is
-// left behind; the destructor never throws.
+// left behind; the destructor never throws. With options.observer set, each step is reported
+// to it (idem/observer.hpp).
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <optional>
 #include <random>
 #include <string>
@@ -33,6 +35,7 @@
 #include "idem/detail/snapshot.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
+#include "idem/observer.hpp"
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"
@@ -83,14 +86,67 @@ ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerpri
   return result;
 }
 
+inline void notify(Observer* observer, EventKind kind, const Key& key,
+                   std::chrono::nanoseconds latency,
+                   const std::exception* error = nullptr) noexcept {
+  if (observer != nullptr)
+    observer->on_event(Event{kind, key.biz_type(), key.id(), latency, error});
+}
+
+// The event that reports a claim's answer.
+constexpr EventKind claim_event(const ClaimResult& r) noexcept {
+  switch (r.verdict) {
+    case Verdict::acquired:
+      return r.record.ticket.fence > 1 ? EventKind::taken_over : EventKind::acquired;
+    case Verdict::replayed:
+      return EventKind::replayed;
+    case Verdict::in_progress:
+      return EventKind::in_progress;
+    case Verdict::conflict:
+      return EventKind::conflict;
+  }
+  return EventKind::in_progress;
+}
+
+// claim_with_wait, reported to options.observer (answer or store failure, with its latency).
+template <Store S>
+ClaimResult observed_claim(S& store, const Key& key, std::string_view fingerprint,
+                           const Options& options) {
+  if (options.observer == nullptr) return claim_with_wait(store, key, fingerprint, options);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    ClaimResult r = claim_with_wait(store, key, fingerprint, options);
+    notify(options.observer, claim_event(r), key, std::chrono::steady_clock::now() - start);
+    return r;
+  } catch (const StoreError& e) {
+    notify(options.observer, EventKind::store_error, key, std::chrono::steady_clock::now() - start,
+           &e);
+    throw;
+  }
+}
+
 }  // namespace detail
 
 template <Store S>
 class IdempotencyGuard {
  public:
   IdempotencyGuard(S& store, Key key, std::string_view fingerprint, Options options = {})
-      : store_(store), claim_(detail::claim_with_wait(store, key, fingerprint, options)) {
-    open_ = claim_.verdict == Verdict::acquired;
+      : store_(store),
+        observer_(options.observer),
+        claim_(detail::observed_claim(store, key, fingerprint, options)),
+        open_(claim_.verdict == Verdict::acquired) {
+    if (observer_ != nullptr) acquired_at_ = std::chrono::steady_clock::now();
+  }
+
+  // Adopts a claim made elsewhere (e.g. one result of idem::claim_batch): an acquired claim
+  // becomes this guard's to commit or fail, exactly as if the guard had claimed it. The claim
+  // itself is not reported to the observer again; the steps after it are.
+  IdempotencyGuard(S& store, ClaimResult claimed, Observer* observer = nullptr)
+      : store_(store),
+        observer_(observer),
+        claim_(std::move(claimed)),
+        open_(claim_.verdict == Verdict::acquired) {
+    if (observer_ != nullptr) acquired_at_ = std::chrono::steady_clock::now();
   }
 
   IdempotencyGuard(const IdempotencyGuard&) = delete;
@@ -98,13 +154,18 @@ class IdempotencyGuard {
 
   ~IdempotencyGuard() {
     if (!open_) return;
+    // On failure the lease will run out and the next duplicate takes over; nothing else to do.
     try {
       store_.fail(
           claim_.record.key, claim_.record.ticket,
           R"({"error":"idem.abandoned","detail":"the guard was destroyed without commit or fail"})",
           true);
+      report(EventKind::failed);
+    } catch (const LeaseLost& e) {
+      report(EventKind::lease_lost, &e);
+    } catch (const StoreError& e) {
+      report(EventKind::store_error, &e);
     } catch (...) {
-      // The lease will run out and the next duplicate takes over; nothing else to do here.
     }
   }
 
@@ -122,7 +183,8 @@ class IdempotencyGuard {
   void commit(const T& response) {
     require_open("commit");
     std::string snapshot = detail::encode_snapshot(response);
-    finish([&] { store_.complete(claim_.record.key, claim_.record.ticket, snapshot); });
+    finish([&] { store_.complete(claim_.record.key, claim_.record.ticket, snapshot); },
+           EventKind::committed);
     claim_.record.status = Status::succeeded;
     claim_.record.snapshot = std::move(snapshot);
   }
@@ -132,7 +194,8 @@ class IdempotencyGuard {
   void fail(const nlohmann::json& error, bool retryable) {
     require_open("fail");
     std::string snapshot = detail::encode_error(error);
-    finish([&] { store_.fail(claim_.record.key, claim_.record.ticket, snapshot, retryable); });
+    finish([&] { store_.fail(claim_.record.key, claim_.record.ticket, snapshot, retryable); },
+           EventKind::failed);
     claim_.record.status = Status::failed;
     claim_.record.retryable = retryable;
     claim_.record.snapshot = std::move(snapshot);
@@ -170,19 +233,32 @@ class IdempotencyGuard {
   }
 
   template <class Write>
-  void finish(Write&& write) {
+  void finish(Write&& write, EventKind done) {
     try {
       write();
-    } catch (const LeaseLost&) {
+    } catch (const LeaseLost& e) {
       open_ = false;  // someone else owns the record now; the destructor must not touch it
+      report(EventKind::lease_lost, &e);
+      throw;
+    } catch (const StoreError& e) {
+      report(EventKind::store_error, &e);  // still open: commit again, fail, or let it go
       throw;
     }
     open_ = false;
+    report(done);
+  }
+
+  void report(EventKind kind, const std::exception* error = nullptr) const noexcept {
+    if (observer_ == nullptr) return;
+    detail::notify(observer_, kind, claim_.record.key,
+                   std::chrono::steady_clock::now() - acquired_at_, error);
   }
 
   S& store_;
+  Observer* observer_ = nullptr;
   ClaimResult claim_;
   bool open_ = false;
+  std::chrono::steady_clock::time_point acquired_at_{};
 };
 
 }  // namespace idem

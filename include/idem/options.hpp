@@ -1,5 +1,5 @@
 #pragma once
-// idem::Options: the timing of one claim.
+// idem::Options: the timing of one claim, and who watches it.
 
 #include <chrono>
 
@@ -7,6 +7,7 @@
 
 #include "idem/clock.hpp"
 #include "idem/errors.hpp"
+#include "idem/observer.hpp"
 
 namespace idem {
 
@@ -21,6 +22,9 @@ struct Options {
   // how long a duplicate waits for an in-progress claim to finish (polling with backoff)
   // before it answers in_progress. If the claim finishes meanwhile, the duplicate replays.
   Duration wait = Duration::zero();
+  // Used by IdempotencyGuard, run_once and consume: told of every verdict, record, lease loss
+  // and store failure (idem/observer.hpp). Not owned; must outlive the calls. Null: no hook.
+  Observer* observer = nullptr;
 };
 
 // Throws idem::InvalidArgument when a field breaks its rule.

@@ -24,13 +24,18 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "idem/batch.hpp"
 #include "idem/decision.hpp"
 #include "idem/detail/checks.hpp"
 #include "idem/detail/token.hpp"
@@ -116,6 +121,71 @@ class RecordOps {
     throw StoreError(fmt::format("idem::mysql: the claim on {}/{} did not settle after {} rounds",
                                  key.biz_type(), idem::detail::printable(key.id()), rounds),
                      true);
+  }
+
+  // Claims up to max_batch_rows distinct keys with one INSERT IGNORE and one read; each
+  // request i has its own owner token tokens[i] (so a retried chunk recognises its own rows).
+  // Keys the read does not settle (a takeover is due, or the row vanished) are claimed one by
+  // one with their token, so every request gets exactly the single claim's answer.
+  std::vector<ClaimResult> claim_chunk(Connection& c, std::span<const ClaimRequest* const> requests,
+                                       std::span<const std::string> tokens,
+                                       const Options& o) const {
+    const std::size_t cls = batch_class(requests.size());
+    const std::size_t padded = std::size_t{1} << cls;
+    std::vector<Param> params;
+    params.reserve(padded * 6);
+    const auto lease = micros(o.lease);
+    const auto ttl = micros(o.ttl);
+    for (std::size_t i = 0; i < padded; ++i) {
+      const std::size_t j = std::min(i, requests.size() - 1);
+      const ClaimRequest& r = *requests[j];
+      params.insert(params.end(), {Param(r.key.id()), Param(r.key.biz_type()), Param(tokens[j]),
+                                   Param(r.fingerprint), Param(lease), Param(ttl)});
+    }
+    c.execute(sql_.insert_batch[cls], params);
+
+    std::vector<Param> keys;
+    keys.reserve(padded * 2);
+    for (std::size_t i = 0; i < padded; ++i) {
+      const ClaimRequest& r = *requests[std::min(i, requests.size() - 1)];
+      keys.insert(keys.end(), {Param(r.key.id()), Param(r.key.biz_type())});
+    }
+    std::unordered_map<Key, RowRead> rows;
+    for (const Row& row : c.select(sql_.select_batch[cls], keys)) {
+      RowRead read = decode_record(row);
+      Key key = read.record.key;
+      rows.emplace(std::move(key), std::move(read));
+    }
+
+    std::vector<ClaimResult> out;
+    out.reserve(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const ClaimRequest& r = *requests[i];
+      auto it = rows.find(r.key);
+      if (it != rows.end()) {
+        Record& stored = it->second.record;
+        if (stored.ticket.owner == tokens[i]) {
+          out.push_back({Verdict::acquired, std::move(stored)});
+          continue;
+        }
+        switch (decide(stored, r.fingerprint, it->second.now)) {
+          case Decision::replay:
+            out.push_back({Verdict::replayed, std::move(stored)});
+            continue;
+          case Decision::in_progress:
+            out.push_back({Verdict::in_progress, std::move(stored)});
+            continue;
+          case Decision::conflict:
+            out.push_back({Verdict::conflict, std::move(stored)});
+            continue;
+          case Decision::take_over_expired:
+          case Decision::take_over_retry:
+            break;
+        }
+      }
+      out.push_back(claim(c, r.key, r.fingerprint, o, tokens[i], false));
+    }
+    return out;
   }
 
   // Runs the fenced UPDATE of complete/fail. Returns true if it changed the row.
@@ -218,6 +288,54 @@ class Store {
     return with_retries("claim", [&](Connection& c, bool) {
       return ops_.claim(c, key, fingerprint, options, token, false);
     });
+  }
+
+  // Many claims in few round trips (see idem/batch.hpp): results[i] is what claim() would
+  // have answered for requests[i] had the requests been claimed one after another. Distinct
+  // keys go max_batch_rows at a time through one INSERT IGNORE and one read, in primary key
+  // order (concurrent batches then lock rows in the same order); a key repeated within the
+  // batch is claimed again after them, so it sees its first occurrence's claim.
+  std::vector<ClaimResult> claim_batch(std::span<const ClaimRequest> requests,
+                                       const Options& options) {
+    idem::detail::validate_batch(requests, options);
+    std::vector<std::optional<ClaimResult>> slots(requests.size());
+    std::vector<std::size_t> firsts;  // index of each key's first occurrence
+    std::vector<std::size_t> repeats;
+    {
+      std::unordered_map<Key, std::size_t> seen;
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        (seen.emplace(requests[i].key, i).second ? firsts : repeats).push_back(i);
+      }
+    }
+    std::sort(firsts.begin(), firsts.end(), [&](std::size_t a, std::size_t b) {
+      return std::tie(requests[a].key.id(), requests[a].key.biz_type()) <
+             std::tie(requests[b].key.id(), requests[b].key.biz_type());
+    });
+
+    std::vector<std::string> tokens;
+    std::vector<const ClaimRequest*> chunk;
+    for (std::size_t begin = 0; begin < firsts.size(); begin += detail::max_batch_rows) {
+      const std::size_t end = std::min(firsts.size(), begin + detail::max_batch_rows);
+      chunk.clear();
+      tokens.clear();
+      for (std::size_t k = begin; k < end; ++k) {
+        chunk.push_back(&requests[firsts[k]]);
+        tokens.push_back(idem::detail::new_owner_token());
+      }
+      auto claimed = with_retries("claim_batch", [&](Connection& c, bool) {
+        return ops_.claim_chunk(c, chunk, tokens, options);
+      });
+      for (std::size_t k = begin; k < end; ++k)
+        slots[firsts[k]] = std::move(claimed[k - begin]);
+    }
+    for (std::size_t i : repeats) {
+      slots[i] = claim(requests[i].key, requests[i].fingerprint, options);
+    }
+    std::vector<ClaimResult> results;
+    results.reserve(requests.size());
+    for (auto& slot : slots)
+      results.push_back(std::move(*slot));
+    return results;
   }
 
   void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {

@@ -1,10 +1,13 @@
 #pragma once
 // The SQL idem::mysql issues against the record table, and the decoding of its rows.
-// Every statement is a single-row operation on the primary key, except the housekeeping
-// ones, which walk idx_expire / idx_stale in LIMITed batches.
+// Every statement is a single-row operation on the primary key, except the batch claim
+// (a multi-row INSERT IGNORE and a read of the same primary keys) and the housekeeping ones,
+// which walk idx_expire / idx_stale in LIMITed batches.
 
+#include <array>
 #include <charconv>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,8 +25,23 @@
 
 namespace idem::mysql::detail {
 
+// Batch statements come in power-of-two row counts (1, 2, 4, ... max_batch_rows) so that a
+// connection prepares at most a few of them; a batch is padded to its class by repeating its
+// last row, which INSERT IGNORE skips as a duplicate of itself and the read ignores.
+inline constexpr std::size_t max_batch_rows = 128;
+inline constexpr std::size_t batch_classes = 8;  // 2^0 .. 2^7
+
+inline constexpr std::size_t batch_class(std::size_t rows) noexcept {
+  std::size_t c = 0;
+  while ((std::size_t{1} << c) < rows)
+    ++c;
+  return c;
+}
+
 struct RecordSql {
   std::string insert;
+  std::array<std::string, batch_classes> insert_batch;  // INSERT IGNORE of 2^i claims
+  std::array<std::string, batch_classes> select_batch;  // read of 2^i primary keys
   std::string select;          // plain read (autocommit: the latest committed row)
   std::string select_locking;  // shared-locking read: inside a caller's transaction, the latest row
   std::string take_over_retry;
@@ -48,6 +66,21 @@ inline RecordSql make_record_sql(const std::string& t) {
   s.select = fmt::format("SELECT {}, NOW(3) FROM {} WHERE idempotent_key = ? AND biz_type = ?",
                          columns, t);
   s.select_locking = s.select + " LOCK IN SHARE MODE";
+  for (std::size_t c = 0; c < batch_classes; ++c) {
+    std::string values;
+    std::string keys;
+    for (std::size_t i = 0; i < (std::size_t{1} << c); ++i) {
+      values += i == 0 ? "" : ", ";
+      values +=
+          "(?, ?, 0, 1, ?, ?, NULL, 0, 1, NOW(3) + INTERVAL ? MICROSECOND, NOW(3), NOW(3), "
+          "NOW(3) + INTERVAL ? MICROSECOND)";
+      keys += i == 0 ? "" : " OR ";
+      keys += "(idempotent_key = ? AND biz_type = ?)";
+    }
+    // IGNORE only skips the duplicates: every value was validated before it got here.
+    s.insert_batch[c] = fmt::format("INSERT IGNORE INTO {} ({}) VALUES {}", t, columns, values);
+    s.select_batch[c] = fmt::format("SELECT {}, NOW(3) FROM {} WHERE {}", columns, t, keys);
+  }
   // Takeovers are guarded by the old fence and owner token (so a purge and re-insert in
   // between cannot be mistaken for the row that was read) and re-check their condition
   // against the server's clock (so a completion in between is never overwritten).

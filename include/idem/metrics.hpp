@@ -1,0 +1,212 @@
+#pragma once
+// idem::Metrics: a ready Observer that counts what the guard reports, per business type, and
+// renders it in the Prometheus text exposition format (version 0.0.4).
+//
+//   idem::Metrics metrics;
+//   idem::Options options{.observer = &metrics};
+//   ...
+//   http_get("/metrics", [&] { return metrics.render(); });  // Content-Type: text/plain;
+//   version=0.0.4
+//
+// Series (each labelled biz_type="..."):
+//   idem_requests_total                    claims answered (one per guarded request)
+//   idem_claims_total{verdict=...}         by answer: acquired, taken_over, replayed,
+//                                          in_progress, conflict
+//   idem_duplicates_total                  replayed + in_progress + conflict
+//   idem_results_total{result=...}         committed, failed
+//   idem_lease_lost_total, idem_store_errors_total
+//   idem_claim_duration_seconds            histogram of the claim latency (waits included)
+// The duplicate rate to watch (normally 1-2%; 12% and more during a retry storm):
+//   rate(idem_duplicates_total[5m]) / rate(idem_requests_total[5m])
+//
+// Thread-safe: counters are atomics; a business type's series is created on its first event
+// under a lock, later events only read-lock the map. Business types are few by design; each
+// one costs a few hundred bytes for the life of the Metrics object.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "idem/observer.hpp"
+
+namespace idem {
+
+class Metrics final : public Observer {
+ public:
+  // Upper bounds of the claim latency histogram, in seconds (+Inf is implied).
+  static constexpr std::array<double, 14> buckets{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                  0.1,    0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
+
+  void on_event(const Event& event) noexcept override {
+    Series* s = series(event.biz_type);
+    if (s == nullptr) return;  // out of memory: drop the event rather than fail the request
+    s->events[static_cast<std::size_t>(event.kind)].fetch_add(1, std::memory_order_relaxed);
+    if (!is_claim_answer(event.kind)) return;
+    const auto ns = static_cast<std::uint64_t>(
+        std::max<std::int64_t>(0, static_cast<std::int64_t>(event.latency.count())));
+    const double seconds = static_cast<double>(ns) / 1e9;
+    std::size_t b = 0;
+    while (b < buckets.size() && seconds > buckets[b])
+      ++b;
+    s->latency_buckets[b].fetch_add(1, std::memory_order_relaxed);
+    s->latency_ns.fetch_add(ns, std::memory_order_relaxed);
+  }
+
+  // How many events of this kind were reported for this business type.
+  std::uint64_t count(std::string_view biz_type, EventKind kind) const {
+    const Series* s = find(biz_type);
+    return s ? s->events[static_cast<std::size_t>(kind)].load(std::memory_order_relaxed) : 0;
+  }
+
+  // Duplicates / requests since this object was made (0 without requests). For alerting,
+  // prefer the rate over a window that the Prometheus expression above gives.
+  double duplicate_rate(std::string_view biz_type) const {
+    const Series* s = find(biz_type);
+    if (s == nullptr) return 0.0;
+    const Totals t = totals(*s);
+    return t.requests == 0 ? 0.0
+                           : static_cast<double>(t.duplicates) / static_cast<double>(t.requests);
+  }
+
+  // The text exposition format, every series of every business type seen so far.
+  std::string render() const {
+    std::shared_lock lock(mutex_);
+    std::string out;
+    auto header = [&](std::string_view name, std::string_view type, std::string_view help) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    };
+    auto each = [&](auto&& line) {
+      for (const auto& [biz_type, s] : series_)
+        line(escape(biz_type), *s);
+    };
+    header("idem_requests_total", "counter", "Guarded requests whose claim was answered.");
+    each([&](const std::string& b, const Series& s) {
+      out += fmt::format("idem_requests_total{{biz_type=\"{}\"}} {}\n", b, totals(s).requests);
+    });
+    header("idem_claims_total", "counter", "Claim answers by verdict.");
+    each([&](const std::string& b, const Series& s) {
+      for (EventKind k : {EventKind::acquired, EventKind::taken_over, EventKind::replayed,
+                          EventKind::in_progress, EventKind::conflict}) {
+        out += fmt::format("idem_claims_total{{biz_type=\"{}\",verdict=\"{}\"}} {}\n", b,
+                           to_string(k), load(s, k));
+      }
+    });
+    header("idem_duplicates_total", "counter",
+           "Requests answered as duplicates (replayed, in_progress or conflict).");
+    each([&](const std::string& b, const Series& s) {
+      out += fmt::format("idem_duplicates_total{{biz_type=\"{}\"}} {}\n", b, totals(s).duplicates);
+    });
+    header("idem_results_total", "counter", "Results recorded by the business owner.");
+    each([&](const std::string& b, const Series& s) {
+      for (EventKind k : {EventKind::committed, EventKind::failed}) {
+        out += fmt::format("idem_results_total{{biz_type=\"{}\",result=\"{}\"}} {}\n", b,
+                           to_string(k), load(s, k));
+      }
+    });
+    header("idem_lease_lost_total", "counter",
+           "Results refused because the claim was taken over first (lease too short?).");
+    each([&](const std::string& b, const Series& s) {
+      out += fmt::format("idem_lease_lost_total{{biz_type=\"{}\"}} {}\n", b,
+                         load(s, EventKind::lease_lost));
+    });
+    header("idem_store_errors_total", "counter", "Store failures (idem::StoreError).");
+    each([&](const std::string& b, const Series& s) {
+      out += fmt::format("idem_store_errors_total{{biz_type=\"{}\"}} {}\n", b,
+                         load(s, EventKind::store_error));
+    });
+    header("idem_claim_duration_seconds", "histogram", "Claim latency, waits included.");
+    each([&](const std::string& b, const Series& s) {
+      std::uint64_t cumulative = 0;
+      for (std::size_t i = 0; i <= buckets.size(); ++i) {
+        cumulative += s.latency_buckets[i].load(std::memory_order_relaxed);
+        const std::string le = i < buckets.size() ? fmt::format("{}", buckets[i]) : "+Inf";
+        out += fmt::format("idem_claim_duration_seconds_bucket{{biz_type=\"{}\",le=\"{}\"}} {}\n",
+                           b, le, cumulative);
+      }
+      out += fmt::format("idem_claim_duration_seconds_sum{{biz_type=\"{}\"}} {}\n", b,
+                         static_cast<double>(s.latency_ns.load(std::memory_order_relaxed)) / 1e9);
+      out +=
+          fmt::format("idem_claim_duration_seconds_count{{biz_type=\"{}\"}} {}\n", b, cumulative);
+    });
+    return out;
+  }
+
+ private:
+  static constexpr std::size_t kinds = static_cast<std::size_t>(EventKind::store_error) + 1;
+
+  struct Series {
+    std::array<std::atomic<std::uint64_t>, kinds> events{};
+    std::array<std::atomic<std::uint64_t>, buckets.size() + 1> latency_buckets{};
+    std::atomic<std::uint64_t> latency_ns{0};
+  };
+
+  struct Totals {
+    std::uint64_t requests = 0;
+    std::uint64_t duplicates = 0;
+  };
+
+  static std::uint64_t load(const Series& s, EventKind k) {
+    return s.events[static_cast<std::size_t>(k)].load(std::memory_order_relaxed);
+  }
+
+  static Totals totals(const Series& s) {
+    const std::uint64_t dup = load(s, EventKind::replayed) + load(s, EventKind::in_progress) +
+                              load(s, EventKind::conflict);
+    return {dup + load(s, EventKind::acquired) + load(s, EventKind::taken_over), dup};
+  }
+
+  // Label values escape backslash, double quote and newline (business types never hold them,
+  // but the format is kept valid whatever reaches it).
+  static std::string escape(std::string_view v) {
+    std::string out;
+    for (char c : v) {
+      if (c == '\\' || c == '"') {
+        out += '\\';
+        out += c;
+      } else if (c == '\n') {
+        out += "\\n";
+      } else {
+        out += c;
+      }
+    }
+    return out;
+  }
+
+  const Series* find(std::string_view biz_type) const {
+    std::shared_lock lock(mutex_);
+    auto it = series_.find(biz_type);
+    return it == series_.end() ? nullptr : it->second.get();
+  }
+
+  Series* series(std::string_view biz_type) noexcept {
+    {
+      std::shared_lock lock(mutex_);
+      if (auto it = series_.find(biz_type); it != series_.end()) return it->second.get();
+    }
+    try {
+      auto fresh = std::make_unique<Series>();
+      std::unique_lock lock(mutex_);
+      // Another thread may have created it meanwhile: then `fresh` is simply dropped.
+      return series_.try_emplace(std::string(biz_type), std::move(fresh)).first->second.get();
+    } catch (...) {
+      return nullptr;
+    }
+  }
+
+  mutable std::shared_mutex mutex_;
+  std::map<std::string, std::unique_ptr<Series>, std::less<>> series_;  // sorted: stable output
+};
+
+}  // namespace idem

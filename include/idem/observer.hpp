@@ -1,0 +1,81 @@
+#pragma once
+// idem::Observer: a hook the guard calls at each step of a guarded request, for logs, traces
+// and metrics (idem/metrics.hpp is a ready one).
+//
+//   idem::Metrics metrics;                        // or your own class deriving from Observer
+//   idem::Options options{.observer = &metrics};
+//   idem::run_once(store, key, fp, charge, options);
+//
+// Without an observer (the default) the guard skips even the clock reads: the hook costs one
+// pointer test per step. An observer is called on the caller's thread, from any thread at
+// once, and must be thread-safe; on_event is noexcept because the guard also reports from its
+// destructor - an observer that throws terminates the program.
+
+#include <chrono>
+#include <exception>
+#include <string_view>
+
+namespace idem {
+
+enum class EventKind {
+  acquired,     // a fresh claim: the business runs now
+  taken_over,   // a claim that took over an expired, released, retryable or stale record
+  replayed,     // a duplicate of a finished request: its stored result is returned
+  in_progress,  // a duplicate of a request still running (after any wait)
+  conflict,     // the key was used with another payload
+  committed,    // the business result was recorded
+  failed,       // a failure was recorded (retryable or not; also an abandoned guard)
+  lease_lost,   // the claim was taken over before the result could be recorded
+  store_error,  // the store failed (idem::StoreError): the request has no verdict or record
+};
+
+constexpr std::string_view to_string(EventKind k) noexcept {
+  switch (k) {
+    case EventKind::acquired:
+      return "acquired";
+    case EventKind::taken_over:
+      return "taken_over";
+    case EventKind::replayed:
+      return "replayed";
+    case EventKind::in_progress:
+      return "in_progress";
+    case EventKind::conflict:
+      return "conflict";
+    case EventKind::committed:
+      return "committed";
+    case EventKind::failed:
+      return "failed";
+    case EventKind::lease_lost:
+      return "lease_lost";
+    case EventKind::store_error:
+      return "store_error";
+  }
+  return "unknown";
+}
+
+// True for the kinds that answer a claim (exactly one of them per guarded request that got a
+// verdict).
+constexpr bool is_claim_answer(EventKind k) noexcept {
+  return k == EventKind::acquired || k == EventKind::taken_over || k == EventKind::replayed ||
+         k == EventKind::in_progress || k == EventKind::conflict;
+}
+
+struct Event {
+  EventKind kind;
+  std::string_view biz_type;
+  std::string_view id;  // the key's id: log it only if ids are not personal data
+  // Claim answers: the claim's round trip(s), waits included. committed / failed / lease_lost:
+  // from the verdict to the end of the write (the business plus the record). store_error: the
+  // failed operation.
+  std::chrono::nanoseconds latency{0};
+  // store_error and lease_lost: the exception (valid only during the call); otherwise null.
+  const std::exception* error = nullptr;
+};
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void on_event(const Event& event) noexcept = 0;
+};
+
+}  // namespace idem

@@ -1,0 +1,234 @@
+// idem::claim_batch on MySQL: one multi-row INSERT IGNORE and one read per 128 keys, with the
+// per-key answers of the single claim, under real connections racing real threads.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <idem/batch.hpp>
+#include <idem/mysql.hpp>
+
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using idem::ClaimRequest;
+using idem::Verdict;
+
+namespace {
+
+idem::Key key(int i) {
+  return idem::Key{"mq.order", "msg-" + std::to_string(i)};
+}
+
+std::vector<ClaimRequest> fresh_requests(int n, const std::string& fp = "fp") {
+  std::vector<ClaimRequest> r;
+  for (int i = 0; i < n; ++i)
+    r.push_back({key(i), fp});
+  return r;
+}
+
+// The state a sequence of single claims leaves: verdict + status + fence + attempts per request.
+struct Seen {
+  Verdict verdict;
+  idem::Status status;
+  std::uint64_t fence;
+  std::uint32_t attempts;
+  bool operator==(const Seen&) const = default;
+};
+
+Seen seen(const idem::ClaimResult& r) {
+  return {r.verdict, r.record.status, r.record.ticket.fence, r.record.attempts};
+}
+
+// Prepares, on a fresh table, one key per interesting stored state; returns the batch that
+// visits every state, twice for some keys and with a foreign fingerprint for others.
+std::vector<ClaimRequest> prepare_states(idem::mysql::Store& store) {
+  const idem::Options quick{.lease = 50ms, .ttl = 60s};
+  const idem::Options expiring{.lease = 50ms, .ttl = 60ms};
+  // 0: succeeded -> replay; 1: processing, live lease -> in_progress; 2: failed retryable ->
+  // takeover; 3: failed permanent -> replay; 4: processing, lease run out -> takeover;
+  // 5: expired -> takeover as new; 6..: absent -> acquired.
+  auto c0 = store.claim(key(0), "fp", {});
+  store.complete(key(0), c0.record.ticket, R"({"ok":true})");
+  store.claim(key(1), "fp", {});
+  auto c2 = store.claim(key(2), "fp", {});
+  store.fail(key(2), c2.record.ticket, R"({"error":"timeout"})", true);
+  auto c3 = store.claim(key(3), "fp", {});
+  store.fail(key(3), c3.record.ticket, R"({"error":"declined"})", false);
+  store.claim(key(4), "fp", quick);
+  auto c5 = store.claim(key(5), "fp", expiring);
+  store.complete(key(5), c5.record.ticket, R"({"old":true})");
+  std::this_thread::sleep_for(150ms);  // key 4's lease and key 5's ttl run out
+
+  std::vector<ClaimRequest> batch;
+  for (int i = 0; i < 8; ++i)
+    batch.push_back({key(i), "fp"});
+  batch.push_back({key(0), "other"});  // conflict with a stored success
+  batch.push_back({key(6), "fp"});     // repeat of a key this batch acquires: in_progress
+  batch.push_back({key(7), "other"});  // repeat with another payload: conflict
+  batch.push_back({key(8), ""});       // no fingerprint: never a conflict
+  batch.push_back({key(2), "fp"});     // repeat of a takeover: in_progress
+  return batch;
+}
+
+}  // namespace
+
+TEST_CASE("claim_batch acquires fresh keys across several statements, in request order",
+          "[batch][mysql]") {
+  idem_test::Table table;
+  const auto requests = fresh_requests(300);  // 128 + 128 + 44 rows
+  const auto results = idem::claim_batch(table.store, requests, {});
+  REQUIRE(results.size() == requests.size());
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    INFO("request " << i);
+    CHECK(results[i].verdict == Verdict::acquired);
+    CHECK(results[i].record.key == requests[i].key);
+    CHECK(results[i].record.status == idem::Status::processing);
+    CHECK(results[i].record.ticket.fence == 1);
+    CHECK(results[i].record.fingerprint == "fp");
+  }
+  CHECK(table.count() == 300);
+  // Every ticket is live: complete() accepts each one.
+  for (const auto& r : results)
+    table.store.complete(r.record.key, r.record.ticket, "true");
+  CHECK(table.count("status = 1") == 300);
+}
+
+TEST_CASE("claim_batch answers exactly what one claim after another answers", "[batch][mysql]") {
+  idem_test::Table batched;
+  idem_test::Table single;
+  const auto batch = prepare_states(batched.store);
+  const auto same = prepare_states(single.store);
+
+  const auto got = idem::claim_batch(batched.store, batch, {});
+  std::vector<idem::ClaimResult> want;
+  for (const auto& r : same)
+    want.push_back(single.store.claim(r.key, r.fingerprint, {}));
+
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("request " << i << " " << batch[i].key.id() << " fp=" << batch[i].fingerprint);
+    CHECK(seen(got[i]) == seen(want[i]));
+    CHECK(got[i].record.key == batch[i].key);
+    CHECK(got[i].record.snapshot == want[i].record.snapshot);
+  }
+  // The expected verdicts, spelled out.
+  const std::vector<Verdict> verdicts{Verdict::replayed,    Verdict::in_progress, Verdict::acquired,
+                                      Verdict::replayed,    Verdict::acquired,    Verdict::acquired,
+                                      Verdict::acquired,    Verdict::acquired,    Verdict::conflict,
+                                      Verdict::in_progress, Verdict::conflict,    Verdict::acquired,
+                                      Verdict::in_progress};
+  for (std::size_t i = 0; i < verdicts.size(); ++i) {
+    INFO("request " << i);
+    CHECK(got[i].verdict == verdicts[i]);
+  }
+  CHECK(got[2].record.attempts == 2);  // the retryable failure ran again
+  CHECK(got[5].record.attempts == 1);  // an expired record starts over
+}
+
+TEST_CASE("claim_batch refuses a bad request before writing anything", "[batch][mysql]") {
+  idem_test::Table table;
+  auto requests = fresh_requests(20);
+  requests[13].fingerprint = "has space";
+  CHECK_THROWS_AS(idem::claim_batch(table.store, requests, {}), idem::InvalidArgument);
+  CHECK(table.count() == 0);
+  CHECK_THROWS_AS(idem::claim_batch(table.store, fresh_requests(3), {.lease = 0ms}),
+                  idem::InvalidArgument);
+  CHECK(table.count() == 0);
+  CHECK(idem::claim_batch(table.store, std::vector<ClaimRequest>{}, {}).empty());
+}
+
+TEST_CASE("racing batches over shared keys execute every key exactly once", "[batch][mysql]") {
+  // 8 consumers poll overlapping batches of 100 messages out of 1,000 business keys (each key
+  // is delivered to several consumers); each runs the business for what it acquired.
+  idem_test::Table table(16);
+  constexpr int keys = 1000;
+  constexpr int threads = 8;
+  constexpr int batches_per_thread = 25;
+  std::vector<std::atomic<int>> executions(keys);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t));
+      for (int b = 0; b < batches_per_thread; ++b) {
+        std::vector<ClaimRequest> batch;
+        std::vector<int> ids;
+        for (int m = 0; m < 100; ++m) {
+          const int id = static_cast<int>(rng() % keys);
+          ids.push_back(id);
+          batch.push_back({key(id), "fp"});
+        }
+        try {
+          const auto results = idem::claim_batch(table.store, batch, {});
+          for (std::size_t i = 0; i < results.size(); ++i) {
+            if (results[i].verdict != Verdict::acquired) continue;
+            executions[static_cast<std::size_t>(ids[i])]++;
+            table.store.complete(results[i].record.key, results[i].record.ticket, "true");
+          }
+        } catch (const std::exception&) {
+          errors++;
+        }
+      }
+    });
+  }
+  for (auto& th : pool)
+    th.join();
+  CHECK(errors == 0);
+  int twice = 0;
+  int executed = 0;
+  for (auto& e : executions) {
+    twice += e > 1 ? 1 : 0;
+    executed += e > 0 ? 1 : 0;
+  }
+  CHECK(twice == 0);
+  CHECK(executed == table.count());
+  CHECK(table.count("status = 1") == table.count());
+}
+
+TEST_CASE("claim_batch and single claims race on the same keys: one owner each", "[batch][mysql]") {
+  idem_test::Table table(16);
+  constexpr int keys = 400;
+  std::vector<std::atomic<int>> owners(keys);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t) {
+    pool.emplace_back([&] {  // batch consumers
+      try {
+        for (int begin = 0; begin < keys; begin += 50) {
+          std::vector<ClaimRequest> batch;
+          for (int i = begin; i < begin + 50; ++i)
+            batch.push_back({key(i), "fp"});
+          const auto results = idem::claim_batch(table.store, batch, {});
+          for (int i = 0; i < 50; ++i)
+            if (results[static_cast<std::size_t>(i)].verdict == Verdict::acquired)
+              owners[static_cast<std::size_t>(begin + i)]++;
+        }
+      } catch (const std::exception&) {
+        errors++;
+      }
+    });
+    pool.emplace_back([&] {  // single-message consumers, walking the keys backwards
+      try {
+        for (int i = keys - 1; i >= 0; --i) {
+          if (table.store.claim(key(i), "fp", {}).verdict == Verdict::acquired)
+            owners[static_cast<std::size_t>(i)]++;
+        }
+      } catch (const std::exception&) {
+        errors++;
+      }
+    });
+  }
+  for (auto& th : pool)
+    th.join();
+  CHECK(errors == 0);
+  for (int i = 0; i < keys; ++i) {
+    INFO("key " << i);
+    CHECK(owners[static_cast<std::size_t>(i)] == 1);
+  }
+}

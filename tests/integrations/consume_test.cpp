@@ -1,0 +1,277 @@
+// idem::consume and idem::consume_batch: the at-least-once rules, and a redelivering queue
+// drained by racing consumers that must run every business key exactly once.
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <idem/batch.hpp>
+#include <idem/consume.hpp>
+#include <idem/fingerprint.hpp>
+#include <idem/memory_store.hpp>
+
+using namespace std::chrono_literals;
+using idem::Ack;
+using idem::Verdict;
+
+namespace {
+
+struct Fixture {
+  idem::ManualClock clock;
+  idem::MemoryStore store{[this] { return clock.now(); }};
+};
+
+const idem::Key order{"order.paid", "O-1001"};
+
+}  // namespace
+
+TEST_CASE_METHOD(Fixture, "consume: a success commits, its duplicates commit without running") {
+  int runs = 0;
+  const Ack first = idem::consume(store, order, "fp", [&] { ++runs; });
+  CHECK(first == Ack::commit);
+  CHECK(first.verdict == Verdict::acquired);
+  CHECK(first.reason.empty());
+  CHECK(store.find(order)->snapshot == "null");  // a void business stores null
+
+  const Ack again = idem::consume(store, order, "fp", [&] { ++runs; });
+  CHECK(again == Ack::commit);
+  CHECK(again.verdict == Verdict::replayed);
+  CHECK(runs == 1);
+}
+
+TEST_CASE_METHOD(Fixture, "consume: a value returned by the business is the stored snapshot") {
+  CHECK(idem::consume(store, order, "fp", [] {
+          return nlohmann::json{{"credited", 42}};
+        }) == Ack::commit);
+  CHECK(store.find(order)->snapshot == R"({"credited":42})");
+}
+
+TEST_CASE_METHOD(Fixture, "consume: in progress elsewhere is retry_later, and nothing runs") {
+  const auto held = store.claim(order, "fp", {});
+  REQUIRE(held.verdict == Verdict::acquired);
+  int runs = 0;
+  const Ack ack = idem::consume(store, order, "fp", [&] { ++runs; });
+  CHECK(ack == Ack::retry_later);
+  CHECK(ack.verdict == Verdict::in_progress);
+  CHECK_FALSE(ack.reason.empty());
+  CHECK(runs == 0);
+  // Once the other consumer commits, the redelivery commits without running.
+  store.complete(order, held.record.ticket, "true");
+  CHECK(idem::consume(store, order, "fp", [&] { ++runs; }) == Ack::commit);
+  CHECK(runs == 0);
+}
+
+TEST_CASE_METHOD(Fixture, "consume: an exception is retry_later, and the redelivery runs again") {
+  int runs = 0;
+  const Ack failed = idem::consume(store, order, "fp", [&] {
+    ++runs;
+    throw std::runtime_error("ledger unavailable");
+  });
+  CHECK(failed == Ack::retry_later);
+  CHECK(failed.verdict == Verdict::acquired);
+  CHECK(failed.reason == "ledger unavailable");
+  const auto stored = store.find(order);
+  CHECK(stored->status == idem::Status::failed);
+  CHECK(stored->retryable);
+
+  const Ack retried = idem::consume(store, order, "fp", [&] { ++runs; });
+  CHECK(retried == Ack::commit);
+  CHECK(retried.verdict == Verdict::acquired);
+  CHECK(runs == 2);
+  CHECK(store.find(order)->attempts == 2);
+}
+
+TEST_CASE_METHOD(Fixture, "consume: a permanent failure is recorded and committed, then replayed") {
+  int runs = 0;
+  const Ack declined = idem::consume(store, order, "fp", [&] {
+    ++runs;
+    throw idem::PermanentFailure({{"error", "account_closed"}});
+  });
+  CHECK(declined == Ack::commit);
+  CHECK(declined.verdict == Verdict::acquired);
+  const Ack dup = idem::consume(store, order, "fp", [&] { ++runs; });
+  CHECK(dup == Ack::commit);
+  CHECK(dup.verdict == Verdict::replayed);
+  CHECK(dup.reason == "replayed a recorded permanent failure");
+  CHECK(runs == 1);
+  CHECK_FALSE(store.find(order)->retryable);
+}
+
+TEST_CASE_METHOD(Fixture, "consume: the same key with another payload commits as a conflict") {
+  CHECK(idem::consume(store, order, "fp-a", [] {}) == Ack::commit);
+  int runs = 0;
+  const Ack ack = idem::consume(store, order, "fp-b", [&] { ++runs; });
+  CHECK(ack == Ack::commit);
+  CHECK(ack.verdict == Verdict::conflict);
+  CHECK_FALSE(ack.reason.empty());
+  CHECK(runs == 0);
+}
+
+TEST_CASE_METHOD(Fixture, "consume: a crashed consumer's message runs again after its lease") {
+  const idem::Options options{.lease = 5s, .ttl = 1h};
+  REQUIRE(store.claim(order, "fp", options).verdict == Verdict::acquired);  // then it died
+  int runs = 0;
+  CHECK(idem::consume(
+            store, order, "fp", [&] { ++runs; }, options) == Ack::retry_later);
+  clock.advance(6s);
+  const Ack ack = idem::consume(
+      store, order, "fp", [&] { ++runs; }, options);
+  CHECK(ack == Ack::commit);
+  CHECK(ack.verdict == Verdict::acquired);
+  CHECK(runs == 1);
+}
+
+TEST_CASE_METHOD(Fixture, "consume: a result that cannot be stored is a permanent failure") {
+  int runs = 0;
+  auto too_big = [&] {
+    ++runs;
+    return std::string(idem::max_snapshot_bytes + 1, 'x');
+  };
+  CHECK_THROWS_AS(idem::consume(store, order, "fp", too_big), idem::InvalidArgument);
+  CHECK(store.find(order)->status == idem::Status::failed);
+  CHECK_FALSE(store.find(order)->retryable);
+  CHECK(idem::consume(store, order, "fp", too_big) == Ack::commit);  // replays, never reruns
+  CHECK(runs == 1);
+}
+
+TEST_CASE_METHOD(Fixture, "consume: bad input is a typed error and changes nothing") {
+  int runs = 0;
+  CHECK_THROWS_AS(idem::consume(store, order, "two words", [&] { ++runs; }), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::consume(store, order, "fp", [&] { ++runs; }, {.lease = -1ms}),
+                  idem::InvalidArgument);
+  CHECK(runs == 0);
+  CHECK_FALSE(store.find(order));
+}
+
+TEST_CASE_METHOD(Fixture, "consume_batch: each message gets consume's answer") {
+  // Stored before the batch: O-1 succeeded, O-2 in progress elsewhere, O-3 used with payload a.
+  CHECK(idem::consume(store, idem::Key{"order.paid", "O-1"}, "fp", [] {}) == Ack::commit);
+  REQUIRE(store.claim(idem::Key{"order.paid", "O-2"}, "fp", {}).verdict == Verdict::acquired);
+  CHECK(idem::consume(store, idem::Key{"order.paid", "O-3"}, "a", [] {}) == Ack::commit);
+
+  const std::vector<idem::ClaimRequest> batch{
+      {idem::Key{"order.paid", "O-1"}, "fp"},  // 0 replay
+      {idem::Key{"order.paid", "O-2"}, "fp"},  // 1 in progress
+      {idem::Key{"order.paid", "O-3"}, "b"},   // 2 conflict
+      {idem::Key{"order.paid", "O-4"}, "fp"},  // 3 runs
+      {idem::Key{"order.paid", "O-5"}, "fp"},  // 4 runs and throws
+      {idem::Key{"order.paid", "O-6"}, "fp"},  // 5 runs, permanent failure
+      {idem::Key{"order.paid", "O-4"}, "fp"},  // 6 repeat of 3 in the same batch
+  };
+  std::vector<std::size_t> ran;
+  const auto acks = idem::consume_batch(store, batch, [&](std::size_t i) {
+    ran.push_back(i);
+    if (i == 4) throw std::runtime_error("ledger unavailable");
+    if (i == 5) throw idem::PermanentFailure({{"error", "account_closed"}});
+  });
+  REQUIRE(acks.size() == batch.size());
+  CHECK(ran == std::vector<std::size_t>{3, 4, 5});
+  CHECK((acks[0] == Ack::commit && acks[0].verdict == Verdict::replayed));
+  CHECK((acks[1] == Ack::retry_later && acks[1].verdict == Verdict::in_progress));
+  CHECK((acks[2] == Ack::commit && acks[2].verdict == Verdict::conflict));
+  CHECK((acks[3] == Ack::commit && acks[3].verdict == Verdict::acquired));
+  CHECK((acks[4] == Ack::retry_later && acks[4].verdict == Verdict::acquired));
+  CHECK((acks[5] == Ack::commit && acks[5].verdict == Verdict::acquired));
+  // The repeat was claimed after message 3's claim and before it ran: in progress.
+  CHECK((acks[6] == Ack::retry_later && acks[6].verdict == Verdict::in_progress));
+  CHECK(store.find(idem::Key{"order.paid", "O-4"})->status == idem::Status::succeeded);
+  CHECK(store.find(idem::Key{"order.paid", "O-5"})->retryable);
+}
+
+TEST_CASE_METHOD(Fixture, "consume_batch: a bad message refuses the whole batch before writing") {
+  const std::vector<idem::ClaimRequest> batch{{idem::Key{"order.paid", "O-1"}, "fp"},
+                                              {idem::Key{"order.paid", "O-2"}, "bad fp"}};
+  int runs = 0;
+  CHECK_THROWS_AS(idem::consume_batch(store, batch, [&](std::size_t) { ++runs; }),
+                  idem::InvalidArgument);
+  CHECK(runs == 0);
+  CHECK_FALSE(store.find(idem::Key{"order.paid", "O-1"}));
+}
+
+namespace {
+
+// An at-least-once queue: a delivery that is not acknowledged comes back, and a delivery
+// that is acknowledged may still come back (redelivery_rate) - a lost ack, a rebalance.
+class RedeliveringQueue {
+ public:
+  RedeliveringQueue(int messages, double redelivery_rate, unsigned seed)
+      : rate_(redelivery_rate), rng_(seed) {
+    for (int i = 0; i < messages; ++i)
+      queue_.push_back(i);
+  }
+  bool pop(int& message) {
+    std::lock_guard lock(mutex_);
+    if (queue_.empty()) return false;
+    message = queue_.front();
+    queue_.pop_front();
+    return true;
+  }
+  void ack(int message, bool commit) {
+    std::lock_guard lock(mutex_);
+    if (!commit || std::uniform_real_distribution<>(0, 1)(rng_) < rate_) {
+      queue_.push_back(message);
+      ++redeliveries_;
+    }
+  }
+  int redeliveries() {
+    std::lock_guard lock(mutex_);
+    return redeliveries_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::deque<int> queue_;
+  double rate_;
+  std::mt19937 rng_;
+  int redeliveries_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("consume: racing consumers drain a redelivering queue, each key runs once",
+          "[consume][race]") {
+  idem::MemoryStore store;
+  constexpr int messages = 2000;
+  RedeliveringQueue queue(messages, 0.12, 7);
+  std::vector<std::atomic<int>> runs(messages);
+  std::atomic<int> failures_injected{0};
+  std::atomic<int> unexpected{0};
+  std::vector<std::thread> consumers;
+  for (int t = 0; t < 8; ++t) {
+    consumers.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t));
+      int m = 0;
+      while (queue.pop(m)) {
+        try {
+          const Ack ack =
+              idem::consume(store, idem::Key{"order.paid", "O-" + std::to_string(m)}, "fp", [&] {
+                if (rng() % 50 == 0) {  // a transient business failure now and then
+                  failures_injected++;
+                  throw std::runtime_error("transient");
+                }
+                runs[static_cast<std::size_t>(m)]++;
+              });
+          queue.ack(m, ack == Ack::commit);
+        } catch (...) {
+          unexpected++;
+          queue.ack(m, false);
+        }
+      }
+    });
+  }
+  for (auto& c : consumers)
+    c.join();
+  CHECK(unexpected == 0);
+  CHECK(queue.redeliveries() > messages / 10);
+  CHECK(failures_injected > 0);
+  int wrong = 0;
+  for (auto& r : runs)
+    wrong += r == 1 ? 0 : 1;
+  CHECK(wrong == 0);
+}

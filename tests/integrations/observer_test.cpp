@@ -1,0 +1,252 @@
+// The observer hook (idem/observer.hpp) and the Prometheus counters (idem/metrics.hpp).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <idem/consume.hpp>
+#include <idem/guard.hpp>
+#include <idem/memory_store.hpp>
+#include <idem/metrics.hpp>
+#include <idem/run_once.hpp>
+
+using namespace std::chrono_literals;
+using idem::EventKind;
+
+namespace {
+
+struct Recorder final : idem::Observer {
+  struct Seen {
+    EventKind kind;
+    std::string biz_type;
+    std::string id;
+    std::chrono::nanoseconds latency;
+    std::string error;
+  };
+  void on_event(const idem::Event& e) noexcept override {
+    std::lock_guard lock(mutex);
+    events.push_back({e.kind, std::string(e.biz_type), std::string(e.id), e.latency,
+                      e.error ? e.error->what() : ""});
+  }
+  std::vector<EventKind> kinds() {
+    std::lock_guard lock(mutex);
+    std::vector<EventKind> out;
+    for (const auto& e : events)
+      out.push_back(e.kind);
+    return out;
+  }
+  std::mutex mutex;
+  std::vector<Seen> events;
+};
+
+// A store whose every operation can be made to fail like a database that went away.
+struct FlakyStore {
+  idem::MemoryStore& inner;
+  bool down = false;
+  void check() const {
+    if (down) throw idem::StoreError("flaky: the database went away", true);
+  }
+  idem::ClaimResult claim(const idem::Key& k, std::string_view fp, const idem::Options& o) {
+    check();
+    return inner.claim(k, fp, o);
+  }
+  void complete(const idem::Key& k, const idem::Ticket& t, std::string_view s) {
+    check();
+    inner.complete(k, t, s);
+  }
+  void fail(const idem::Key& k, const idem::Ticket& t, std::string_view s, bool r) {
+    check();
+    inner.fail(k, t, s, r);
+  }
+  std::optional<idem::Record> find(const idem::Key& k) { return inner.find(k); }
+  std::size_t purge_expired(std::size_t b, std::size_t m) { return inner.purge_expired(b, m); }
+  std::size_t release_stale(std::size_t b) { return inner.release_stale(b); }
+};
+
+struct Fixture {
+  idem::ManualClock clock;
+  idem::MemoryStore store{[this] { return clock.now(); }};
+  Recorder recorder;
+  idem::Options options{.lease = 10s, .ttl = 1h, .observer = &recorder};
+};
+
+const idem::Key key{"PAY", "T-1"};
+
+}  // namespace
+
+TEST_CASE_METHOD(Fixture, "observer: a request and its duplicates report each step") {
+  CHECK(idem::run_once(
+      store, key, "fp", [] { return 1; }, options));
+  CHECK(idem::run_once(
+      store, key, "fp", [] { return 1; }, options));  // replayed
+  CHECK_FALSE(idem::run_once(
+      store, key, "other", [] { return 1; }, options));  // conflict
+  CHECK(recorder.kinds() == std::vector<EventKind>{EventKind::acquired, EventKind::committed,
+                                                   EventKind::replayed, EventKind::conflict});
+  for (const auto& e : recorder.events) {
+    CHECK(e.biz_type == "PAY");
+    CHECK(e.id == "T-1");
+    CHECK(e.latency >= 0ns);
+    CHECK(e.error.empty());
+  }
+}
+
+TEST_CASE_METHOD(Fixture, "observer: in progress, takeover, lease lost and abandonment") {
+  idem::IdempotencyGuard first{store, key, "fp", options};
+  REQUIRE(first.acquired());
+  {
+    idem::IdempotencyGuard dup{store, key, "fp", options};
+    CHECK(dup.verdict() == idem::Verdict::in_progress);
+  }
+  clock.advance(11s);  // the first worker's lease ran out
+  {
+    idem::IdempotencyGuard second{store, key, "fp", options};
+    REQUIRE(second.acquired());
+    CHECK_THROWS_AS(first.commit(1), idem::LeaseLost);
+    // `second` is destroyed without a result: a retryable failure is recorded.
+  }
+  CHECK(recorder.kinds() == std::vector<EventKind>{EventKind::acquired, EventKind::in_progress,
+                                                   EventKind::taken_over, EventKind::lease_lost,
+                                                   EventKind::failed});
+  CHECK_FALSE(recorder.events[3].error.empty());
+}
+
+TEST_CASE_METHOD(Fixture, "observer: store failures are reported with the exception") {
+  FlakyStore flaky{store};
+  flaky.down = true;
+  CHECK_THROWS_AS(idem::run_once(
+                      flaky, key, "fp", [] { return 1; }, options),
+                  idem::StoreError);
+  flaky.down = false;
+  {
+    idem::IdempotencyGuard guard{flaky, key, "fp", options};
+    REQUIRE(guard.acquired());
+    flaky.down = true;
+    CHECK_THROWS_AS(guard.commit(1), idem::StoreError);
+    // Still down when the guard is destroyed: its retryable failure cannot be written either.
+  }
+  CHECK(recorder.kinds() == std::vector<EventKind>{EventKind::store_error, EventKind::acquired,
+                                                   EventKind::store_error, EventKind::store_error});
+  CHECK(recorder.events[0].error == "flaky: the database went away");
+}
+
+TEST_CASE_METHOD(Fixture, "observer: consume_batch reports every claim and result") {
+  const std::vector<idem::ClaimRequest> batch{
+      {idem::Key{"MQ", "a"}, "fp"}, {idem::Key{"MQ", "b"}, "fp"}, {idem::Key{"MQ", "a"}, "fp"}};
+  const auto acks = idem::consume_batch(
+      store, batch, [](std::size_t) {}, options);
+  CHECK(acks.size() == 3);
+  CHECK(recorder.kinds() == std::vector<EventKind>{EventKind::acquired, EventKind::acquired,
+                                                   EventKind::in_progress, EventKind::committed,
+                                                   EventKind::committed});
+}
+
+TEST_CASE("observer: none set means no calls at all") {
+  idem::MemoryStore store;
+  Recorder recorder;
+  CHECK(idem::run_once(store, key, "fp", [] { return 1; }));
+  CHECK(recorder.events.empty());
+}
+
+TEST_CASE_METHOD(Fixture, "metrics: counts per business type and the duplicate rate") {
+  idem::Metrics metrics;
+  options.observer = &metrics;
+  // 100 payment callbacks, 12 of them duplicates of earlier ones: the incident's rate.
+  for (int i = 0; i < 88; ++i) {
+    idem::run_once(
+        store, idem::Key{"PAY", "T-" + std::to_string(i)}, "fp", [] { return 1; }, options);
+  }
+  for (int i = 0; i < 12; ++i) {
+    idem::run_once(
+        store, idem::Key{"PAY", "T-" + std::to_string(i)}, "fp", [] { return 1; }, options);
+  }
+  idem::run_once(
+      store, idem::Key{"REFUND", "R-1"}, "fp", [] { return 1; }, options);
+  CHECK(metrics.count("PAY", EventKind::acquired) == 88);
+  CHECK(metrics.count("PAY", EventKind::replayed) == 12);
+  CHECK(metrics.count("PAY", EventKind::committed) == 88);
+  CHECK(metrics.count("REFUND", EventKind::acquired) == 1);
+  CHECK(metrics.count("NONE", EventKind::acquired) == 0);
+  CHECK(metrics.duplicate_rate("PAY") == Approx(0.12));
+  CHECK(metrics.duplicate_rate("REFUND") == 0.0);
+  CHECK(metrics.duplicate_rate("NONE") == 0.0);
+
+  const std::string text = metrics.render();
+  CHECK_THAT(text, Catch::Contains("idem_requests_total{biz_type=\"PAY\"} 100\n"));
+  CHECK_THAT(text, Catch::Contains("idem_duplicates_total{biz_type=\"PAY\"} 12\n"));
+  CHECK_THAT(text,
+             Catch::Contains("idem_claims_total{biz_type=\"PAY\",verdict=\"replayed\"} 12\n"));
+  CHECK_THAT(text,
+             Catch::Contains("idem_results_total{biz_type=\"REFUND\",result=\"committed\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains(
+                       "idem_claim_duration_seconds_bucket{biz_type=\"PAY\",le=\"+Inf\"} 100\n"));
+  CHECK_THAT(text, Catch::Contains("idem_claim_duration_seconds_count{biz_type=\"PAY\"} 100\n"));
+}
+
+TEST_CASE("metrics: the rendering is valid text exposition format") {
+  idem::MemoryStore store;
+  idem::Metrics metrics;
+  const idem::Options options{.observer = &metrics};
+  for (int i = 0; i < 20; ++i)
+    idem::run_once(
+        store, idem::Key{"A.b-c_1", std::to_string(i % 7)}, "", [] { return 1; }, options);
+  const std::regex sample(
+      R"re(^[a-z_]+\{biz_type="[A-Za-z0-9_.-]+"(,[a-z]+="[^"]*")?\} [0-9]+(\.[0-9]+)?(e[-+][0-9]+)?$)re");
+  const std::regex comment(R"(^# (HELP|TYPE) [a-z_]+ .+$)");
+  std::istringstream lines(metrics.render());
+  std::string line;
+  int samples = 0;
+  std::vector<long> buckets;
+  while (std::getline(lines, line)) {
+    INFO(line);
+    CHECK((std::regex_match(line, sample) || std::regex_match(line, comment)));
+    if (line.rfind("idem_claim_duration_seconds_bucket", 0) == 0)
+      buckets.push_back(std::stol(line.substr(line.rfind(' ') + 1)));
+    samples += line[0] == '#' ? 0 : 1;
+  }
+  CHECK(samples == 1 + 5 + 1 + 2 + 1 + 1 + 15 + 2);
+  REQUIRE(buckets.size() == 15);
+  CHECK(std::is_sorted(buckets.begin(), buckets.end()));  // cumulative
+  CHECK(buckets.back() == 20);
+}
+
+TEST_CASE("metrics: racing threads lose no event", "[race]") {
+  idem::MemoryStore store;
+  idem::Metrics metrics;
+  const idem::Options options{.observer = &metrics};
+  constexpr int threads = 8;
+  constexpr int calls = 500;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < calls; ++i) {
+        // Half the keys are shared between all threads, half are the thread's own; business
+        // types are created concurrently too.
+        const std::string id = i % 2 == 0 ? std::to_string(i) : std::to_string(t * calls + i);
+        idem::run_once(
+            store, idem::Key{"T" + std::to_string(i % 3), id}, "fp", [] { return 1; }, options);
+        if (i % 100 == 0) (void)metrics.render();
+      }
+    });
+  }
+  for (auto& th : pool)
+    th.join();
+  std::uint64_t requests = 0;
+  std::uint64_t acquired = 0;
+  for (const char* b : {"T0", "T1", "T2"}) {
+    for (EventKind k : {EventKind::acquired, EventKind::taken_over, EventKind::replayed,
+                        EventKind::in_progress, EventKind::conflict})
+      requests += metrics.count(b, k);
+    acquired += metrics.count(b, EventKind::acquired);
+  }
+  CHECK(requests == threads * calls);
+  // Each shared key runs once, each thread's own key once.
+  CHECK(acquired == calls / 2 + threads * calls / 2);
+}
