@@ -31,7 +31,9 @@ struct Config {
   std::string password;
   std::string work_dir = ".";  // where the SQLite files go
   int rounds = 0;              // per side; 0: 3 with --quick, 5 otherwise
-  long big_rows = 0;           // rows of mysql.big_table; 0: 100,000 with --quick, 1,000,000
+  long big_rows = 0;
+  int threads = 0;  // connections of the 32-connection mysql scenarios; 0: 32           // rows of
+                    // mysql.big_table; 0: 100,000 with --quick, 1,000,000
 
   int rounds_per_side() const { return rounds > 0 ? rounds : (quick ? 3 : 5); }
   // The operation count of a round: `full` normally, `quick_n` with --quick.

@@ -1,7 +1,8 @@
 // idem-bench: idem against the raw database in the same run. See docs/performance.md.
 //
 //   idem-bench [--quick] [--only name[,name...]] [--socket PATH] [--database NAME]
-//              [--user NAME] [--password PW] [--work-dir DIR] [--rounds N] [--big-rows N]
+//              [--user NAME] [--password PW] [--work-dir DIR] [--rounds N] [--threads N]
+//              [--big-rows N]
 //              [--list]
 //
 // Prints one JSON object per scenario per line on stdout; progress on stderr. Exits 0 when
@@ -24,7 +25,7 @@ namespace {
                "usage: idem-bench [--quick] [--only name[,name...]] [--socket PATH] "
                "[--database NAME]\n"
                "                  [--user NAME] [--password PW] [--work-dir DIR] [--rounds N] "
-               "[--big-rows N] [--list]\n"
+               "[--threads N] [--big-rows N] [--list]\n"
                "  --quick      fewer operations and rounds (under 2 minutes on 2 cores)\n"
                "  --only       run only these scenarios (see --list); a prefix such as mysql. "
                "selects a group\n"
@@ -32,6 +33,7 @@ namespace {
                "  --database   database for the benchmark tables (default idem_test)\n"
                "  --work-dir   directory for the SQLite file (default .)\n"
                "  --rounds     rounds per side (default 5, --quick 3)\n"
+               "  --threads    connections of the 32-connection mysql scenarios (default 32)\n"
                "  --big-rows   expired rows of mysql.big_table (default 1,000,000, --quick "
                "100,000)\n");
   std::exit(code);
@@ -90,6 +92,8 @@ int main(int argc, char** argv) {
       config.work_dir = value();
     } else if (a == "--rounds") {
       config.rounds = static_cast<int>(to_number(a, value()));
+    } else if (a == "--threads") {
+      config.threads = static_cast<int>(to_number(a, value()));
     } else if (a == "--big-rows") {
       config.big_rows = to_number(a, value());
     } else if (a == "--list") {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include <idem/batch.hpp>
 #include <idem/idem.hpp>
 #include <idem/mysql.hpp>
 
@@ -142,7 +143,7 @@ std::vector<std::unique_ptr<T>> per_thread(int threads) {
 // --- mysql.claim ---------------------------------------------------------------------------
 
 void claim_scenario(const Config& config) {
-  const int threads = 32;
+  const int threads = config.threads > 0 ? config.threads : 32;
   Server server(config, threads);
   const std::size_t per = config.ops(20'000, 4'000) / threads;
   const std::size_t total = per * threads;
@@ -178,7 +179,7 @@ void claim_scenario(const Config& config) {
 // --- mysql.returning: would INSERT ... RETURNING pay off for the claim? ---------------------
 
 void returning_scenario(const Config& config) {
-  const int threads = 32;
+  const int threads = config.threads > 0 ? config.threads : 32;
   Server server(config, threads);
   const std::size_t per = config.ops(20'000, 4'000) / threads;
   const std::size_t total = per * threads;
@@ -244,7 +245,7 @@ struct RawCycle {
 
 void cycle_scenario(const Config& config, bool mix) {
   const std::string name = mix ? "mysql.mix" : "mysql.cycle";
-  const int threads = 32;
+  const int threads = config.threads > 0 ? config.threads : 32;
   Server server(config, threads);
   const std::size_t per = config.ops(10'000, 2'000) / threads;
   const std::size_t total = per * threads;
@@ -312,7 +313,8 @@ std::string order_insert_sql(const std::string& table) {
 
 void tx_scenario(const Config& config, bool record_last) {
   const std::string name = record_last ? "mysql.tx_record_last" : "mysql.tx";
-  const int threads = 32;
+  const int threads = config.threads > 0 ? config.threads : 32;
+  std::atomic<long> bodies{0};
   Server server(config, threads);
   server.conn(0).query(order_ddl("bench_lib_order"));
   server.conn(0).query(order_ddl("bench_raw_order"));
@@ -335,6 +337,7 @@ void tx_scenario(const Config& config, bool record_last) {
                  for (std::size_t i = 0; i < per; ++i) {
                    const std::string id = key_id(r, t, i);
                    const bool ok = idem::mysql::with_transaction(*server.pool, [&](Connection& c) {
+                     ++bodies;  // more bodies than transactions: some ran again
                      if (record_last) {
                        c.execute(lib_order, {id, 100});
                        const std::string snapshot = nlohmann::json{{"order", id}}.dump();
@@ -375,6 +378,8 @@ void tx_scenario(const Config& config, bool record_last) {
   const auto t = alternate(name, config.rounds_per_side(), threads, total, library, baseline);
   auto j = throughput_json(name, threads, total, t, record_last ? "report" : ">= 0.6");
   j["connections"] = threads;
+  j["library_transaction_tries"] = bodies.load();
+  j["library_transactions"] = total * static_cast<std::size_t>(config.rounds_per_side());
   if (record_last) {
     j["library"] =
         "record-last sketch on idem::mysql::Connection: START TRANSACTION, business INSERT, "
@@ -385,6 +390,53 @@ void tx_scenario(const Config& config, bool record_last) {
         "commit of the record, COMMIT";
   }
   j["baseline"] = "START TRANSACTION, business INSERT, COMMIT (C API)";
+  emit(j);
+}
+
+// --- mysql.batch ---------------------------------------------------------------------------
+
+void batch_scenario(const Config& config) {
+  const int threads = 4;  // consumers, each polling batches of `batch` messages
+  const std::size_t batch = 100;
+  auto pool =
+      std::make_shared<Pool>(connection_params(config),
+                             idem::mysql::PoolParams{.size = static_cast<std::size_t>(threads)});
+  idem::mysql::Store store(pool, idem::mysql::StoreParams{.table = lib_table});
+  store.ensure_schema();
+  const std::size_t per = config.ops(20'000, 4'000) / threads / batch * batch;
+  const std::size_t total = per * threads;
+  auto truncate = [&](int) { pool->acquire()->query(fmt::format("TRUNCATE TABLE {}", lib_table)); };
+  auto requests = [&](int r, int t, std::size_t first) {
+    std::vector<idem::ClaimRequest> out;
+    out.reserve(batch);
+    for (std::size_t i = first; i < first + batch; ++i)
+      out.push_back({idem::Key{"BENCH", key_id(r, t, i)}, fixed_fingerprint()});
+    return out;
+  };
+  Side batched{truncate, [&](int t, int r) {
+                 for (std::size_t first = 0; first < per; first += batch) {
+                   const auto req = requests(r, t, first);
+                   for (const auto& res : idem::claim_batch(store, req, options))
+                     if (res.verdict != idem::Verdict::acquired)
+                       throw std::runtime_error("not acquired");
+                 }
+               }};
+  Side single{
+      truncate, [&](int t, int r) {
+        for (std::size_t first = 0; first < per; first += batch) {
+          const auto req = requests(r, t, first);
+          for (const auto& m : req)
+            if (store.claim(m.key, m.fingerprint, options).verdict != idem::Verdict::acquired)
+              throw std::runtime_error("not acquired");
+        }
+      }};
+  const auto t =
+      alternate("mysql.batch", config.rounds_per_side(), threads, total, batched, single);
+  auto j = throughput_json("mysql.batch", threads, total, t, ">= 3");
+  j["connections"] = threads;
+  j["batch"] = batch;
+  j["library"] = "idem::claim_batch of 100 messages (mysql::Store: one INSERT IGNORE + one read)";
+  j["baseline"] = "store.claim once per message (INSERT + read back each)";
   emit(j);
 }
 
@@ -617,6 +669,7 @@ int run_mysql(const Config& config, const Selected& selected) {
       {"mysql.mix", [&] { cycle_scenario(config, true); }},
       {"mysql.tx", [&] { tx_scenario(config, false); }},
       {"mysql.tx_record_last", [&] { tx_scenario(config, true); }},
+      {"mysql.batch", [&] { batch_scenario(config); }},
       {"mysql.storm", [&] { storm_scenario(config); }},
       {"mysql.big_table", [&] { big_table_scenario(config); }},
   };
