@@ -145,7 +145,7 @@ std::vector<std::unique_ptr<T>> per_thread(int threads) {
 void claim_scenario(const Config& config) {
   const int threads = config.threads > 0 ? config.threads : 32;
   Server server(config, threads);
-  const std::size_t per = config.ops(20'000, 4'000) / threads;
+  const std::size_t per = config.ops(10'000, 3'000) / threads;
   const std::size_t total = per * threads;
   auto inserts = per_thread<RawInsert>(threads);
 
@@ -181,7 +181,7 @@ void claim_scenario(const Config& config) {
 void returning_scenario(const Config& config) {
   const int threads = config.threads > 0 ? config.threads : 32;
   Server server(config, threads);
-  const std::size_t per = config.ops(20'000, 4'000) / threads;
+  const std::size_t per = config.ops(10'000, 3'000) / threads;
   const std::size_t total = per * threads;
   auto returning = per_thread<RawInsert>(threads);
   auto inserts = per_thread<RawInsert>(threads);
@@ -247,7 +247,7 @@ void cycle_scenario(const Config& config, bool mix) {
   const std::string name = mix ? "mysql.mix" : "mysql.cycle";
   const int threads = config.threads > 0 ? config.threads : 32;
   Server server(config, threads);
-  const std::size_t per = config.ops(10'000, 2'000) / threads;
+  const std::size_t per = config.ops(5'000, 1'500) / threads;
   const std::size_t total = per * threads;
   auto cycles = per_thread<RawCycle>(threads);
   // mysql.mix: 3 operations in 25 (12%) repeat a key this thread finished 20 operations ago.
@@ -318,7 +318,7 @@ void tx_scenario(const Config& config, bool record_last) {
   Server server(config, threads);
   server.conn(0).query(order_ddl("bench_lib_order"));
   server.conn(0).query(order_ddl("bench_raw_order"));
-  const std::size_t per = config.ops(10'000, 2'000) / threads;
+  const std::size_t per = config.ops(5'000, 1'500) / threads;
   const std::size_t total = per * threads;
   const std::string lib_order = order_insert_sql("bench_lib_order");
   // The record-last pattern: the finished record is inserted after the business, in the same
@@ -403,7 +403,7 @@ void batch_scenario(const Config& config) {
                              idem::mysql::PoolParams{.size = static_cast<std::size_t>(threads)});
   idem::mysql::Store store(pool, idem::mysql::StoreParams{.table = lib_table});
   store.ensure_schema();
-  const std::size_t per = config.ops(20'000, 4'000) / threads / batch * batch;
+  const std::size_t per = config.ops(10'000, 3'000) / threads / batch * batch;
   const std::size_t total = per * threads;
   auto truncate = [&](int) { pool->acquire()->query(fmt::format("TRUNCATE TABLE {}", lib_table)); };
   auto requests = [&](int r, int t, std::size_t first) {

@@ -100,7 +100,7 @@ void sqlite_cycle(const Config& config) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string file = (dir / "bench.db").string();
-  const std::size_t ops = config.ops(2'000, 200);
+  const std::size_t ops = config.ops(1'000, 200);
   const idem::Options options{};
   {
     idem::sqlite::Store store{file};  // creates the library's table; both tables in one file
