@@ -26,6 +26,7 @@ TEST_CASE("idempotency key: parameters of every bare-item type are accepted and 
         "k");
   CHECK(parse_idempotency_key(R"("k";  a=?1;*b=1;c_d.e-f*=2)") == "k");
   CHECK(parse_idempotency_key(R"("k";a=123456789012345)") == "k");
+  CHECK(parse_idempotency_key(R"("k";t=@1659578233;d=%"caf%c3%a9")") == "k");  // RFC 9651 types
   CHECK(parse_idempotency_key(R"("k";a=123456789012.123)") == "k");
 }
 
@@ -69,6 +70,13 @@ TEST_CASE("idempotency key: anything but one sf-string is refused with where and
   refused(R"("a";p=:ab!:)", "base64");
   refused(R"("a";p=:abc)", "no closing ':'");
   refused(R"("a";p="open)", "no closing");
+  refused(R"("a";p=@)", "needs a digit");
+  refused(R"("a";p=%"%C3")", "lower-case %xx");
+  refused(R"("a";p=%"%c")", "lower-case %xx");
+  refused(R"("a";p=%"open)", "no closing");
+  refused(R"("a";p=%x)", "starts with %\"");
+  refused("@1659578233", "not quoted");
+  refused(R"(%"display")", "not quoted");
 }
 
 TEST_CASE("idempotency key: the message names the byte offset and shows the value safely") {

@@ -1,6 +1,7 @@
 // examples/http_server.cpp as a child process on a loopback port, driven with real HTTP
 // requests (cpp-httplib's client): concurrent duplicates charge once, mismatched payloads are
 // 422, missing keys 400, replays carry the original status, headers and body.
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -41,7 +42,8 @@ class ServerProcess {
       argv.push_back(a.data());
     argv.push_back(nullptr);
     int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe() failed");
+    // Close-on-exec, so that no other child (a server started later) inherits this pipe.
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2() failed");
     const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork() failed");

@@ -5,7 +5,8 @@
 //   Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"
 //
 // parse_idempotency_key() reads a field value strictly by RFC 8941 section 4.2 (leading and
-// trailing spaces allowed, parameters allowed and ignored, anything else refused): a token
+// trailing spaces allowed, parameters allowed and ignored - including RFC 9651's dates and
+// display strings as their values - anything else refused): a token
 // (unquoted text), an integer, two comma-joined values (the header sent twice) or a bad escape
 // is not a key. format_idempotency_key() writes one, for clients and tests.
 
@@ -85,6 +86,12 @@ class SfCursor {
       ++i_;
       if (peek() != '0' && peek() != '1') fail("a boolean must be ?0 or ?1");
       ++i_;
+    } else if (c == '@') {  // sf-date (RFC 9651): "@" sf-integer
+      ++i_;
+      parse_number();
+    } else if (c == '%') {  // sf-displaystring (RFC 9651): %" with %xx escapes of UTF-8
+      ++i_;
+      parse_display_string();
     } else if (is_alpha(c) || c == '*') {
       ++i_;
       while (!done() && (is_tchar(peek()) || peek() == ':' || peek() == '/'))
@@ -141,6 +148,29 @@ class SfCursor {
     while (is_digit(peek()))
       ++i_, ++frac;
     if (whole > 12 || frac == 0 || frac > 3) fail("a decimal has 1-12 digits, '.', 1-3 digits");
+  }
+
+  void parse_display_string() {
+    if (peek() != '"') fail("a display string starts with %\"");
+    ++i_;
+    while (!done()) {
+      const auto c = static_cast<unsigned char>(s_[i_]);
+      if (c == '"') {
+        ++i_;
+        return;
+      }
+      if (c < 0x20 || c > 0x7e) fail("a display string may only hold printable ASCII");
+      if (c == '%') {
+        const auto hex = [](char h) { return (h >= '0' && h <= '9') || (h >= 'a' && h <= 'f'); };
+        if (i_ + 2 >= s_.size() || !hex(s_[i_ + 1]) || !hex(s_[i_ + 2])) {
+          fail("'%' in a display string must start a lower-case %xx escape");
+        }
+        i_ += 3;
+      } else {
+        ++i_;
+      }
+    }
+    fail("the display string has no closing '\"'");
   }
 
   // sf-binary: ":" *base64 ":"

@@ -385,7 +385,11 @@ class Store {
                                            retryable))
           return true;
       }
-      return ops_.finish(c, key, ticket, snapshot, to, retryable);
+      if (ops_.finish(c, key, ticket, snapshot, to, retryable)) return true;
+      // The killed try may still have been committing during the read above; the UPDATE
+      // waited for its row lock, so a read now sees whether that write was ours.
+      return uncertain && detail::RecordOps::finished_as(ops_.read(c, key, false), ticket, snapshot,
+                                                         to, retryable);
     });
     if (!done) detail::throw_lease_lost(key, ticket);
   }

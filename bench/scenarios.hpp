@@ -1,0 +1,29 @@
+#pragma once
+// The scenario groups of idem-bench. Each run_* emits one JSON line per scenario it runs and
+// returns how many selected scenarios could not run (no server, a failed statement; reported
+// on stderr): a benchmark that did not run has no figures to report.
+
+#include <functional>
+#include <string>
+
+#include "common.hpp"
+
+namespace bench {
+
+// Whether a scenario was selected (by --only, or all by default).
+using Selected = std::function<bool(const std::string& scenario)>;
+
+int run_memory(const Config& config, const Selected& selected);
+int run_mysql(const Config& config, const Selected& selected);
+int run_sqlite(const Config& config, const Selected& selected);
+
+// Every scenario name, in the order they run.
+inline const std::vector<std::string>& scenario_names() {
+  static const std::vector<std::string> names = {
+      "memory.cycle", "mysql.claim",     "mysql.returning",      "mysql.cycle",
+      "mysql.mix",    "mysql.tx",        "mysql.tx_record_last", "mysql.batch",
+      "mysql.storm",  "mysql.big_table", "sqlite.cycle"};
+  return names;
+}
+
+}  // namespace bench
