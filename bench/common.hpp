@@ -29,8 +29,9 @@ struct Config {
   std::string database = "idem_test";
   std::string user = "root";
   std::string password;
-  std::string work_dir = ".";  // where the SQLite files go
-  int rounds = 0;              // per side; 0: 3 with --quick, 5 otherwise
+  std::string work_dir = ".";               // where the SQLite files go
+  std::vector<std::string> galera_sockets;  // unix sockets of a Galera cluster's nodes
+  int rounds = 0;                           // per side; 0: 3 with --quick, 5 otherwise
   long big_rows = 0;
   int threads = 0;  // connections of the 32-connection mysql scenarios; 0: 32           // rows of
                     // mysql.big_table; 0: 100,000 with --quick, 1,000,000
