@@ -11,8 +11,8 @@
 namespace idem::http {
 
 struct Header {
-  std::string name;
-  std::string value;
+  std::string name{};
+  std::string value{};
 
   friend bool operator==(const Header&, const Header&) = default;
 };
@@ -53,18 +53,18 @@ struct Request {
   std::string method = "POST";
   // Path and query as received (e.g. "/payments"); part of the request fingerprint, so a key
   // reused on another endpoint is refused.
-  std::string target;
-  Headers headers;
-  std::string body;
+  std::string target{};
+  Headers headers{};
+  std::string body{};
   // Optional: who is calling (an authenticated account or API client id). When set, keys are
   // unique per scope, so one client can never replay another client's response.
-  std::string scope;
+  std::string scope{};
 };
 
 struct Response {
   int status = 200;
-  Headers headers;
-  std::string body;
+  Headers headers{};
+  std::string body{};
 
   std::optional<std::string> header(std::string_view name) const {
     return field_value(headers, name);

@@ -34,7 +34,7 @@ struct Policy {
   std::string header = "Idempotency-Key";
   // Fallback for proxies that strip unknown headers: a top-level string member of a JSON
   // object body (e.g. "idempotency_key"), read only when the header is absent. Empty: off.
-  std::string body_field;
+  std::string body_field{};
   StoredResponses stored = StoredResponses::successes_and_client_errors;
   // Response headers recorded and replayed besides Content-Type (always kept). Never put
   // Set-Cookie or other per-caller headers here.

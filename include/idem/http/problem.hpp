@@ -17,9 +17,9 @@ inline constexpr std::string_view problem_content_type = "application/problem+js
 
 struct Problem {
   std::string type = "about:blank";  // a URI naming the problem kind (docs for humans)
-  std::string title;                 // short, the same for every occurrence of the type
+  std::string title{};               // short, the same for every occurrence of the type
   int status = 500;
-  std::string detail;  // this occurrence, for a human: what was wrong and how to fix it
+  std::string detail{};  // this occurrence, for a human: what was wrong and how to fix it
 
   friend bool operator==(const Problem&, const Problem&) = default;
 };
