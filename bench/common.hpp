@@ -32,6 +32,7 @@ struct Config {
   std::string work_dir = ".";  // where the SQLite files go
   int rounds = 0;              // per side; 0: 3 with --quick, 5 otherwise
   long big_rows = 0;
+  std::size_t purge_batch = 0;  // rows per DELETE in mysql.big_table; 0: 1000 (the Janitor's)
   int threads = 0;  // connections of the 32-connection mysql scenarios; 0: 32           // rows of
                     // mysql.big_table; 0: 100,000 with --quick, 1,000,000
 
