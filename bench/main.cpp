@@ -2,7 +2,7 @@
 //
 //   idem-bench [--quick] [--only name[,name...]] [--socket PATH] [--database NAME]
 //              [--user NAME] [--password PW] [--work-dir DIR] [--rounds N] [--threads N]
-//              [--big-rows N]
+//              [--big-rows N] [--galera-sockets A,B,C]
 //              [--list]
 //
 // Prints one JSON object per scenario per line on stdout; progress on stderr. Exits 0 when
@@ -36,7 +36,8 @@ namespace {
                "  --threads    connections of the 32-connection mysql scenarios (default 32)\n"
                "  --purge-batch rows per DELETE in mysql.big_table (default 1000, as the Janitor)\n"
                "  --big-rows   expired rows of mysql.big_table (default 1,000,000, --quick "
-               "100,000)\n");
+               "100,000)\n"
+               "  --galera-sockets  unix sockets of the Galera nodes for galera.cycle\n");
   std::exit(code);
 }
 
@@ -99,6 +100,8 @@ int main(int argc, char** argv) {
       config.purge_batch = static_cast<std::size_t>(to_number(a, value()));
     } else if (a == "--big-rows") {
       config.big_rows = to_number(a, value());
+    } else if (a == "--galera-sockets") {
+      config.galera_sockets = split(value());
     } else if (a == "--list") {
       for (const auto& n : bench::scenario_names())
         std::printf("%s\n", n.c_str());
@@ -137,6 +140,7 @@ int main(int argc, char** argv) {
   failed += bench::run_memory(config, selected);
   failed += bench::run_mysql(config, selected);
   failed += bench::run_sqlite(config, selected);
+  failed += bench::run_galera(config, selected);
   bench::progress(fmt::format("done in {:.1f} s; {}", bench::seconds_since(t0), bench::fmt_load()));
   return failed == 0 ? 0 : 1;
 }

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Shared helpers for the idem developer scripts (scripts/test, scripts/demo,
-# scripts/mariadb).  Source this file; it does not change shell options.
+# scripts/mariadb, scripts/galera).  Source this file; it does not change shell options.
 
 # Debian 12 (bookworm) packages needed to build and test idem.
 IDEM_DEPS=(
@@ -8,6 +8,9 @@ IDEM_DEPS=(
     nlohmann-json3-dev catch2 libfmt-dev libssl-dev
     default-libmysqlclient-dev mariadb-server libsqlite3-dev
     libclang-rt-14-dev libcpp-httplib-dev ca-certificates
+    # The Galera suite (scripts/galera): the provider, the client tools, rsync state transfer
+    # and what its SST script calls (ss or lsof, ps, hostname, setpriv).
+    mariadb-client galera-4 rsync iproute2 lsof procps psmisc socat hostname util-linux
 )
 
 # Absolute path of the repository root (the parent of scripts/).

@@ -1,7 +1,9 @@
 #pragma once
 // The whole core of idem. Backends have their own headers: idem/mysql.hpp, idem/sqlite.hpp.
 
+#include "idem/batch.hpp"
 #include "idem/clock.hpp"
+#include "idem/consume.hpp"
 #include "idem/decision.hpp"
 #include "idem/errors.hpp"
 #include "idem/fingerprint.hpp"
@@ -10,6 +12,8 @@
 #include "idem/key.hpp"
 #include "idem/memory_store.hpp"
 #include "idem/memory_table.hpp"  // also state_machine.hpp and statement.hpp
+#include "idem/metrics.hpp"
+#include "idem/observer.hpp"
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"

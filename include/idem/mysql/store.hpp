@@ -356,8 +356,16 @@ class Store {
 
   std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
     if (batch == 0 || max_batches == 0) return 0;
-    return with_retries("purge_expired",
-                        [&](Connection& c, bool) { return ops_.purge(c, batch, max_batches); });
+    // One retried unit per batch, so that a deadlock in a later batch does not drop the count
+    // of the batches already deleted (only a batch whose reply was lost goes uncounted).
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < max_batches; ++i) {
+      const std::size_t n = with_retries(
+          "purge_expired", [&](Connection& c, bool) { return ops_.purge(c, batch, 1); });
+      total += n;
+      if (n < batch) break;
+    }
+    return total;
   }
 
   std::size_t release_stale(std::size_t batch) {
@@ -385,7 +393,11 @@ class Store {
                                            retryable))
           return true;
       }
-      return ops_.finish(c, key, ticket, snapshot, to, retryable);
+      if (ops_.finish(c, key, ticket, snapshot, to, retryable)) return true;
+      // The killed try may still have been committing during the read above; the UPDATE
+      // waited for its row lock, so a read now sees whether that write was ours.
+      return uncertain && detail::RecordOps::finished_as(ops_.read(c, key, false), ticket, snapshot,
+                                                         to, retryable);
     });
     if (!done) detail::throw_lease_lost(key, ticket);
   }

@@ -1,0 +1,218 @@
+#pragma once
+// Shared set-up of the Galera tests: the 3-node cluster that the CTest fixture 'galera.start'
+// started with scripts/galera (its directory in IDEM_GALERA_DIR), a pool and a Store per node
+// on one fresh record table, and the script's kill / rejoin for the crash test.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <idem/mysql.hpp>
+
+namespace galera_test {
+
+inline constexpr int nodes = 3;
+
+inline std::string cluster_dir() {
+  const char* dir = std::getenv("IDEM_GALERA_DIR");
+  if (dir == nullptr || *dir == '\0') {
+    throw std::runtime_error(
+        "IDEM_GALERA_DIR is not set: the Galera tests run against the cluster that the CTest "
+        "fixture 'galera.start' launches (run them through ctest -L galera or scripts/test)");
+  }
+  return dir;
+}
+
+// Node n (0-2) is scripts/galera's node n+1.
+inline idem::mysql::ConnectionParams node(int n) {
+  idem::mysql::ConnectionParams p;
+  p.unix_socket = cluster_dir() + "/node" + std::to_string(n + 1) + "/mysqld.sock";
+  p.user = "root";
+  p.database = "idem_test";
+  return p;
+}
+
+// Runs `scripts/galera <command> DIR [node+1]`; returns its exit status.
+inline int script(const std::string& command, int n = -1) {
+  std::string cmd =
+      std::string(IDEM_SOURCE_DIR) + "/scripts/galera " + command + " '" + cluster_dir() + "'";
+  if (n >= 0) cmd += " " + std::to_string(n + 1);
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+inline std::string unique_name(const std::string& stem) {
+  static std::atomic<int> counter{0};
+  return stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
+}
+
+// One value from a query on node n, read with wsrep_sync_wait so that it sees every write the
+// cluster committed before the query (a plain read on another node may lag behind).
+inline std::string scalar(int n, const std::string& sql) {
+  idem::mysql::Connection c(node(n));
+  c.query("SET SESSION wsrep_sync_wait = 1");
+  const auto rows = c.select(sql, {});
+  if (rows.empty() || rows.front().empty() || !rows.front().front()) return "";
+  return *rows.front().front();
+}
+
+inline long long count(int n, const std::string& sql) {
+  return std::stoll(scalar(n, sql));
+}
+
+// Galera's counters of this node: local transactions that failed certification, and local
+// transactions aborted by a replicated one (both reach the client as deadlock 1213).
+inline long long conflicts(int n) {
+  idem::mysql::Connection c(node(n));
+  const auto rows = c.select(
+      "SELECT SUM(VARIABLE_VALUE) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN "
+      "('WSREP_LOCAL_CERT_FAILURES', 'WSREP_LOCAL_BF_ABORTS')",
+      {});
+  return std::stoll(*rows.at(0).at(0));
+}
+inline long long conflicts() {
+  long long total = 0;
+  for (int n = 0; n < nodes; ++n)
+    total += conflicts(n);
+  return total;
+}
+
+// Sets a global server variable on every node for the life of the object (new connections
+// pick it up; the pools are created after it).
+struct GlobalSetting {
+  std::string name;
+  std::array<std::string, nodes> old;
+  GlobalSetting(std::string variable, const std::string& value) : name(std::move(variable)) {
+    for (int n = 0; n < nodes; ++n) {
+      idem::mysql::Connection c(node(n));
+      old[static_cast<std::size_t>(n)] = *c.select("SELECT @@GLOBAL." + name, {}).at(0).at(0);
+      c.query("SET GLOBAL " + name + " = " + value);
+    }
+  }
+  ~GlobalSetting() {
+    for (int n = 0; n < nodes; ++n) {
+      try {
+        idem::mysql::Connection c(node(n));
+        c.query("SET GLOBAL " + name + " = " + old[static_cast<std::size_t>(n)]);
+      } catch (...) {
+      }
+    }
+  }
+};
+
+// A pool and a Store per node on one fresh record table, dropped at the end of the test.
+struct Cluster {
+  std::string table = unique_name("rec");
+  std::array<std::shared_ptr<idem::mysql::Pool>, nodes> pools;
+  std::vector<std::unique_ptr<idem::mysql::Store>> stores;
+
+  explicit Cluster(std::size_t pool_size = 64, idem::mysql::StoreParams params = {}) {
+    if (script("wait") != 0) throw std::runtime_error("the Galera cluster is not whole");
+    params.table = table;
+    for (int n = 0; n < nodes; ++n) {
+      pools[static_cast<std::size_t>(n)] =
+          std::make_shared<idem::mysql::Pool>(node(n), idem::mysql::PoolParams{.size = pool_size});
+      stores.push_back(
+          std::make_unique<idem::mysql::Store>(pools[static_cast<std::size_t>(n)], params));
+    }
+    // The DDL replicates in total order; running it on every node makes sure each node has
+    // the table before its clients start.
+    for (auto& s : stores)
+      s->ensure_schema();
+  }
+  ~Cluster() {
+    try {
+      auto c = pools[0]->acquire();
+      c->query("DROP TABLE IF EXISTS " + stores[0]->table());
+    } catch (...) {
+    }
+  }
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  idem::mysql::Store& store(int n) { return *stores[static_cast<std::size_t>(n)]; }
+  idem::mysql::Pool& pool(int n) { return *pools[static_cast<std::size_t>(n)]; }
+  long long count(const std::string& where = "1") {
+    return galera_test::count(0, "SELECT COUNT(*) FROM " + stores[0]->table() + " WHERE " + where);
+  }
+};
+
+// A business table with no unique key on purpose: a double execution shows up as two rows.
+// It has a primary key (Galera replicates rows by their primary key).
+struct BusinessTable {
+  std::string name = unique_name("biz");
+  Cluster& cluster;
+
+  explicit BusinessTable(Cluster& c) : cluster(c) {
+    for (int n = 0; n < nodes; ++n) {
+      auto h = c.pool(n).acquire();
+      h->query("CREATE TABLE IF NOT EXISTS `" + name +
+               "` (id BIGINT AUTO_INCREMENT PRIMARY KEY, trade_no VARBINARY(64) NOT NULL, node "
+               "INT NOT NULL, KEY (trade_no)) ENGINE=InnoDB");
+    }
+  }
+  ~BusinessTable() {
+    try {
+      auto h = cluster.pool(0).acquire();
+      h->query("DROP TABLE IF EXISTS `" + name + "`");
+    } catch (...) {
+    }
+  }
+  void insert(idem::mysql::Connection& c, const std::string& trade_no, int n) {
+    c.execute("INSERT INTO `" + name + "` (trade_no, node) VALUES (?, ?)", {trade_no, n});
+  }
+  long long rows(const std::string& where = "1") {
+    return galera_test::count(0, "SELECT COUNT(*) FROM `" + name + "` WHERE " + where);
+  }
+  long long max_per_key() {
+    return galera_test::count(0, "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) n FROM `" +
+                                     name + "` GROUP BY trade_no) t");
+  }
+};
+
+// Catch2 assertions are not thread-safe: worker threads report here, the test thread checks.
+struct Errors {
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  void add(const std::string& m) {
+    std::lock_guard lock(mutex);
+    messages.push_back(m);
+  }
+  std::size_t size() {
+    std::lock_guard lock(mutex);
+    return messages.size();
+  }
+  std::string first() {
+    std::lock_guard lock(mutex);
+    return messages.empty() ? std::string("none") : messages.front();
+  }
+};
+
+// Starts n threads that wait for each other, runs f(t) on each, joins them.
+template <class F>
+void run_threads(int n, F&& f) {
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(n));
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load())
+        std::this_thread::yield();
+      f(t);
+    });
+  }
+  go = true;
+  for (auto& th : threads)
+    th.join();
+}
+
+}  // namespace galera_test
