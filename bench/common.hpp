@@ -32,9 +32,12 @@ struct Config {
   std::string work_dir = ".";               // where the SQLite files go
   std::vector<std::string> galera_sockets;  // unix sockets of a Galera cluster's nodes
   int rounds = 0;                           // per side; 0: 3 with --quick, 5 otherwise
+  // Rows of mysql.big_table; 0: 100,000 with --quick, 1,000,000 otherwise.
   long big_rows = 0;
-  int threads = 0;  // connections of the 32-connection mysql scenarios; 0: 32           // rows of
-                    // mysql.big_table; 0: 100,000 with --quick, 1,000,000
+  // Rows per DELETE in mysql.big_table; 0: 1000 (the Janitor's default).
+  std::size_t purge_batch = 0;
+  // Connections of the 32-connection mysql scenarios; 0: 32.
+  int threads = 0;
 
   int rounds_per_side() const { return rounds > 0 ? rounds : (quick ? 3 : 5); }
   // The operation count of a round: `full` normally, `quick_n` with --quick.

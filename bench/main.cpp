@@ -25,7 +25,7 @@ namespace {
                "usage: idem-bench [--quick] [--only name[,name...]] [--socket PATH] "
                "[--database NAME]\n"
                "                  [--user NAME] [--password PW] [--work-dir DIR] [--rounds N] "
-               "[--threads N] [--big-rows N] [--list]\n"
+               "[--threads N] [--big-rows N] [--purge-batch N] [--list]\n"
                "  --quick      fewer operations and rounds (under 2 minutes on 2 cores)\n"
                "  --only       run only these scenarios (see --list); a prefix such as mysql. "
                "selects a group\n"
@@ -34,6 +34,7 @@ namespace {
                "  --work-dir   directory for the SQLite file (default .)\n"
                "  --rounds     rounds per side (default 5, --quick 3)\n"
                "  --threads    connections of the 32-connection mysql scenarios (default 32)\n"
+               "  --purge-batch rows per DELETE in mysql.big_table (default 1000, as the Janitor)\n"
                "  --big-rows   expired rows of mysql.big_table (default 1,000,000, --quick "
                "100,000)\n"
                "  --galera-sockets  unix sockets of the Galera nodes for galera.cycle\n");
@@ -95,6 +96,8 @@ int main(int argc, char** argv) {
       config.rounds = static_cast<int>(to_number(a, value()));
     } else if (a == "--threads") {
       config.threads = static_cast<int>(to_number(a, value()));
+    } else if (a == "--purge-batch") {
+      config.purge_batch = static_cast<std::size_t>(to_number(a, value()));
     } else if (a == "--big-rows") {
       config.big_rows = to_number(a, value());
     } else if (a == "--galera-sockets") {
