@@ -379,6 +379,16 @@ std::vector<Case<S>> common_cases() {
        },
        Expect::corrupt_record,
        "cannot be read as the requested type"},
+      {"stored number too large for the response type",
+       [](S& s, C&) {
+         const idem::Key k{"PAY", "huge-number"};
+         s.complete(k, s.claim(k, "", plain).record.ticket, "1e40");
+       },
+       [](S& s, C&) {
+         idem::run_once(s, idem::Key{"PAY", "huge-number"}, "", [] { return 1; });
+         return std::string("replayed");
+       },
+       Expect::corrupt_record, "does not fit"},
       // Out-of-order use and stale tickets.
       {"complete with a stale fence", open_claim("fenced"),
        [](S& s, C& ctx) {
@@ -491,17 +501,27 @@ TEST_CASE("hostile input on MemoryStore - typed errors, verbatim storage, an unc
                    "clock must not be empty"});
   // The memory store cannot be listed, so its checksum covers its size and every key the cases
   // name (a write to any other key would change the size).
-  const std::vector<std::pair<std::string, std::string>> names = {
-      {"PAY", "abc"},           {"PAY", "declined"},
-      {"PAY", "open"},          {"PAY", "victim"},
-      {"PAY", "fresh-options"}, {"PAY", "fresh-fp"},
-      {"PAY", "fresh-wait"},    {"PAY", "fresh-json"},
-      {"PAY", "snap-big"},      {"PAY", "snap-big-guard"},
-      {"PAY", "err-big"},       {"PAY", "unserialisable"},
-      {"PAY", "snap-limit"},    {"PAY", "err-note"},
-      {"PAY", "corrupt"},       {"PAY", "fenced"},
-      {"PAY", "foreign"},       {"PAY", "k"},
-      {"pay", "abc"},           {"PAY", "ABC"}};
+  const std::vector<std::pair<std::string, std::string>> names = {{"PAY", "abc"},
+                                                                  {"PAY", "declined"},
+                                                                  {"PAY", "open"},
+                                                                  {"PAY", "victim"},
+                                                                  {"PAY", "fresh-options"},
+                                                                  {"PAY", "fresh-fp"},
+                                                                  {"PAY", "fresh-wait"},
+                                                                  {"PAY", "fresh-json"},
+                                                                  {"PAY", "snap-big"},
+                                                                  {"PAY", "snap-big-guard"},
+                                                                  {"PAY", "err-big"},
+                                                                  {"PAY", "unserialisable"},
+                                                                  {"PAY", "snap-limit"},
+                                                                  {"PAY", "err-note"},
+                                                                  {"PAY", "corrupt"},
+                                                                  {"PAY", "huge-number"},
+                                                                  {"PAY", "fenced"},
+                                                                  {"PAY", "foreign"},
+                                                                  {"PAY", "k"},
+                                                                  {"pay", "abc"},
+                                                                  {"PAY", "ABC"}};
   auto checksum = [&] {
     std::string all = std::to_string(store.size()) + "\n";
     for (const auto& [biz, id] : names) {

@@ -2,9 +2,12 @@
 // Encoding and decoding of response / error snapshots (JSON text in the store).
 
 #include <concepts>
+#include <cstdint>
 #include <exception>
+#include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <typeinfo>
 
 #include <fmt/format.h>
@@ -59,9 +62,38 @@ inline nlohmann::json parse_snapshot(std::string_view text) {
   }
 }
 
+// Whether the number j converts to the arithmetic type T without a change of value.
+// nlohmann_json converts with a plain cast, undefined behaviour when a float does not fit.
+template <class T>
+bool number_fits(const nlohmann::json& j) {
+  if constexpr (std::is_integral_v<T>) {
+    constexpr auto max = static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+    if (j.is_number_unsigned()) return j.get<std::uint64_t>() <= max;
+    if (j.is_number_integer()) {
+      const auto i = j.get<std::int64_t>();
+      if (i >= 0) return static_cast<std::uint64_t>(i) <= max;
+      return std::is_signed_v<T> && i >= static_cast<std::int64_t>(std::numeric_limits<T>::min());
+    }
+    const double d = j.get<double>();
+    const double lo = static_cast<double>(std::numeric_limits<T>::min());
+    const double hi = static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
+    return d >= lo && d < hi;  // false for NaN too
+  } else {
+    if (!j.is_number_float()) return true;
+    const double d = j.get<double>();
+    return d >= std::numeric_limits<T>::lowest() && d <= std::numeric_limits<T>::max();
+  }
+}
+
 template <class T>
 T decode_snapshot(std::string_view text) {
   const nlohmann::json j = parse_snapshot(text);
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    if (j.is_number() && !number_fits<T>(j)) {
+      throw CorruptRecord(fmt::format(
+          "idem: the stored snapshot {} does not fit the requested arithmetic type", j.dump()));
+    }
+  }
   try {
     return j.get<T>();
   } catch (const nlohmann::json::exception& e) {
