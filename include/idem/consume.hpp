@@ -16,8 +16,10 @@
 //   in_progress (another consumer holds it)  -> fn not run      -> retry_later
 //   conflict (same key, another payload)     -> fn not run      -> commit: redelivery can never
 //                                               succeed; send it to your dead-letter queue.
-// Store failures (idem::StoreError) and a lost lease (idem::LeaseLost) propagate as exceptions:
-// do not acknowledge the message; its redelivery is answered by the record.
+// Store failures (idem::StoreError, also when the business's own SQL throws one) and a lost
+// lease (idem::LeaseLost) propagate as exceptions: do not acknowledge the message; its
+// redelivery is answered by the record. (In same-transaction mode this lets
+// with_transaction run the transaction again after a deadlock.)
 //
 // fn may return void or a value that nlohmann_json serialises; the value is stored as the
 // record's snapshot (void stores null).
@@ -111,6 +113,11 @@ Ack run_acquired(IdempotencyGuard<S>& guard, F& fn) {
   } catch (const PermanentFailure& e) {
     guard.fail(e.error(), false);
     return {Ack::commit, Verdict::acquired, e.what()};
+  } catch (const StoreError&) {
+    // The database failed under the business (in same-transaction mode a deadlock has already
+    // rolled back the claim with it): propagate, so that with_transaction can run the
+    // transaction again. The guard's destructor records a retryable failure if it still can.
+    throw;
   } catch (const std::exception& e) {
     guard.fail({{"error", "idem.consumer_exception"}, {"detail", e.what()}}, true);
     return {Ack::retry_later, Verdict::acquired, e.what()};

@@ -275,3 +275,21 @@ TEST_CASE("consume: racing consumers drain a redelivering queue, each key runs o
     wrong += r == 1 ? 0 : 1;
   CHECK(wrong == 0);
 }
+
+TEST_CASE_METHOD(Fixture,
+                 "consume: a store error from the business propagates, the key stays open") {
+  // E.g. a deadlock of the business's own SQL in same-transaction mode: with_transaction must
+  // see it to run the transaction again, so consume does not turn it into an Ack.
+  int runs = 0;
+  CHECK_THROWS_AS(idem::consume(store, order, "fp",
+                                [&] {
+                                  ++runs;
+                                  throw idem::StoreError("deadlock found", true);
+                                }),
+                  idem::StoreError);
+  const auto stored = store.find(order);
+  CHECK(stored->status == idem::Status::failed);
+  CHECK(stored->retryable);  // recorded by the guard: the redelivery runs again
+  CHECK(idem::consume(store, order, "fp", [&] { ++runs; }) == Ack::commit);
+  CHECK(runs == 2);
+}
