@@ -3,10 +3,10 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
-#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -78,6 +78,58 @@ struct Fixture {
 };
 
 const idem::Key key{"PAY", "T-1"};
+
+// The text exposition format's two line kinds, as Metrics writes them (no std::regex: GCC 12
+// warns falsely inside <regex> at -O2, and the sanitizer builds use -Werror).
+bool is_name(std::string_view s) {
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; });
+}
+
+bool is_number(std::string_view s) {
+  if (s.empty()) return false;
+  std::size_t digits = 0;
+  for (char c : s) {
+    if (c >= '0' && c <= '9') {
+      ++digits;
+    } else if (c != '.' && c != 'e' && c != '-' && c != '+') {
+      return false;
+    }
+  }
+  return digits > 0 && s[0] >= '0' && s[0] <= '9';
+}
+
+// name{biz_type="...",label="..."} value
+bool is_sample(std::string_view line) {
+  const auto brace = line.find('{');
+  const auto close = line.find("} ");
+  if (brace == std::string_view::npos || close == std::string_view::npos || close < brace)
+    return false;
+  if (!is_name(line.substr(0, brace)) || !is_number(line.substr(close + 2))) return false;
+  std::string_view labels = line.substr(brace + 1, close - brace - 1);
+  if (labels.rfind("biz_type=\"", 0) != 0) return false;
+  while (!labels.empty()) {
+    const auto eq = labels.find("=\"");
+    if (eq == std::string_view::npos || !is_name(labels.substr(0, eq))) return false;
+    const auto end = labels.find('"', eq + 2);
+    if (end == std::string_view::npos) return false;
+    labels.remove_prefix(end + 1);
+    if (!labels.empty()) {
+      if (labels[0] != ',') return false;
+      labels.remove_prefix(1);
+    }
+  }
+  return true;
+}
+
+// # HELP name text / # TYPE name type
+bool is_comment(std::string_view line) {
+  if (line.rfind("# HELP ", 0) != 0 && line.rfind("# TYPE ", 0) != 0) return false;
+  line.remove_prefix(7);
+  const auto space = line.find(' ');
+  return space != std::string_view::npos && is_name(line.substr(0, space)) &&
+         space + 1 < line.size();
+}
 
 }  // namespace
 
@@ -197,16 +249,13 @@ TEST_CASE("metrics: the rendering is valid text exposition format") {
   for (int i = 0; i < 20; ++i)
     idem::run_once(
         store, idem::Key{"A.b-c_1", std::to_string(i % 7)}, "", [] { return 1; }, options);
-  const std::regex sample(
-      R"re(^[a-z_]+\{biz_type="[A-Za-z0-9_.-]+"(,[a-z]+="[^"]*")?\} [0-9]+(\.[0-9]+)?(e[-+][0-9]+)?$)re");
-  const std::regex comment(R"(^# (HELP|TYPE) [a-z_]+ .+$)");
   std::istringstream lines(metrics.render());
   std::string line;
   int samples = 0;
   std::vector<long> buckets;
   while (std::getline(lines, line)) {
     INFO(line);
-    CHECK((std::regex_match(line, sample) || std::regex_match(line, comment)));
+    CHECK((is_sample(line) || is_comment(line)));
     if (line.rfind("idem_claim_duration_seconds_bucket", 0) == 0)
       buckets.push_back(std::stol(line.substr(line.rfind(' ') + 1)));
     samples += line[0] == '#' ? 0 : 1;
