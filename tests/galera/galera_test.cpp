@@ -368,7 +368,7 @@ TEST_CASE(
   std::vector<std::atomic<int>> executed(keys);
   std::atomic<int> done_before_kill{0}, survivor_done_after_kill{0};
   std::atomic<int> victim_store_errors{0}, victim_other_errors{0}, survivor_errors{0};
-  std::atomic<bool> killed{false};
+  std::atomic<bool> killed{false}, kill_returned{false};
   Errors failures;
   struct Rejoin {  // whatever happens below, the cluster is whole again for the next test
     ~Rejoin() {
@@ -380,12 +380,20 @@ TEST_CASE(
     while (done_before_kill.load() < keys / 2)
       std::this_thread::sleep_for(10ms);
     killed = galera_test::script("kill", victim) == 0;
+    kill_returned = true;
   });
   galera_test::run_threads(nodes * threads_per, [&](int t) {
     const int n = t % nodes;
     auto& queue = queues[static_cast<std::size_t>(n)];
     for (std::size_t i = next[static_cast<std::size_t>(n)]++; i < queue.size();
          i = next[static_cast<std::size_t>(n)]++) {
+      // The survivors hold their second half until the victim is gone, so that work done
+      // after the kill is certain however fast the first half went; the victim's own
+      // clients keep going and are cut off mid-request.
+      if (n != victim && done_before_kill.load() >= keys / 2) {
+        while (!kill_returned.load())
+          std::this_thread::sleep_for(1ms);
+      }
       const int k = queue[i];
       const std::string id = "kill-" + std::to_string(k);
       const bool after_kill = killed.load();
