@@ -80,7 +80,9 @@ std::vector<ClaimRequest> prepare_states(idem::mysql::Store& store) {
 
 TEST_CASE("claim_batch acquires fresh keys across several statements, in request order",
           "[batch][mysql]") {
-  idem_test::Table table;
+  const bool returning = GENERATE(true, false);  // INSERT ... RETURNING, or a read-back
+  INFO("insert_returning = " << returning);
+  idem_test::Table table(8, {.insert_returning = returning});
   const auto requests = fresh_requests(300);  // 128 + 128 + 44 rows
   const auto results = idem::claim_batch(table.store, requests, {});
   REQUIRE(results.size() == requests.size());
@@ -100,8 +102,10 @@ TEST_CASE("claim_batch acquires fresh keys across several statements, in request
 }
 
 TEST_CASE("claim_batch answers exactly what one claim after another answers", "[batch][mysql]") {
-  idem_test::Table batched;
-  idem_test::Table single;
+  const bool returning = GENERATE(true, false);
+  INFO("insert_returning = " << returning);
+  idem_test::Table batched(8, {.insert_returning = returning});
+  idem_test::Table single(8, {.insert_returning = returning});
   const auto batch = prepare_states(batched.store);
   const auto same = prepare_states(single.store);
 
@@ -146,7 +150,9 @@ TEST_CASE("claim_batch refuses a bad request before writing anything", "[batch][
 TEST_CASE("racing batches over shared keys execute every key exactly once", "[batch][mysql]") {
   // 8 consumers poll overlapping batches of 100 messages out of 1,000 business keys (each key
   // is delivered to several consumers); each runs the business for what it acquired.
-  idem_test::Table table(16);
+  const bool returning = GENERATE(true, false);
+  INFO("insert_returning = " << returning);
+  idem_test::Table table(16, {.insert_returning = returning});
   constexpr int keys = 1000;
   constexpr int threads = 8;
   constexpr int batches_per_thread = 25;

@@ -14,7 +14,15 @@ struct MysqlFixture {
   void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
 };
 
+// The same store claiming with a plain INSERT and a read-back, as on servers without
+// INSERT ... RETURNING (MySQL, MariaDB before 10.5).
+struct MysqlReadBackFixture {
+  idem_test::Table table{8, idem::mysql::StoreParams{.insert_returning = false}};
+  idem::mysql::Store& store() { return table.store; }
+  void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
+};
+
 }  // namespace
 
-#define IDEM_CONFORMANCE_FIXTURES std::tuple<MysqlFixture>
+#define IDEM_CONFORMANCE_FIXTURES std::tuple<MysqlFixture, MysqlReadBackFixture>
 #include <idem/testing/conformance.hpp>

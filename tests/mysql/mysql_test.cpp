@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -443,6 +444,88 @@ TEST_CASE("the pool replaces a killed idle connection") {
   auto c = pool->acquire();
   CHECK(c->id() != first_id);
   CHECK(c->select("SELECT 1", {}).size() == 1);
+}
+
+namespace {
+
+// The session's count of executed prepared statements, read with a text query (which that
+// counter does not see).
+long long statements_executed(idem::mysql::Connection& c) {
+  MYSQL* m = c.native();
+  REQUIRE(mysql_query(m, "SHOW SESSION STATUS LIKE 'Com_stmt_execute'") == 0);
+  MYSQL_RES* res = mysql_store_result(m);
+  REQUIRE(res != nullptr);
+  MYSQL_ROW row = mysql_fetch_row(res);
+  const long long n = row != nullptr ? std::stoll(row[1]) : -1;
+  mysql_free_result(res);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a fresh claim is one statement with INSERT ... RETURNING, two with a read-back") {
+  const bool returning = GENERATE(true, false);
+  INFO("insert_returning = " << returning);
+  Table t(1, {.insert_returning = returning});  // one connection: the store's and ours
+  {
+    auto c = t.pool->acquire();
+    REQUIRE(c->supports_returning());  // the suite's server is MariaDB 10.5 or later
+  }
+  auto counted = [&](auto&& op) {
+    long long before = 0;
+    {
+      auto c = t.pool->acquire();
+      before = statements_executed(*c);
+    }
+    op();
+    auto c = t.pool->acquire();
+    return statements_executed(*c) - before;
+  };
+  std::optional<idem::ClaimResult> claimed;
+  CHECK(counted([&] {
+          claimed = t.store.claim(idem::Key{"PAY", "one"}, "fp", {});
+        }) == (returning ? 1 : 2));
+  REQUIRE(claimed);
+  const idem::ClaimResult& fresh = *claimed;
+  REQUIRE(fresh.verdict == idem::Verdict::acquired);
+  CHECK(fresh.record.ticket.fence == 1);
+  CHECK(fresh.record.fingerprint == "fp");
+  CHECK(fresh.record.lease_until > fresh.record.created_at);
+  // A duplicate costs the failed INSERT and the read either way.
+  CHECK(counted([&] { t.store.claim(idem::Key{"PAY", "one"}, "fp", {}); }) == 2);
+  // A batch of fresh keys: one statement with RETURNING, INSERT + read without.
+  std::vector<idem::ClaimRequest> batch;
+  for (int i = 0; i < 20; ++i)
+    batch.push_back({idem::Key{"PAY", "batch-" + std::to_string(i)}, "fp"});
+  CHECK(counted([&] { idem::claim_batch(t.store, batch, {}); }) == (returning ? 1 : 2));
+}
+
+TEST_CASE("a duplicate INSERT ... RETURNING leaves its connection usable") {
+  // Connector/C waits forever on the statement's next execute unless the failed result is
+  // reset; a read timeout turns such a hang into a failure here instead of a stuck test.
+  auto params = idem_test::server();
+  params.read_timeout = std::chrono::seconds{5};
+  auto pool = std::make_shared<idem::mysql::Pool>(params, idem::mysql::PoolParams{.size = 1});
+  // One try: a timed-out statement must fail the test, not be retried on a new connection.
+  idem::mysql::Store store(pool, {.table = idem_test::unique_table(), .max_attempts = 1});
+  store.ensure_schema();
+  unsigned long id = 0;
+  {
+    auto c = pool->acquire();
+    id = c->id();
+  }
+  const idem::Key a{"PAY", "a"}, b{"PAY", "b"};
+  const auto first = store.claim(a, "fp", {});
+  CHECK(first.verdict == idem::Verdict::acquired);
+  for (int i = 0; i < 3; ++i)  // the same prepared INSERT fails, then succeeds, on one connection
+    CHECK(store.claim(a, "fp", {}).verdict == idem::Verdict::in_progress);
+  const auto second = store.claim(b, "fp", {});
+  CHECK(second.verdict == idem::Verdict::acquired);
+  store.complete(a, first.record.ticket, "1");
+  CHECK(store.claim(a, "fp", {}).verdict == idem::Verdict::replayed);
+  auto c = pool->acquire();
+  CHECK(c->id() == id);  // never reconnected
+  c->query("DROP TABLE " + store.table());
 }
 
 TEST_CASE(

@@ -172,6 +172,10 @@ class Connection {
     return mysql_ != nullptr && (mysql_->server_status & SERVER_STATUS_IN_TRANS) != 0;
   }
 
+  // Whether the server runs INSERT ... RETURNING (MariaDB 10.5 and later): a claim then gets
+  // its row back from the INSERT itself instead of reading it in a second round trip.
+  bool supports_returning() const noexcept { return returning_; }
+
   // The server's id for this connection (what KILL CONNECTION takes).
   unsigned long id() const noexcept { return mysql_ ? mysql_thread_id(mysql_) : 0; }
   MYSQL* native() noexcept { return mysql_; }
@@ -208,6 +212,10 @@ class Connection {
     }
     // Times are read and written in UTC so that DATETIME(3) columns mean one instant.
     query("SET SESSION time_zone = '+00:00'");
+    const char* info = mysql_get_server_info(mysql_);
+    returning_ = info != nullptr &&
+                 std::string_view(info).find("MariaDB") != std::string_view::npos &&
+                 mysql_get_server_version(mysql_) >= 100500;
   }
 
   void close() noexcept {
@@ -322,7 +330,14 @@ class Connection {
       MYSQL_STMT* s;
       ~FreeResult() { mysql_stmt_free_result(s); }
     } free_result{stmt};
-    if (mysql_stmt_store_result(stmt) != 0) throw fail_statement(stmt, "store_result");
+    if (mysql_stmt_store_result(stmt) != 0) {
+      // An error after the result's metadata (a duplicate key of INSERT ... RETURNING) leaves
+      // the statement mid-result: without a reset, Connector/C's next execute waits forever
+      // for rows that never come.
+      StoreError e = fail_statement(stmt, "store_result");
+      if (!broken_ && mysql_stmt_reset(stmt) != 0) broken_ = true;
+      throw e;
+    }
     const unsigned columns = mysql_stmt_field_count(stmt);
     constexpr std::size_t initial = 64;  // numbers and DATETIMEs fit; longer text is fetched again
     std::vector<MYSQL_BIND> binds(columns);
@@ -373,6 +388,7 @@ class Connection {
   ConnectionParams params_;
   MYSQL* mysql_ = nullptr;
   bool broken_ = false;
+  bool returning_ = false;
   std::unordered_map<std::string, MYSQL_STMT*> statements_;
 };
 

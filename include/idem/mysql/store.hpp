@@ -10,10 +10,11 @@
 //    commit or roll back together. Duplicates wait on the row lock and then replay. Pair it
 //    with idem::mysql::with_transaction, which re-runs the body after a deadlock.
 //
-// How a claim works: one INSERT on the primary key (never SELECT-then-INSERT). On
-// ER_DUP_ENTRY the row is read with the server's NOW(3) and decide() picks the verdict; a
-// takeover is one UPDATE guarded by the old fence and owner token. Every time comes from the
-// database clock. Deadlocks and lock wait timeouts are retried with jittered backoff; a write
+// How a claim works: one INSERT on the primary key (never SELECT-then-INSERT); on MariaDB
+// 10.5+ it is INSERT ... RETURNING, so a fresh claim is one round trip (elsewhere the new row
+// is read back). On ER_DUP_ENTRY the row is read with the server's NOW(3) and decide() picks the
+// verdict; a takeover is one UPDATE guarded by the old fence and owner token. Every time comes from
+// the database clock. Deadlocks and lock wait timeouts are retried with jittered backoff; a write
 // whose outcome was lost with its connection is resolved by re-reading the row on a fresh
 // connection (the owner token says whether it was ours).
 
@@ -62,6 +63,10 @@ struct StoreParams {
   // First backoff between tries; doubles each time, with jitter, up to max_backoff.
   std::chrono::milliseconds backoff{5};
   std::chrono::milliseconds max_backoff{500};
+  // Claim with INSERT ... RETURNING where the server has it (MariaDB 10.5 and later, seen per
+  // connection), saving the read-back of a fresh claim; false always reads back (for a proxy
+  // that cannot pass RETURNING through).
+  bool insert_returning = true;
 };
 
 namespace detail {
@@ -72,7 +77,7 @@ namespace detail {
 // INSERT took (the S-then-X upgrade deadlock of concurrent inserts on a unique key).
 class RecordOps {
  public:
-  explicit RecordOps(const RecordSql& sql) : sql_(sql) {}
+  RecordOps(const RecordSql& sql, bool returning) : sql_(sql), returning_(returning) {}
 
   std::optional<RowRead> read(Connection& c, const Key& key, bool locking) const {
     const auto rows =
@@ -88,6 +93,14 @@ class RecordOps {
     constexpr int rounds = 16;  // each round loses only to another caller's completed write
     for (int round = 0; round < rounds; ++round) {
       try {
+        if (returning_ && c.supports_returning()) {
+          auto rows = c.select(sql_.insert_returning, {key.id(), key.biz_type(), token, fp,
+                                                       micros(o.lease), micros(o.ttl)});
+          if (rows.size() != 1) {
+            throw StoreError("idem::mysql: INSERT ... RETURNING answered no row", true);
+          }
+          return {Verdict::acquired, decode_record(rows.front()).record};
+        }
         c.execute(sql_.insert,
                   {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)});
         return acquired(c, key, token, locking);
@@ -123,7 +136,8 @@ class RecordOps {
                      true);
   }
 
-  // Claims up to max_batch_rows distinct keys with one INSERT IGNORE and one read; each
+  // Claims up to max_batch_rows distinct keys with one INSERT IGNORE and one read (no read
+  // when INSERT ... RETURNING answers with every key); each
   // request i has its own owner token tokens[i] (so a retried chunk recognises its own rows).
   // Keys the read does not settle (a takeover is due, or the row vanished) are claimed one by
   // one with their token, so every request gets exactly the single claim's answer.
@@ -142,7 +156,29 @@ class RecordOps {
       params.insert(params.end(), {Param(r.key.id()), Param(r.key.biz_type()), Param(tokens[j]),
                                    Param(r.fingerprint), Param(lease), Param(ttl)});
     }
-    c.execute(sql_.insert_batch[cls], params);
+    if (returning_ && c.supports_returning()) {
+      // The answer lists the rows this INSERT created; when that is every key (the common,
+      // all-fresh batch) no read is needed.
+      auto created = c.select(sql_.insert_batch_returning[cls], params);
+      if (created.size() == requests.size()) {
+        std::unordered_map<Key, Record> mine;
+        for (const Row& row : created) {
+          Record r = decode_record(row).record;
+          Key key = r.key;
+          mine.emplace(std::move(key), std::move(r));
+        }
+        std::vector<ClaimResult> out;
+        out.reserve(requests.size());
+        for (std::size_t i = 0; i < requests.size(); ++i) {
+          auto it = mine.find(requests[i]->key);
+          if (it == mine.end() || it->second.ticket.owner != tokens[i]) break;
+          out.push_back({Verdict::acquired, std::move(it->second)});
+        }
+        if (out.size() == requests.size()) return out;
+      }
+    } else {
+      c.execute(sql_.insert_batch[cls], params);
+    }
 
     std::vector<Param> keys;
     keys.reserve(padded * 2);
@@ -238,6 +274,7 @@ class RecordOps {
   }
 
   const RecordSql& sql_;
+  bool returning_;
 };
 
 [[noreturn]] inline void throw_lease_lost(const Key& key, const Ticket& t) {
@@ -259,7 +296,7 @@ class Store {
         params_(std::move(params)),
         table_(quote_identifier(params_.table)),
         sql_(std::make_unique<detail::RecordSql>(detail::make_record_sql(table_))),
-        ops_(*sql_) {
+        ops_(*sql_, params_.insert_returning) {
     if (!pool_) throw InvalidArgument("idem::mysql::Store: pool must not be null");
     if (params_.max_attempts < 1) {
       throw InvalidArgument("idem::mysql::Store: max_attempts must be at least 1");
@@ -453,7 +490,7 @@ class BoundStore {
   static constexpr bool supports_wait = false;
 
   BoundStore(const Store& store, Connection& connection)
-      : ops_(*store.sql_), connection_(connection) {}
+      : ops_(store.ops_), connection_(connection) {}
 
   ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
     validate(options);

@@ -40,8 +40,10 @@ inline constexpr std::size_t batch_class(std::size_t rows) noexcept {
 
 struct RecordSql {
   std::string insert;
-  std::array<std::string, batch_classes> insert_batch;  // INSERT IGNORE of 2^i claims
-  std::array<std::string, batch_classes> select_batch;  // read of 2^i primary keys
+  std::string insert_returning;  // the same INSERT, answering with the row (MariaDB 10.5+)
+  std::array<std::string, batch_classes> insert_batch;            // INSERT IGNORE of 2^i claims
+  std::array<std::string, batch_classes> insert_batch_returning;  // ... answering with new rows
+  std::array<std::string, batch_classes> select_batch;            // read of 2^i primary keys
   std::string select;          // plain read (autocommit: the latest committed row)
   std::string select_locking;  // shared-locking read: inside a caller's transaction, the latest row
   std::string take_over_retry;
@@ -63,6 +65,9 @@ inline RecordSql make_record_sql(const std::string& t) {
       "NOW(3), "
       "NOW(3), NOW(3) + INTERVAL ? MICROSECOND)",
       t, columns);
+  // RETURNING lists the columns of a read, NOW(3) included, so both decode alike.
+  const std::string returning = fmt::format(" RETURNING {}, NOW(3)", columns);
+  s.insert_returning = s.insert + returning;
   s.select = fmt::format("SELECT {}, NOW(3) FROM {} WHERE idempotent_key = ? AND biz_type = ?",
                          columns, t);
   s.select_locking = s.select + " LOCK IN SHARE MODE";
@@ -79,6 +84,7 @@ inline RecordSql make_record_sql(const std::string& t) {
     }
     // IGNORE only skips the duplicates: every value was validated before it got here.
     s.insert_batch[c] = fmt::format("INSERT IGNORE INTO {} ({}) VALUES {}", t, columns, values);
+    s.insert_batch_returning[c] = s.insert_batch[c] + returning;  // only the inserted rows
     s.select_batch[c] = fmt::format("SELECT {}, NOW(3) FROM {} WHERE {}", columns, t, keys);
   }
   // Takeovers are guarded by the old fence and owner token (so a purge and re-insert in
