@@ -38,6 +38,9 @@ struct Config {
   std::size_t purge_batch = 0;
   // Connections of the 32-connection mysql scenarios; 0: 32.
   int threads = 0;
+  // The library's MySQL claims read the new row back instead of INSERT ... RETURNING (the
+  // path of servers without RETURNING), to measure what RETURNING saves.
+  bool read_back = false;
 
   int rounds_per_side() const { return rounds > 0 ? rounds : (quick ? 3 : 5); }
   // The operation count of a round: `full` normally, `quick_n` with --quick.

@@ -25,7 +25,7 @@ namespace {
                "usage: idem-bench [--quick] [--only name[,name...]] [--socket PATH] "
                "[--database NAME]\n"
                "                  [--user NAME] [--password PW] [--work-dir DIR] [--rounds N] "
-               "[--threads N] [--big-rows N] [--purge-batch N] [--list]\n"
+               "[--threads N] [--big-rows N] [--purge-batch N] [--read-back] [--list]\n"
                "  --quick      fewer operations and rounds (under 2 minutes on 2 cores)\n"
                "  --only       run only these scenarios (see --list); a prefix such as mysql. "
                "selects a group\n"
@@ -37,6 +37,8 @@ namespace {
                "  --purge-batch rows per DELETE in mysql.big_table (default 1000, as the Janitor)\n"
                "  --big-rows   expired rows of mysql.big_table (default 1,000,000, --quick "
                "100,000)\n"
+               "  --read-back  the library's MySQL claims read the new row back instead of\n"
+               "               INSERT ... RETURNING (StoreParams::insert_returning = false)\n"
                "  --galera-sockets  unix sockets of the Galera nodes for galera.cycle\n");
   std::exit(code);
 }
@@ -100,6 +102,8 @@ int main(int argc, char** argv) {
       config.purge_batch = static_cast<std::size_t>(to_number(a, value()));
     } else if (a == "--big-rows") {
       config.big_rows = to_number(a, value());
+    } else if (a == "--read-back") {
+      config.read_back = true;
     } else if (a == "--galera-sockets") {
       config.galera_sockets = split(value());
     } else if (a == "--list") {

@@ -111,8 +111,8 @@ struct Server {
   Server(const Config& c, int threads) : config(c) {
     pool = std::make_shared<Pool>(
         connection_params(c), idem::mysql::PoolParams{.size = static_cast<std::size_t>(threads)});
-    store =
-        std::make_unique<idem::mysql::Store>(pool, idem::mysql::StoreParams{.table = lib_table});
+    store = std::make_unique<idem::mysql::Store>(
+        pool, idem::mysql::StoreParams{.table = lib_table, .insert_returning = !config.read_back});
     store->ensure_schema();
     raw.resize(static_cast<std::size_t>(threads));
     // Open every connection up front, in parallel: connecting is not what is measured.
@@ -401,7 +401,8 @@ void batch_scenario(const Config& config) {
   auto pool =
       std::make_shared<Pool>(connection_params(config),
                              idem::mysql::PoolParams{.size = static_cast<std::size_t>(threads)});
-  idem::mysql::Store store(pool, idem::mysql::StoreParams{.table = lib_table});
+  idem::mysql::Store store(
+      pool, idem::mysql::StoreParams{.table = lib_table, .insert_returning = !config.read_back});
   store.ensure_schema();
   const std::size_t per = config.ops(10'000, 3'000) / threads / batch * batch;
   const std::size_t total = per * threads;
@@ -565,7 +566,8 @@ void big_table_scenario(const Config& config) {
   const double phase_s = config.quick ? 4.0 : 15.0;
   auto pool = std::make_shared<Pool>(connection_params(config),
                                      idem::mysql::PoolParams{.size = threads + 1});
-  idem::mysql::Store store(pool, idem::mysql::StoreParams{.table = "bench_big"});
+  idem::mysql::Store store(
+      pool, idem::mysql::StoreParams{.table = "bench_big", .insert_returning = !config.read_back});
   store.ensure_schema();
   {
     auto c = pool->acquire();
