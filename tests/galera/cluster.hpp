@@ -18,6 +18,8 @@
 
 #include <idem/mysql.hpp>
 
+#include "../support/threads.hpp"
+
 namespace galera_test {
 
 inline constexpr int nodes = 3;
@@ -179,40 +181,7 @@ struct BusinessTable {
   }
 };
 
-// Catch2 assertions are not thread-safe: worker threads report here, the test thread checks.
-struct Errors {
-  std::mutex mutex;
-  std::vector<std::string> messages;
-  void add(const std::string& m) {
-    std::lock_guard lock(mutex);
-    messages.push_back(m);
-  }
-  std::size_t size() {
-    std::lock_guard lock(mutex);
-    return messages.size();
-  }
-  std::string first() {
-    std::lock_guard lock(mutex);
-    return messages.empty() ? std::string("none") : messages.front();
-  }
-};
-
-// Starts n threads that wait for each other, runs f(t) on each, joins them.
-template <class F>
-void run_threads(int n, F&& f) {
-  std::atomic<bool> go{false};
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(n));
-  for (int t = 0; t < n; ++t) {
-    threads.emplace_back([&, t] {
-      while (!go.load())
-        std::this_thread::yield();
-      f(t);
-    });
-  }
-  go = true;
-  for (auto& th : threads)
-    th.join();
-}
+using idem_test::Errors;
+using idem_test::run_threads;
 
 }  // namespace galera_test

@@ -14,9 +14,12 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/threads.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
+using idem_test::Errors;
+using idem_test::run_threads;
 using idem_test::Table;
 
 namespace {
@@ -57,35 +60,6 @@ struct BusinessTable {
 };
 
 // Catch2 assertions are not thread-safe: worker threads report here, the test thread checks.
-struct Errors {
-  std::mutex mutex;
-  std::vector<std::string> messages;
-  void add(const std::string& m) {
-    std::lock_guard lock(mutex);
-    messages.push_back(m);
-  }
-  std::string first() {
-    std::lock_guard lock(mutex);
-    return messages.empty() ? std::string("none") : messages.front();
-  }
-};
-
-template <class F>
-void run_threads(int n, F&& f) {
-  std::atomic<bool> go{false};
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<std::size_t>(n));
-  for (int t = 0; t < n; ++t) {
-    pool.emplace_back([&, t] {
-      while (!go.load())
-        std::this_thread::yield();
-      f(t);
-    });
-  }
-  go = true;
-  for (auto& th : pool)
-    th.join();
-}
 
 }  // namespace
 

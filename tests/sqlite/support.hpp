@@ -14,6 +14,8 @@
 
 #include <idem/sqlite.hpp>
 
+#include "../support/threads.hpp"
+
 namespace idem_test {
 
 // A fresh directory under the system's temporary directory, removed with everything in it.
@@ -57,41 +59,6 @@ inline void create_business_table(idem::sqlite::Store& store, const std::string&
   auto c = store.pool().acquire();
   c->exec("CREATE TABLE IF NOT EXISTS " + name +
           " (id INTEGER PRIMARY KEY, trade_no TEXT NOT NULL, pid INTEGER NOT NULL DEFAULT 0)");
-}
-
-// Catch2 assertions are not thread-safe: worker threads report here, the test thread checks.
-struct Errors {
-  std::mutex mutex;
-  std::vector<std::string> messages;
-  void add(const std::string& m) {
-    std::lock_guard lock(mutex);
-    messages.push_back(m);
-  }
-  std::size_t size() {
-    std::lock_guard lock(mutex);
-    return messages.size();
-  }
-  std::string first() {
-    std::lock_guard lock(mutex);
-    return messages.empty() ? std::string("none") : messages.front();
-  }
-};
-
-template <class F>
-void run_threads(int n, F&& f) {
-  std::atomic<bool> go{false};
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<std::size_t>(n));
-  for (int t = 0; t < n; ++t) {
-    pool.emplace_back([&, t] {
-      while (!go.load())
-        std::this_thread::yield();
-      f(t);
-    });
-  }
-  go = true;
-  for (auto& th : pool)
-    th.join();
 }
 
 }  // namespace idem_test

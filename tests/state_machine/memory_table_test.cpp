@@ -11,7 +11,11 @@
 #include <catch2/catch.hpp>
 #include <idem/idem.hpp>
 
+#include "../support/threads.hpp"
+
 namespace {
+
+using idem_test::run_threads;
 
 enum class OrderStatus { pending = 0, paid = 1, completed = 2, refunded = 3 };
 using enum OrderStatus;
@@ -22,22 +26,6 @@ const std::vector<idem::Transition<OrderStatus>> order_moves = {
 
 idem::StateMachine<OrderStatus> versioned() {
   return {{.table = "t_order", .key_column = "order_no", .version_column = "version"}, order_moves};
-}
-
-template <class F>
-void run_threads(int n, F&& f) {
-  std::atomic<int> ready{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < n; ++t) {
-    threads.emplace_back([&, t] {
-      ++ready;
-      while (ready.load() < n)
-        std::this_thread::yield();
-      f(t);
-    });
-  }
-  for (auto& th : threads)
-    th.join();
 }
 
 }  // namespace

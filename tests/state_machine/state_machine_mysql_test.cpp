@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "../mysql/support.hpp"
+#include "../support/threads.hpp"
 
 namespace {
 
@@ -23,6 +24,8 @@ enum class OrderStatus { pending = 0, paid = 1, completed = 2, refunded = 3 };
 using enum OrderStatus;
 using idem::RejectReason;
 using idem::mysql::Connection;
+using idem_test::Errors;
+using idem_test::run_threads;
 
 const std::vector<idem::Transition<OrderStatus>> order_moves = {
     {pending, paid}, {paid, completed}, {paid, refunded}};
@@ -102,42 +105,6 @@ struct Shop {
     return c->select(sql, {});
   }
 };
-
-struct Errors {
-  std::mutex mutex;
-  std::vector<std::string> messages;
-  void add(const std::string& m) {
-    std::lock_guard lock(mutex);
-    messages.push_back(m);
-  }
-  std::size_t size() {
-    std::lock_guard lock(mutex);
-    return messages.size();
-  }
-  std::string first() {
-    std::lock_guard lock(mutex);
-    return messages.empty() ? std::string("none") : messages.front();
-  }
-};
-
-// Starts n threads; each runs prepare(t) first, then all run go(t) at once.
-template <class Prepare, class Go>
-void run_threads(int n, Prepare&& prepare, Go&& go) {
-  std::atomic<int> ready{0};
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(n));
-  for (int t = 0; t < n; ++t) {
-    threads.emplace_back([&, t] {
-      auto state = prepare(t);
-      ++ready;
-      while (ready.load() < n)
-        std::this_thread::yield();
-      go(t, state);
-    });
-  }
-  for (auto& th : threads)
-    th.join();
-}
 
 // Statements this session sent: COM_QUERY and COM_STMT_EXECUTE (Questions) plus prepares.
 long long statements_sent(Connection& c) {
