@@ -176,50 +176,51 @@ void claim_scenario(const Config& config) {
   emit(j);
 }
 
-// --- mysql.returning: would INSERT ... RETURNING pay off for the claim? ---------------------
+// --- mysql.returning / mysql.returning_dup: what INSERT ... RETURNING changes ---------------
+// The library against itself: Store::claim with RETURNING (MariaDB 10.5+) against the same
+// store with StoreParams::insert_returning = false (INSERT, then a read of the new row), on
+// fresh keys, and on keys already claimed (a duplicate: the failed INSERT, with RETURNING a
+// statement reset, and the read of the stored row).
 
-void returning_scenario(const Config& config) {
+void returning_scenario(const Config& config, bool duplicates) {
+  const std::string name = duplicates ? "mysql.returning_dup" : "mysql.returning";
   const int threads = config.threads > 0 ? config.threads : 32;
   Server server(config, threads);
+  idem::mysql::Store with(server.pool, {.table = lib_table, .insert_returning = true});
+  idem::mysql::Store without(server.pool, {.table = raw_table, .insert_returning = false});
   const std::size_t per = config.ops(10'000, 3'000) / threads;
   const std::size_t total = per * threads;
-  auto returning = per_thread<RawInsert>(threads);
-  auto inserts = per_thread<RawInsert>(threads);
-  auto selects = per_thread<RawKeyed>(threads);
-  const std::string returning_sql =
-      raw_insert_sql(lib_table, fmt::format(" RETURNING {}, NOW(3)", record_columns));
-
-  Side candidate{[&](int) { server.truncate(lib_table); },
-                 [&](int t, int r) {
-                   auto& ins = returning[static_cast<std::size_t>(t)];
-                   if (!ins)
-                     ins = std::make_unique<RawInsert>(server.conn(t), returning_sql, options);
-                   for (std::size_t i = 0; i < per; ++i)
-                     if (ins->query(key_id(r, t, i)) != 1) throw std::runtime_error("no row back");
-                 }};
-  Side current{[&](int) { server.truncate(raw_table); },
-               [&](int t, int r) {
-                 const auto k = static_cast<std::size_t>(t);
-                 if (!inserts[k]) {
-                   inserts[k] = std::make_unique<RawInsert>(server.conn(t),
-                                                            raw_insert_sql(raw_table), options);
-                   selects[k] = std::make_unique<RawKeyed>(
-                       server.conn(t), raw_select_sql(raw_table), std::vector<Kind>{});
-                   selects[k]->stmt[1].str = "BENCH";
-                 }
-                 for (std::size_t i = 0; i < per; ++i) {
-                   const std::string id = key_id(r, t, i);
-                   if (!inserts[k]->execute(id)) throw std::runtime_error("duplicate");
-                   selects[k]->stmt[0].str = id;
-                   if (selects[k]->stmt.query() != 1) throw std::runtime_error("no row");
-                 }
-               }};
-  const auto t =
-      alternate("mysql.returning", config.rounds_per_side(), threads, total, candidate, current);
-  auto j = throughput_json("mysql.returning", threads, total, t, "report (candidate / current)");
+  const auto want = duplicates ? idem::Verdict::in_progress : idem::Verdict::acquired;
+  // Duplicates: the round's keys are claimed (untimed) before the timed claims of them.
+  auto side = [&](idem::mysql::Store& store, std::string table) {
+    return Side{
+        [&store, table, &server, duplicates, threads, per](int r) {
+          server.truncate(table);
+          if (!duplicates) return;
+          run_parallel(threads, [&](int t) {
+            for (std::size_t i = 0; i < per; ++i)
+              store.claim(idem::Key{"BENCH", key_id(r, t, i)}, fixed_fingerprint(), options);
+          });
+        },
+        [&store, per, want](int t, int r) {
+          for (std::size_t i = 0; i < per; ++i) {
+            const auto res =
+                store.claim(idem::Key{"BENCH", key_id(r, t, i)}, fixed_fingerprint(), options);
+            if (res.verdict != want) throw std::runtime_error("unexpected verdict");
+          }
+        }};
+  };
+  const Side candidate = side(with, lib_table);
+  const Side current = side(without, raw_table);
+  const auto t = alternate(name, config.rounds_per_side(), threads, total, candidate, current);
+  auto j = throughput_json(name, threads, total, t, "report (RETURNING / read-back)");
   j["connections"] = threads;
-  j["library"] = "candidate claim: INSERT ... RETURNING the row and NOW(3), one round trip (C API)";
-  j["baseline"] = "current claim shape: INSERT, then SELECT of the row, two round trips (C API)";
+  j["library"] = duplicates ? "Store::claim of a claimed key with INSERT ... RETURNING: the "
+                              "failed INSERT, a statement reset, the read"
+                            : "Store::claim on fresh keys with INSERT ... RETURNING: one statement";
+  j["baseline"] = duplicates ? "the same with insert_returning = false: the failed INSERT, the read"
+                             : "the same store with insert_returning = false: INSERT, then the "
+                               "read of the new row";
   emit(j);
 }
 
@@ -669,7 +670,8 @@ void big_table_scenario(const Config& config) {
 int run_mysql(const Config& config, const Selected& selected) {
   const std::vector<std::pair<std::string, std::function<void()>>> scenarios = {
       {"mysql.claim", [&] { claim_scenario(config); }},
-      {"mysql.returning", [&] { returning_scenario(config); }},
+      {"mysql.returning", [&] { returning_scenario(config, false); }},
+      {"mysql.returning_dup", [&] { returning_scenario(config, true); }},
       {"mysql.cycle", [&] { cycle_scenario(config, false); }},
       {"mysql.mix", [&] { cycle_scenario(config, true); }},
       {"mysql.tx", [&] { tx_scenario(config, false); }},
