@@ -36,6 +36,8 @@ struct Config {
   long big_rows = 0;
   // Rows per DELETE in mysql.big_table; 0: 1000 (the Janitor's default).
   std::size_t purge_batch = 0;
+  // Pause between the DELETEs in mysql.big_table (a paced Janitor); 0: back to back.
+  long purge_pause_ms = 0;
   // Connections of the 32-connection mysql scenarios; 0: 32.
   int threads = 0;
   // The library's MySQL claims read the new row back instead of INSERT ... RETURNING (the

@@ -21,25 +21,28 @@
 namespace {
 
 [[noreturn]] void usage(int code) {
-  std::fprintf(code == 0 ? stdout : stderr,
-               "usage: idem-bench [--quick] [--only name[,name...]] [--socket PATH] "
-               "[--database NAME]\n"
-               "                  [--user NAME] [--password PW] [--work-dir DIR] [--rounds N] "
-               "[--threads N] [--big-rows N] [--purge-batch N] [--read-back] [--list]\n"
-               "  --quick      fewer operations and rounds (under 2 minutes on 2 cores)\n"
-               "  --only       run only these scenarios (see --list); a prefix such as mysql. "
-               "selects a group\n"
-               "  --socket     MariaDB/MySQL unix socket for the mysql.* scenarios\n"
-               "  --database   database for the benchmark tables (default idem_test)\n"
-               "  --work-dir   directory for the SQLite file (default .)\n"
-               "  --rounds     rounds per side (default 5, --quick 3)\n"
-               "  --threads    connections of the 32-connection mysql scenarios (default 32)\n"
-               "  --purge-batch rows per DELETE in mysql.big_table (default 1000, as the Janitor)\n"
-               "  --big-rows   expired rows of mysql.big_table (default 1,000,000, --quick "
-               "100,000)\n"
-               "  --read-back  the library's MySQL claims read the new row back instead of\n"
-               "               INSERT ... RETURNING (StoreParams::insert_returning = false)\n"
-               "  --galera-sockets  unix sockets of the Galera nodes for galera.cycle\n");
+  std::fprintf(
+      code == 0 ? stdout : stderr,
+      "usage: idem-bench [--quick] [--only name[,name...]] [--socket PATH] "
+      "[--database NAME]\n"
+      "                  [--user NAME] [--password PW] [--work-dir DIR] [--rounds N] "
+      "[--threads N] [--big-rows N] [--purge-batch N] [--purge-pause MS] [--read-back] [--list]\n"
+      "  --quick      fewer operations and rounds (under 2 minutes on 2 cores)\n"
+      "  --only       run only these scenarios (see --list); a prefix such as mysql. "
+      "selects a group\n"
+      "  --socket     MariaDB/MySQL unix socket for the mysql.* scenarios\n"
+      "  --database   database for the benchmark tables (default idem_test)\n"
+      "  --work-dir   directory for the SQLite file (default .)\n"
+      "  --rounds     rounds per side (default 5, --quick 3)\n"
+      "  --threads    connections of the 32-connection mysql scenarios (default 32)\n"
+      "  --purge-batch rows per DELETE in mysql.big_table (default 1000, as the Janitor)\n"
+      "  --big-rows   expired rows of mysql.big_table (default 1,000,000, --quick "
+      "100,000)\n"
+      "  --purge-pause pause in ms between the DELETEs of mysql.big_table (a paced\n"
+      "               Janitor, JanitorParams::purge_pause; default 0)\n"
+      "  --read-back  the library's MySQL claims read the new row back instead of\n"
+      "               INSERT ... RETURNING (StoreParams::insert_returning = false)\n"
+      "  --galera-sockets  unix sockets of the Galera nodes for galera.cycle\n");
   std::exit(code);
 }
 
@@ -102,6 +105,8 @@ int main(int argc, char** argv) {
       config.purge_batch = static_cast<std::size_t>(to_number(a, value()));
     } else if (a == "--big-rows") {
       config.big_rows = to_number(a, value());
+    } else if (a == "--purge-pause") {
+      config.purge_pause_ms = to_number(a, value());
     } else if (a == "--read-back") {
       config.read_back = true;
     } else if (a == "--galera-sockets") {

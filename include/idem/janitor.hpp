@@ -1,8 +1,8 @@
 #pragma once
 // idem::Janitor: housekeeping on a schedule, for any Store. A background thread purges
-// expired records (bounded batches) and releases claims whose lease ran out, every
-// `interval`, and stops promptly when the Janitor is destroyed. Failures are counted, never
-// thrown: the next round tries again.
+// expired records (bounded batches, optionally paced by purge_pause) and releases claims
+// whose lease ran out, every `interval`, and stops promptly when the Janitor is destroyed. Failures
+// are counted, never thrown: the next round tries again.
 
 #include <atomic>
 #include <chrono>
@@ -21,7 +21,11 @@ struct JanitorParams {
   std::chrono::milliseconds interval{std::chrono::seconds{60}};
   std::size_t purge_batch = 1000;       // rows per DELETE
   std::size_t purge_max_batches = 100;  // DELETEs per round
-  std::size_t release_batch = 1000;     // stale claims released per round
+  // Pause between two DELETEs of a round. Zero purges a backlog as fast as the database
+  // goes; a pause about as long as one DELETE halves the purge's share of the server, so
+  // that claims running alongside keep their latency (see docs/performance.md).
+  std::chrono::milliseconds purge_pause{0};
+  std::size_t release_batch = 1000;  // stale claims released per round
 };
 
 struct JanitorStats {
@@ -46,10 +50,17 @@ class Janitor {
   Janitor& operator=(const Janitor&) = delete;
 
   // Runs one round now, on the calling thread.
-  void run_once() {
+  void run_once() { round(std::stop_token{}); }
+
+  JanitorStats stats() const noexcept {
+    return {rounds_.load(), purged_.load(), released_.load(), errors_.load()};
+  }
+
+ private:
+  void round(const std::stop_token& stop) {
     // Each job on its own: a failed purge must not keep dead claims from being released.
     try {
-      purged_ += store_.purge_expired(params_.purge_batch, params_.purge_max_batches);
+      purge(stop);
     } catch (...) {
       ++errors_;
     }
@@ -61,17 +72,32 @@ class Janitor {
     ++rounds_;
   }
 
-  JanitorStats stats() const noexcept {
-    return {rounds_.load(), purged_.load(), released_.load(), errors_.load()};
+  void purge(const std::stop_token& stop) {
+    if (params_.purge_pause.count() <= 0) {
+      purged_ += store_.purge_expired(params_.purge_batch, params_.purge_max_batches);
+      return;
+    }
+    // One DELETE at a time, pausing in between; a stop request ends the round early.
+    for (std::size_t i = 0; i < params_.purge_max_batches; ++i) {
+      if (i > 0 && pause(stop, params_.purge_pause)) return;
+      const std::size_t n = store_.purge_expired(params_.purge_batch, 1);
+      purged_ += n;
+      if (n == 0 || n < params_.purge_batch) return;
+    }
   }
 
- private:
-  void loop(std::stop_token stop) {
+  // Waits for `d` or a stop request; true if stopped.
+  bool pause(const std::stop_token& stop, std::chrono::milliseconds d) {
     std::mutex m;
+    std::unique_lock lock(m);
+    cv_.wait_for(lock, stop, d, [] { return false; });
+    return stop.stop_requested();
+  }
+
+  void loop(std::stop_token stop) {
     while (!stop.stop_requested()) {
-      run_once();
-      std::unique_lock lock(m);
-      cv_.wait_for(lock, stop, params_.interval, [] { return false; });
+      round(stop);
+      pause(stop, params_.interval);
     }
   }
 
