@@ -515,8 +515,9 @@ TEST_CASE(
 
   CHECK(t.store.purge_expired(7, 2) == 14);
   {
-    idem::mysql::Janitor janitor(t.store,
-                                 {.interval = 20ms, .purge_batch = 5, .purge_max_batches = 100});
+    idem::mysql::Janitor janitor(
+        t.store,
+        {.interval = 20ms, .purge_batch = 5, .purge_max_batches = 100, .purge_pause = 1ms});
     for (int i = 0; i < 200 && t.count() > 2; ++i)
       std::this_thread::sleep_for(10ms);
   }

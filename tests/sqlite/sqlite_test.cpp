@@ -672,8 +672,8 @@ TEST_CASE(
 
   CHECK(store.purge_expired(7, 2) == 14);
   {
-    idem::sqlite::Janitor janitor(store,
-                                  {.interval = 10ms, .purge_batch = 5, .purge_max_batches = 100});
+    idem::sqlite::Janitor janitor(
+        store, {.interval = 10ms, .purge_batch = 5, .purge_max_batches = 100, .purge_pause = 1ms});
     for (int i = 0; i < 300 && idem_test::count(store) > 2; ++i)
       std::this_thread::sleep_for(10ms);
     CHECK(janitor.stats().errors == 0);
