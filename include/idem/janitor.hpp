@@ -1,8 +1,8 @@
 #pragma once
 // idem::Janitor: housekeeping on a schedule, for any Store. A background thread purges
-// expired records (bounded batches, optionally paced by purge_pause) and releases claims
-// whose lease ran out, every `interval`, and stops promptly when the Janitor is destroyed. Failures
-// are counted, never thrown: the next round tries again.
+// expired records (bounded batches, paced by purge_pause) and releases claims whose lease
+// ran out, every `interval`, and stops promptly when the Janitor is destroyed. Failures are
+// counted, never thrown: the next round tries again.
 
 #include <atomic>
 #include <chrono>
@@ -64,6 +64,7 @@ class Janitor {
     } catch (...) {
       ++errors_;
     }
+    if (stop.stop_requested()) return;  // destroyed mid-purge: no new statement
     try {
       released_ += store_.release_stale(params_.release_batch);
     } catch (...) {

@@ -11,12 +11,12 @@
 //    with idem::mysql::with_transaction, which re-runs the body after a deadlock.
 //
 // How a claim works: one INSERT on the primary key (never SELECT-then-INSERT); on MariaDB
-// 10.5+ it is INSERT ... RETURNING, so a fresh claim is one round trip (elsewhere the new row
-// is read back). On ER_DUP_ENTRY the row is read with the server's NOW(3) and decide() picks the
-// verdict; a takeover is one UPDATE guarded by the old fence and owner token. Every time comes from
-// the database clock. Deadlocks and lock wait timeouts are retried with jittered backoff; a write
-// whose outcome was lost with its connection is resolved by re-reading the row on a fresh
-// connection (the owner token says whether it was ours).
+// 10.5+ it is INSERT ... RETURNING, so a fresh claim is one round trip (elsewhere the new
+// row is read back). On ER_DUP_ENTRY the row is read with the server's NOW(3) and decide()
+// picks the verdict; a takeover is one UPDATE guarded by the old fence and owner token.
+// Every time comes from the database clock. Deadlocks and lock wait timeouts are retried
+// with jittered backoff; a write whose outcome was lost with its connection is resolved by
+// re-reading the row on a fresh connection (the owner token says whether it was ours).
 
 #include <algorithm>
 #include <chrono>
