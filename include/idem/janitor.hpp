@@ -74,10 +74,6 @@ class Janitor {
   }
 
   void purge(const std::stop_token& stop) {
-    if (params_.purge_pause.count() <= 0) {
-      purged_ += store_.purge_expired(params_.purge_batch, params_.purge_max_batches);
-      return;
-    }
     // One DELETE at a time, pausing in between; a stop request ends the round early.
     for (std::size_t i = 0; i < params_.purge_max_batches; ++i) {
       if (i > 0 && pause(stop, params_.purge_pause)) return;
