@@ -27,6 +27,10 @@ struct Options {
   Observer* observer = nullptr;
 };
 
+// The longest ttl (and so lease) a claim may ask for: a century keeps every expiry far inside
+// what the backends' date types hold (MySQL's DATETIME ends in 9999).
+inline constexpr Duration max_ttl = std::chrono::days{36'525};
+
 // Throws idem::InvalidArgument when a field breaks its rule.
 inline void validate(const Options& o) {
   if (o.lease <= Duration::zero()) {
@@ -36,6 +40,11 @@ inline void validate(const Options& o) {
   if (o.ttl <= Duration::zero()) {
     throw InvalidArgument(
         fmt::format("idem::Options: ttl must be positive, got {} ms", o.ttl.count()));
+  }
+  if (o.ttl > max_ttl) {
+    throw InvalidArgument(
+        fmt::format("idem::Options: ttl must be at most {} ms (100 years), got {} ms",
+                    max_ttl.count(), o.ttl.count()));
   }
   if (o.ttl < o.lease) {
     throw InvalidArgument(

@@ -85,6 +85,9 @@ TEST_CASE("Options are validated") {
   CHECK_THROWS_WITH(idem::validate(idem::Options{.lease = idem::Duration{0}}), Contains("lease"));
   CHECK_THROWS_WITH(idem::validate(idem::Options{.lease = idem::Duration{-5}}), Contains("lease"));
   CHECK_THROWS_WITH(idem::validate(idem::Options{.ttl = idem::Duration{-5}}), Contains("ttl"));
+  CHECK_NOTHROW(idem::validate(idem::Options{.ttl = idem::max_ttl}));
+  CHECK_THROWS_WITH(idem::validate(idem::Options{.ttl = idem::max_ttl + idem::Duration{1}}),
+                    Contains("at most"));
   CHECK_THROWS_WITH(
       idem::validate(idem::Options{.lease = std::chrono::hours{2}, .ttl = std::chrono::hours{1}}),
       Contains("at least the lease"));

@@ -390,7 +390,7 @@ TEST_CASE("KILL CONNECTION during a claim - the retry recognises its own row") {
                    {key.id(), key.biz_type()});
   bool killed = false;
   std::thread killer([&] {
-    killed = kill_when_running(*t.pool, "INSERT INTO " + t.store.table() + " (idempotent_key%");
+    killed = kill_when_running(*t.pool, "INSERT %INTO " + t.store.table() + " (idempotent_key%");
     std::this_thread::sleep_for(50ms);
     blocker->query("ROLLBACK");  // the key is free again
   });
@@ -422,11 +422,12 @@ TEST_CASE("the pool replaces a killed idle connection") {
 
 namespace {
 
-// The session's count of executed prepared statements, read with a text query (which that
-// counter does not see).
-long long statements_executed(idem::mysql::Connection& c) {
+// A session status counter (Com_stmt_execute, Com_stmt_reset, ...), read with a text query,
+// which those counters do not see.
+long long session_count(idem::mysql::Connection& c, const std::string& name) {
   MYSQL* m = c.native();
-  REQUIRE(mysql_query(m, "SHOW SESSION STATUS LIKE 'Com_stmt_execute'") == 0);
+  const std::string sql = "SHOW SESSION STATUS LIKE '" + name + "'";
+  REQUIRE(mysql_query(m, sql.c_str()) == 0);
   MYSQL_RES* res = mysql_store_result(m);
   REQUIRE(res != nullptr);
   MYSQL_ROW row = mysql_fetch_row(res);
@@ -445,38 +446,71 @@ TEST_CASE("a fresh claim is one statement with INSERT ... RETURNING, two with a 
     auto c = t.pool->acquire();
     REQUIRE(c->supports_returning());  // the suite's server is MariaDB 10.5 or later
   }
+  struct Count {
+    long long executed = 0, resets = 0;
+  };
   auto counted = [&](auto&& op) {
-    long long before = 0;
+    Count before;
     {
       auto c = t.pool->acquire();
-      before = statements_executed(*c);
+      before = {session_count(*c, "Com_stmt_execute"), session_count(*c, "Com_stmt_reset")};
     }
     op();
     auto c = t.pool->acquire();
-    return statements_executed(*c) - before;
+    return Count{session_count(*c, "Com_stmt_execute") - before.executed,
+                 session_count(*c, "Com_stmt_reset") - before.resets};
   };
   std::optional<idem::ClaimResult> claimed;
-  CHECK(counted([&] {
-          claimed = t.store.claim(idem::Key{"PAY", "one"}, "fp", {});
-        }) == (returning ? 1 : 2));
+  const Count fresh_claim = counted([&] {
+    claimed = t.store.claim(idem::Key{"PAY", "one"}, "fp", {});
+  });
+  CHECK(fresh_claim.executed == (returning ? 1 : 2));
   REQUIRE(claimed);
   const idem::ClaimResult& fresh = *claimed;
   REQUIRE(fresh.verdict == idem::Verdict::acquired);
   CHECK(fresh.record.ticket.fence == 1);
   CHECK(fresh.record.fingerprint == "fp");
   CHECK(fresh.record.lease_until > fresh.record.created_at);
-  // A duplicate costs the failed INSERT and the read either way.
-  CHECK(counted([&] { t.store.claim(idem::Key{"PAY", "one"}, "fp", {}); }) == 2);
+  // A duplicate costs the INSERT and the read either way, and no statement reset: with
+  // RETURNING the INSERT IGNORE answers "no row" rather than failing after its column list.
+  const Count duplicate = counted([&] {
+    CHECK(t.store.claim(idem::Key{"PAY", "one"}, "fp", {}).verdict == idem::Verdict::in_progress);
+  });
+  CHECK(duplicate.executed == 2);
+  CHECK(duplicate.resets == 0);
   // A batch of fresh keys: one statement with RETURNING, INSERT + read without.
   std::vector<idem::ClaimRequest> batch;
   for (int i = 0; i < 20; ++i)
     batch.push_back({idem::Key{"PAY", "batch-" + std::to_string(i)}, "fp"});
-  CHECK(counted([&] { idem::claim_batch(t.store, batch, {}); }) == (returning ? 1 : 2));
+  CHECK(counted([&] { idem::claim_batch(t.store, batch, {}); }).executed == (returning ? 1 : 2));
 }
 
-TEST_CASE("a duplicate INSERT ... RETURNING leaves its connection usable") {
+TEST_CASE("a duplicate key reported after RETURNING's column list leaves the connection usable") {
   // Connector/C waits forever on the statement's next execute unless the failed result is
   // reset; a read timeout turns such a hang into a failure here instead of a stuck test.
+  auto params = idem_test::server();
+  params.read_timeout = std::chrono::seconds{5};
+  idem::mysql::Connection c(params);
+  const std::string table = idem_test::unique_table();
+  c.query("CREATE TABLE " + table + " (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB");
+  const std::string insert = "INSERT INTO " + table + " (id) VALUES (?) RETURNING id";
+  const unsigned long id = c.id();
+  CHECK(c.select(insert, {1}).size() == 1);
+  for (int i = 0; i < 3; ++i) {  // the same prepared statement fails, then works again
+    try {
+      c.select(insert, {1});
+      FAIL("a duplicate key was not reported");
+    } catch (const idem::StoreError& e) {
+      CHECK(e.diagnostics().code == idem::mysql::code::dup_entry);
+    }
+    CHECK(c.select(insert, {10 + i}).size() == 1);
+  }
+  CHECK_FALSE(c.broken());
+  CHECK(c.id() == id);
+  c.query("DROP TABLE " + table);
+}
+
+TEST_CASE("duplicate claims leave the store's one connection usable") {
   auto params = idem_test::server();
   params.read_timeout = std::chrono::seconds{5};
   auto pool = std::make_shared<idem::mysql::Pool>(params, idem::mysql::PoolParams{.size = 1});
@@ -491,7 +525,7 @@ TEST_CASE("a duplicate INSERT ... RETURNING leaves its connection usable") {
   const idem::Key a{"PAY", "a"}, b{"PAY", "b"};
   const auto first = store.claim(a, "fp", {});
   CHECK(first.verdict == idem::Verdict::acquired);
-  for (int i = 0; i < 3; ++i)  // the same prepared INSERT fails, then succeeds, on one connection
+  for (int i = 0; i < 3; ++i)  // the same prepared INSERT skips a duplicate, then inserts
     CHECK(store.claim(a, "fp", {}).verdict == idem::Verdict::in_progress);
   const auto second = store.claim(b, "fp", {});
   CHECK(second.verdict == idem::Verdict::acquired);

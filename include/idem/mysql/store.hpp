@@ -11,12 +11,12 @@
 //    with idem::mysql::with_transaction, which re-runs the body after a deadlock.
 //
 // How a claim works: one INSERT on the primary key (never SELECT-then-INSERT); on MariaDB
-// 10.5+ it is INSERT ... RETURNING, so a fresh claim is one round trip (elsewhere the new
-// row is read back). On ER_DUP_ENTRY the row is read with the server's NOW(3) and decide()
-// picks the verdict; a takeover is one UPDATE guarded by the old fence and owner token.
-// Every time comes from the database clock. Deadlocks and lock wait timeouts are retried
-// with jittered backoff; a write whose outcome was lost with its connection is resolved by
-// re-reading the row on a fresh connection (the owner token says whether it was ours).
+// 10.5+ it is INSERT IGNORE ... RETURNING, so a fresh claim is one round trip (elsewhere the
+// new row is read back). On a duplicate (ER_DUP_ENTRY, or no row returned) the row is read
+// with the server's NOW(3) and decide() picks the verdict; a takeover is one UPDATE guarded by the
+// old fence and owner token. Every time comes from the database clock. Deadlocks and lock wait
+// timeouts are retried with jittered backoff; a write whose outcome was lost with its connection is
+// resolved by re-reading the row on a fresh connection (the owner token says whether it was ours).
 
 #include <algorithm>
 #include <chrono>
@@ -96,14 +96,16 @@ class RecordOps {
         if (returning_ && c.supports_returning()) {
           auto rows = c.select(sql_.insert_returning, {key.id(), key.biz_type(), token, fp,
                                                        micros(o.lease), micros(o.ttl)});
-          if (rows.size() != 1) {
-            throw StoreError("idem::mysql: INSERT ... RETURNING answered no row", true);
+          if (rows.size() > 1) {
+            throw StoreError("idem::mysql: INSERT ... RETURNING answered more than one row", true);
           }
-          return {Verdict::acquired, decode_record(rows.front()).record};
+          // No row: the key exists (IGNORE skipped the duplicate), read it as below.
+          if (rows.size() == 1) return {Verdict::acquired, decode_record(rows.front()).record};
+        } else {
+          c.execute(sql_.insert,
+                    {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)});
+          return acquired(c, key, token, locking);
         }
-        c.execute(sql_.insert,
-                  {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)});
-        return acquired(c, key, token, locking);
       } catch (const StoreError& e) {
         if (e.diagnostics().code != code::dup_entry) throw;
       }

@@ -40,7 +40,7 @@ inline constexpr std::size_t batch_class(std::size_t rows) noexcept {
 
 struct RecordSql {
   std::string insert;
-  std::string insert_returning;  // the same INSERT, answering with the row (MariaDB 10.5+)
+  std::string insert_returning;  // INSERT IGNORE answering with the new row (MariaDB 10.5+)
   std::array<std::string, batch_classes> insert_batch;            // INSERT IGNORE of 2^i claims
   std::array<std::string, batch_classes> insert_batch_returning;  // ... answering with new rows
   std::array<std::string, batch_classes> select_batch;            // read of 2^i primary keys
@@ -60,14 +60,17 @@ inline RecordSql make_record_sql(const std::string& t) {
       "retryable, "
       "attempts, lease_until, created_at, updated_at, expire_at";
   RecordSql s;
-  s.insert = fmt::format(
-      "INSERT INTO {} ({}) VALUES (?, ?, 0, 1, ?, ?, NULL, 0, 1, NOW(3) + INTERVAL ? MICROSECOND, "
-      "NOW(3), "
-      "NOW(3), NOW(3) + INTERVAL ? MICROSECOND)",
+  const std::string into = fmt::format(
+      " INTO {} ({}) VALUES (?, ?, 0, 1, ?, ?, NULL, 0, 1, NOW(3) + INTERVAL ? MICROSECOND, "
+      "NOW(3), NOW(3), NOW(3) + INTERVAL ? MICROSECOND)",
       t, columns);
+  s.insert = "INSERT" + into;
   // RETURNING lists the columns of a read, NOW(3) included, so both decode alike.
   const std::string returning = fmt::format(" RETURNING {}, NOW(3)", columns);
-  s.insert_returning = s.insert + returning;
+  // IGNORE: a duplicate answers with no row instead of ER_DUP_ENTRY, which would arrive after
+  // the column list and cost a statement reset. It can only skip duplicates here: every value
+  // was validated before it got here (lengths, text, the ttl's bound).
+  s.insert_returning = "INSERT IGNORE" + into + returning;
   s.select = fmt::format("SELECT {}, NOW(3) FROM {} WHERE idempotent_key = ? AND biz_type = ?",
                          columns, t);
   s.select_locking = s.select + " LOCK IN SHARE MODE";
