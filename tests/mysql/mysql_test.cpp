@@ -510,6 +510,49 @@ TEST_CASE("a duplicate key reported after RETURNING's column list leaves the con
   c.query("DROP TABLE " + table);
 }
 
+TEST_CASE("select() writes DATETIME and TIMESTAMP columns as the server's text protocol does") {
+  idem::mysql::Connection c(idem_test::server());
+  const std::string table = idem_test::unique_table();
+  c.query("CREATE TABLE " + table +
+          " (id INT NOT NULL PRIMARY KEY, d0 DATETIME NULL, d3 DATETIME(3) NULL, d6 DATETIME(6) "
+          "NULL, t2 TIMESTAMP(2) NULL, day DATE NULL, n BIGINT NULL, s VARCHAR(80) NULL) "
+          "ENGINE=InnoDB");
+  c.query("INSERT INTO " + table +
+          " VALUES (1, '2026-12-01 01:02:03', '2026-12-01 01:02:03.004', "
+          "'1999-01-31 23:59:59.999999', '2038-01-19 03:14:07.50', '2026-02-28', -42, 'x'), "
+          "(2, '1000-01-01 00:00:00', '9999-12-31 23:59:59.999', '2026-12-01 00:00:00.000500', "
+          "'1970-01-02 00:00:00.01', NULL, NULL, NULL), (3, NULL, NULL, NULL, NULL, NULL, NULL, "
+          "NULL)");
+  const std::string columns = "id, d0, d3, d6, t2, day, n, s, NOW(3), NOW(6), NOW()";
+  // The same rows through the text protocol, where the server writes every value itself.
+  std::vector<idem::mysql::Row> expected;
+  {
+    MYSQL* m = c.native();
+    c.query("SET TIMESTAMP = 1764550923.123456");  // NOW() stays this for the session
+    const std::string sql = "SELECT " + columns + " FROM " + table + " ORDER BY id";
+    REQUIRE(mysql_real_query(m, sql.data(), sql.size()) == 0);
+    MYSQL_RES* res = mysql_store_result(m);
+    REQUIRE(res != nullptr);
+    const unsigned n = mysql_num_fields(res);
+    while (MYSQL_ROW r = mysql_fetch_row(res)) {
+      const unsigned long* lengths = mysql_fetch_lengths(res);
+      idem::mysql::Row row(n);
+      for (unsigned i = 0; i < n; ++i)
+        if (r[i] != nullptr) row[i].emplace(r[i], lengths[i]);
+      expected.push_back(std::move(row));
+    }
+    mysql_free_result(res);
+  }
+  const auto got = c.select("SELECT " + columns + " FROM " + table + " ORDER BY id", {});
+  REQUIRE(got.size() == 3);
+  CHECK(got == expected);
+  CHECK(got[0][2] == "2026-12-01 01:02:03.004");
+  CHECK(got[1][3] == "2026-12-01 00:00:00.000500");
+  CHECK(got[0][8] == "2025-12-01 01:02:03.123");  // NOW(3) under SET TIMESTAMP
+  CHECK_FALSE(got[2][1].has_value());
+  c.query("DROP TABLE " + table);
+}
+
 TEST_CASE("duplicate claims leave the store's one connection usable") {
   auto params = idem_test::server();
   params.read_timeout = std::chrono::seconds{5};
