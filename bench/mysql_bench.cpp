@@ -357,8 +357,8 @@ void tx_scenario(const Config& config, TxMode mode) {
     RawStmt& complete = *completes[slot];
     RawStmt& order = *lib_orders[slot];
     complete[2].str = "BENCH";
-    complete[3].num = 1;                            // the fence of a fresh claim
-    complete[4].str = (*claims[slot]).stmt[2].str;  // its owner token
+    complete[3].num = 1;                          // the fence of a fresh claim
+    complete[4].str = claims[slot]->stmt[2].str;  // its owner token
     order[1].num = 100;
     for (std::size_t i = 0; i < per; ++i) {
       const std::string id = key_id(r, t, i);

@@ -13,10 +13,11 @@
 // How a claim works: one INSERT on the primary key (never SELECT-then-INSERT); on MariaDB
 // 10.5+ it is INSERT IGNORE ... RETURNING, so a fresh claim is one round trip (elsewhere the
 // new row is read back). On a duplicate (ER_DUP_ENTRY, or no row returned) the row is read
-// with the server's NOW(3) and decide() picks the verdict; a takeover is one UPDATE guarded by the
-// old fence and owner token. Every time comes from the database clock. Deadlocks and lock wait
-// timeouts are retried with jittered backoff; a write whose outcome was lost with its connection is
-// resolved by re-reading the row on a fresh connection (the owner token says whether it was ours).
+// with the server's NOW(3) and decide() picks the verdict; a takeover is one UPDATE guarded
+// by the old fence and owner token. Every time comes from the database clock. Deadlocks and
+// lock wait timeouts are retried with jittered backoff; a write whose outcome was lost with
+// its connection is resolved by re-reading the row on a fresh connection (the owner token
+// says whether it was ours).
 
 #include <algorithm>
 #include <chrono>
