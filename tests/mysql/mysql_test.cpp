@@ -471,6 +471,7 @@ TEST_CASE("a fresh claim is one statement with INSERT ... RETURNING, two with a 
   CHECK(fresh.record.ticket.fence == 1);
   CHECK(fresh.record.fingerprint == "fp");
   CHECK(fresh.record.lease_until > fresh.record.created_at);
+  CHECK(t.store.find(idem::Key{"PAY", "one"}) == fresh.record);  // what was answered is stored
   // A duplicate costs the INSERT and the read either way, and no statement reset: with
   // RETURNING the INSERT IGNORE answers "no row" rather than failing after its column list.
   const Count duplicate = counted([&] {

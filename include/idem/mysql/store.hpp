@@ -101,7 +101,8 @@ class RecordOps {
             throw StoreError("idem::mysql: INSERT ... RETURNING answered more than one row", true);
           }
           // No row: the key exists (IGNORE skipped the duplicate), read it as below.
-          if (rows.size() == 1) return {Verdict::acquired, decode_record(rows.front()).record};
+          if (rows.size() == 1)
+            return {Verdict::acquired, fresh_record(rows.front(), key, token, fp)};
         } else {
           c.execute(sql_.insert,
                     {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)});
