@@ -64,9 +64,9 @@ struct StoreParams {
   // First backoff between tries; doubles each time, with jitter, up to max_backoff.
   std::chrono::milliseconds backoff{5};
   std::chrono::milliseconds max_backoff{500};
-  // Claim with INSERT ... RETURNING where the server has it (MariaDB 10.5 and later, seen per
-  // connection), saving the read-back of a fresh claim; false always reads back (for a proxy
-  // that cannot pass RETURNING through).
+  // Claim with INSERT IGNORE ... RETURNING where the server has it (MariaDB 10.5 and later,
+  // seen per connection), saving the read-back of a fresh claim; false always reads back
+  // (for a proxy that cannot pass RETURNING through).
   bool insert_returning = true;
 };
 
