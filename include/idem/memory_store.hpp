@@ -59,17 +59,8 @@ class MemoryStore {
     std::lock_guard lock(shard.mutex);
     auto it = shard.records.find(key);
     if (it == shard.records.end()) {
-      Record r{.key = key,
-               .status = Status::processing,
-               .ticket = Ticket{1, detail::new_owner_token()},
-               .fingerprint = std::string(fingerprint),
-               .snapshot = {},
-               .retryable = false,
-               .attempts = 1,
-               .created_at = now,
-               .updated_at = now,
-               .lease_until = now + options.lease,
-               .expire_at = now + options.ttl};
+      Record r = detail::new_claim_record(key, detail::new_owner_token(), fingerprint, now,
+                                          now + options.lease, now + options.ttl);
       it = shard.records.emplace(key, std::move(r)).first;
       return {Verdict::acquired, it->second};
     }

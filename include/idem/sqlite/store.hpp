@@ -104,17 +104,8 @@ class RecordOps {
           c.try_execute(sql_.insert, {key.id(), key.biz_type(), token, fp, millis(now + o.lease),
                                       millis(now), millis(now + o.ttl)});
       if (inserted.code == SQLITE_OK) {
-        return {Verdict::acquired, Record{.key = key,
-                                          .status = Status::processing,
-                                          .ticket = Ticket{1, token},
-                                          .fingerprint = std::string(fp),
-                                          .snapshot = {},
-                                          .retryable = false,
-                                          .attempts = 1,
-                                          .created_at = now,
-                                          .updated_at = now,
-                                          .lease_until = now + o.lease,
-                                          .expire_at = now + o.ttl}};
+        return {Verdict::acquired,
+                idem::detail::new_claim_record(key, token, fp, now, now + o.lease, now + o.ttl)};
       }
       if (inserted.code != SQLITE_CONSTRAINT_PRIMARYKEY) throw c.error("claim", inserted.code);
       std::optional<Record> stored = read(c, key);

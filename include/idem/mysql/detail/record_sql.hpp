@@ -217,18 +217,9 @@ inline RowRead decode_record(const Row& row) {
 inline Record fresh_record(const Row& row, const Key& key, const std::string& token,
                            std::string_view fingerprint) {
   if (row.size() != 3) throw CorruptRecord("idem::mysql: unexpected column count from RETURNING");
-  const TimePoint created = parse_datetime(row[1], "created_at");
-  return Record{.key = key,
-                .status = Status::processing,
-                .ticket = Ticket{1, token},
-                .fingerprint = std::string(fingerprint),
-                .snapshot = {},
-                .retryable = false,
-                .attempts = 1,
-                .created_at = created,
-                .updated_at = created,
-                .lease_until = parse_datetime(row[0], "lease_until"),
-                .expire_at = parse_datetime(row[2], "expire_at")};
+  return idem::detail::new_claim_record(
+      key, token, fingerprint, parse_datetime(row[1], "created_at"),
+      parse_datetime(row[0], "lease_until"), parse_datetime(row[2], "expire_at"));
 }
 
 }  // namespace idem::mysql::detail
