@@ -176,6 +176,12 @@ class Connection {
   // its row back from the INSERT itself instead of reading it in a second round trip.
   bool supports_returning() const noexcept { return returning_; }
 
+  // Whether this session's writes replicate through Galera (wsrep_on, read once when the
+  // connection opens; always false on servers without RETURNING, which never need to know).
+  // A multi-row INSERT ... RETURNING that loses a certification conflict there can leave the
+  // client waiting for the rest of its answer until read_timeout, so batch claims read back.
+  bool in_galera_cluster() const noexcept { return galera_; }
+
   // The server's id for this connection (what KILL CONNECTION takes).
   unsigned long id() const noexcept { return mysql_ ? mysql_thread_id(mysql_) : 0; }
   MYSQL* native() noexcept { return mysql_; }
@@ -210,12 +216,33 @@ class Connection {
       // Refused logins and unknown databases will not heal by retrying; lost links may.
       throw StoreError(e.what(), is_connection_lost(e.diagnostics().code), e.diagnostics());
     }
-    // Times are read and written in UTC so that DATETIME(3) columns mean one instant.
-    query("SET SESSION time_zone = '+00:00'");
-    const char* info = mysql_get_server_info(mysql_);
-    returning_ = info != nullptr &&
-                 std::string_view(info).find("MariaDB") != std::string_view::npos &&
-                 mysql_get_server_version(mysql_) >= 100500;
+    try {
+      // Times are read and written in UTC so that DATETIME(3) columns mean one instant.
+      query("SET SESSION time_zone = '+00:00'");
+      const char* info = mysql_get_server_info(mysql_);
+      returning_ = info != nullptr &&
+                   std::string_view(info).find("MariaDB") != std::string_view::npos &&
+                   mysql_get_server_version(mysql_) >= 100500;
+      galera_ = returning_ && variable("wsrep_on") == "ON";
+    } catch (...) {
+      close();  // a constructor that throws runs no destructor
+      throw;
+    }
+  }
+
+  // A session variable's value through the text protocol; empty when the server has no such
+  // variable (a build without wsrep has no wsrep_on).
+  std::string variable(std::string_view name) {
+    const std::string sql = fmt::format("SHOW SESSION VARIABLES LIKE '{}'", name);
+    if (mysql_real_query(mysql_, sql.data(), static_cast<unsigned long>(sql.size())) != 0) {
+      throw fail_connection("SHOW VARIABLES");
+    }
+    MYSQL_RES* res = mysql_store_result(mysql_);
+    if (res == nullptr) throw fail_connection("SHOW VARIABLES");
+    std::string value;
+    if (MYSQL_ROW row = mysql_fetch_row(res); row != nullptr && row[1] != nullptr) value = row[1];
+    mysql_free_result(res);
+    return value;
   }
 
   void close() noexcept {
@@ -466,6 +493,7 @@ class Connection {
   MYSQL* mysql_ = nullptr;
   bool broken_ = false;
   bool returning_ = false;
+  bool galera_ = false;
   std::unordered_map<std::string, Prepared> statements_;  // node-based: references stay valid
   struct Scratch {
     static constexpr std::size_t initial = 64;  // numbers fit; longer text is fetched again

@@ -66,7 +66,8 @@ struct StoreParams {
   std::chrono::milliseconds max_backoff{500};
   // Claim with INSERT IGNORE ... RETURNING where the server has it (MariaDB 10.5 and later,
   // seen per connection), saving the read-back of a fresh claim; false always reads back
-  // (for a proxy that cannot pass RETURNING through).
+  // (for a proxy that cannot pass RETURNING through). Batch claims on a Galera node always
+  // read back (see Connection::in_galera_cluster).
   bool insert_returning = true;
 };
 
@@ -160,9 +161,9 @@ class RecordOps {
       params.insert(params.end(), {Param(r.key.id()), Param(r.key.biz_type()), Param(tokens[j]),
                                    Param(r.fingerprint), Param(lease), Param(ttl)});
     }
-    if (returning_ && c.supports_returning()) {
+    if (returning_ && c.supports_returning() && !c.in_galera_cluster()) {
       // The answer lists the rows this INSERT created; when that is every key (the common,
-      // all-fresh batch) no read is needed.
+      // all-fresh batch) no read is needed. Not on Galera: see Connection::in_galera_cluster.
       auto created = c.select(sql_.insert_batch_returning[cls], params);
       if (created.size() == requests.size()) {
         std::unordered_map<Key, Record> mine;
@@ -333,7 +334,7 @@ class Store {
 
   // Many claims in few round trips (see idem/batch.hpp): results[i] is what claim() would
   // have answered for requests[i] had the requests been claimed one after another. Distinct
-  // keys go max_batch_rows at a time through one INSERT IGNORE and one read, in primary key
+  // keys go up to max_batch_rows at a time through one INSERT IGNORE and one read, in primary key
   // order (concurrent batches then lock rows in the same order); a key repeated within the
   // batch is claimed again after them, so it sees its first occurrence's claim.
   std::vector<ClaimResult> claim_batch(std::span<const ClaimRequest> requests,
@@ -353,21 +354,31 @@ class Store {
              std::tie(requests[b].key.id(), requests[b].key.biz_type());
     });
 
-    std::vector<std::string> tokens;
+    // One owner token per key for the whole call: a retried statement recognises the rows an
+    // earlier try created before its answer was lost.
+    std::vector<std::string> tokens(firsts.size());
+    for (auto& token : tokens)
+      token = idem::detail::new_owner_token();
+    // Rows per statement. A deadlock or a lost certification rolls a whole statement back, and
+    // under contention a wide one keeps meeting other writers (on Galera it can lose eight times
+    // running); so every failed try halves the statement and every clean one doubles it again.
+    std::size_t width = detail::max_batch_rows;
     std::vector<const ClaimRequest*> chunk;
-    for (std::size_t begin = 0; begin < firsts.size(); begin += detail::max_batch_rows) {
-      const std::size_t end = std::min(firsts.size(), begin + detail::max_batch_rows);
-      chunk.clear();
-      tokens.clear();
-      for (std::size_t k = begin; k < end; ++k) {
-        chunk.push_back(&requests[firsts[k]]);
-        tokens.push_back(idem::detail::new_owner_token());
-      }
-      auto claimed = with_retries("claim_batch", [&](Connection& c, bool) {
-        return ops_.claim_chunk(c, chunk, tokens, options);
-      });
+    for (std::size_t begin = 0, end = 0; begin < firsts.size(); begin = end) {
+      auto claimed = with_retries(
+          "claim_batch",
+          [&](Connection& c, bool) {
+            end = std::min(firsts.size(), begin + width);
+            chunk.clear();
+            for (std::size_t k = begin; k < end; ++k)
+              chunk.push_back(&requests[firsts[k]]);
+            return ops_.claim_chunk(c, chunk, std::span(tokens).subspan(begin, end - begin),
+                                    options);
+          },
+          [&] { width = std::max<std::size_t>(1, width / 2); });
       for (std::size_t k = begin; k < end; ++k)
         slots[firsts[k]] = std::move(claimed[k - begin]);
+      width = std::min(detail::max_batch_rows, width * 2);
     }
     for (std::size_t i : repeats) {
       slots[i] = claim(requests[i].key, requests[i].fingerprint, options);
@@ -449,6 +460,13 @@ class Store {
   template <class Op>
   auto with_retries(std::string_view what, Op&& op)
       -> decltype(op(std::declval<Connection&>(), false)) {
+    return with_retries(what, std::forward<Op>(op), [] {});
+  }
+
+  // ... calling before_retry() after each failed try that will be tried again.
+  template <class Op, class BeforeRetry>
+  auto with_retries(std::string_view what, Op&& op, BeforeRetry&& before_retry)
+      -> decltype(op(std::declval<Connection&>(), false)) {
     thread_local std::minstd_rand jitter{std::random_device{}()};
     bool uncertain = false;
     auto backoff = params_.backoff;
@@ -473,6 +491,7 @@ class Store {
       const auto nap = backoff + std::chrono::milliseconds{jitter() % (backoff.count() + 1)};
       std::this_thread::sleep_for(nap);
       backoff = std::min(backoff * 2, params_.max_backoff);
+      before_retry();
     }
   }
 
