@@ -20,10 +20,22 @@ int run_galera(const Config& config, const Selected& selected);
 
 // Every scenario name, in the order they run.
 inline const std::vector<std::string>& scenario_names() {
-  static const std::vector<std::string> names = {
-      "memory.cycle", "mysql.claim", "mysql.claim_floor", "mysql.returning", "mysql.returning_dup",
-      "mysql.cycle",  "mysql.mix",   "mysql.tx",          "mysql.tx_floor",  "mysql.tx_record_last",
-      "mysql.batch",  "mysql.storm", "mysql.big_table",   "sqlite.cycle",    "galera.cycle"};
+  static const std::vector<std::string> names = {"memory.cycle",
+                                                 "mysql.claim",
+                                                 "mysql.claim_floor",
+                                                 "mysql.returning",
+                                                 "mysql.returning_dup",
+                                                 "mysql.cycle",
+                                                 "mysql.cycle_floor",
+                                                 "mysql.mix",
+                                                 "mysql.tx",
+                                                 "mysql.tx_floor",
+                                                 "mysql.tx_record_last",
+                                                 "mysql.batch",
+                                                 "mysql.storm",
+                                                 "mysql.big_table",
+                                                 "sqlite.cycle",
+                                                 "galera.cycle"};
   return names;
 }
 
