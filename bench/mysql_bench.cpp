@@ -264,14 +264,14 @@ struct RawCycle {
   }
 };
 
-// mysql.cycle_floor: the library's two statements (the claim's INSERT IGNORE ... RETURNING and
-// complete's fenced UPDATE, its SQL text) through the bare C API in place of run_once, so
-// cycle / cycle_floor is what the library itself costs on top of the SQL it must send.
-struct FloorCycle {
+// The library's claim (INSERT IGNORE ... RETURNING where the server has it) and complete
+// (the fenced UPDATE) as its SQL text, through the bare C API: the floors of mysql.cycle and
+// mysql.tx, so library / floor is what the library itself costs on top of the SQL it sends.
+struct FloorStatements {
   RawInsert claim;
   RawStmt complete;
   bool returning;
-  FloorCycle(RawConn& c, const idem::mysql::detail::RecordSql& sql, bool has_returning)
+  FloorStatements(RawConn& c, const idem::mysql::detail::RecordSql& sql, bool has_returning)
       : claim(c, has_returning ? sql.insert_returning : sql.insert, options),
         complete(c, sql.complete,
                  std::vector<Kind>{Kind::blob, Kind::text, Kind::text, Kind::int64, Kind::text}),
@@ -280,10 +280,12 @@ struct FloorCycle {
     complete[3].num = 1;                  // the fence of a fresh claim
     complete[4].str = claim.stmt[2].str;  // its owner token
   }
-  void run(const std::string& id) {
+  void claim_fresh(const std::string& id) {
     if (claim.query(id) != (returning ? 1 : 0))
       throw std::runtime_error("the floor's claim found a row");
-    complete[0].str = nlohmann::json{{"status", "paid"}}.dump();
+  }
+  void complete_with(const std::string& id, std::string snapshot) {
+    complete[0].str = std::move(snapshot);
     complete[1].str = id;
     if (complete.execute() != 1) throw std::runtime_error("the floor's complete missed");
   }
@@ -296,7 +298,7 @@ void cycle_scenario(const Config& config, bool mix, bool floor = false) {
   const std::size_t per = config.ops(5'000, 1'500) / threads;
   const std::size_t total = per * threads;
   auto cycles = per_thread<RawCycle>(threads);
-  auto floors = per_thread<FloorCycle>(threads);
+  auto floors = per_thread<FloorStatements>(threads);
   const auto sql = idem::mysql::detail::make_record_sql(lib_table);
   const bool has_returning = server.pool->acquire()->supports_returning();
   // mysql.mix: 3 operations in 25 (12%) repeat a key this thread finished 20 operations ago.
@@ -312,9 +314,13 @@ void cycle_scenario(const Config& config, bool mix, bool floor = false) {
                  long runs = 0;
                  if (floor) {
                    auto& f = floors[static_cast<std::size_t>(t)];
-                   if (!f) f = std::make_unique<FloorCycle>(server.conn(t), sql, has_returning);
-                   for (std::size_t i = 0; i < per; ++i)
-                     f->run(id_of(r, t, i));
+                   if (!f)
+                     f = std::make_unique<FloorStatements>(server.conn(t), sql, has_returning);
+                   for (std::size_t i = 0; i < per; ++i) {
+                     const std::string id = id_of(r, t, i);
+                     f->claim_fresh(id);
+                     f->complete_with(id, nlohmann::json{{"status", "paid"}}.dump());
+                   }
                    lib_runs += static_cast<long>(per);
                    return;
                  }
@@ -400,35 +406,27 @@ void tx_scenario(const Config& config, TxMode mode) {
       lib_table, record_columns);
 
   const auto sql = idem::mysql::detail::make_record_sql(lib_table);
-  auto claims = per_thread<RawInsert>(threads);
-  auto completes = per_thread<RawStmt>(threads);
+  const bool has_returning = server.pool->acquire()->supports_returning();
+  auto floors = per_thread<FloorStatements>(threads);
   auto lib_orders = per_thread<RawStmt>(threads);
   auto floor = [&](int t, int r) {
     RawConn& c = server.conn(t);
     const auto slot = static_cast<std::size_t>(t);
-    if (!claims[slot]) {
-      claims[slot] = std::make_unique<RawInsert>(c, sql.insert_returning, options);
-      completes[slot] = std::make_unique<RawStmt>(
-          c, sql.complete,
-          std::vector<Kind>{Kind::blob, Kind::text, Kind::text, Kind::int64, Kind::text});
+    if (!floors[slot]) {
+      floors[slot] = std::make_unique<FloorStatements>(c, sql, has_returning);
       lib_orders[slot] =
           std::make_unique<RawStmt>(c, lib_order, std::vector<Kind>{Kind::text, Kind::int64});
     }
-    RawStmt& complete = *completes[slot];
+    FloorStatements& f = *floors[slot];
     RawStmt& order = *lib_orders[slot];
-    complete[2].str = "BENCH";
-    complete[3].num = 1;                          // the fence of a fresh claim
-    complete[4].str = claims[slot]->stmt[2].str;  // its owner token
     order[1].num = 100;
     for (std::size_t i = 0; i < per; ++i) {
       const std::string id = key_id(r, t, i);
       c.query("START TRANSACTION");
-      if (claims[slot]->query(id) != 1) throw std::runtime_error("the floor's claim found a row");
+      f.claim_fresh(id);
       order[0].str = id;
       order.execute();
-      complete[0].str = nlohmann::json{{"order", id}}.dump();
-      complete[1].str = id;
-      if (complete.execute() != 1) throw std::runtime_error("the floor's complete missed");
+      f.complete_with(id, nlohmann::json{{"order", id}}.dump());
       c.query("COMMIT");
     }
   };
