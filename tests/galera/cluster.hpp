@@ -130,6 +130,10 @@ struct Cluster {
     // the table before its clients start.
     for (auto& s : stores)
       s->ensure_schema();
+    // A node applies the others' DDL after they return; a test's first statements could meet
+    // it there and be aborted by it. A causal read on each node waits until it has applied all.
+    for (int n = 0; n < nodes; ++n)
+      scalar(n, "SELECT 1");
   }
   ~Cluster() {
     try {

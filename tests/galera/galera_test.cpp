@@ -583,11 +583,13 @@ TEST_CASE("batch claims from three nodes over overlapping keys - every key runs 
 TEST_CASE("on Galera a batch claim reads its rows back instead of using RETURNING") {
   // A multi-row INSERT ... RETURNING that lost certification could leave its client waiting
   // for the rest of the answer until read_timeout; batches there cost one more statement.
+  // Counted by kind, not in total: a statement that a replicated write aborts is sent again
+  // (the library's retry), which adds executions but never turns an INSERT into a SELECT.
   Cluster cl(1);  // one connection per node: the store's and the counter's
-  const auto executed = [&] {
+  const auto reads = [&] {
     auto c = cl.pool(0).acquire();
     REQUIRE(c->in_galera_cluster());
-    REQUIRE(mysql_query(c->native(), "SHOW SESSION STATUS LIKE 'Com_stmt_execute'") == 0);
+    REQUIRE(mysql_query(c->native(), "SHOW SESSION STATUS LIKE 'Com_select'") == 0);
     MYSQL_RES* res = mysql_store_result(c->native());
     REQUIRE(res != nullptr);
     MYSQL_ROW row = mysql_fetch_row(res);
@@ -598,14 +600,16 @@ TEST_CASE("on Galera a batch claim reads its rows back instead of using RETURNIN
   std::vector<idem::ClaimRequest> batch;
   for (int i = 0; i < 20; ++i)
     batch.push_back({idem::Key{"MSG", "no-returning-" + std::to_string(i)}, ""});
-  const long long before = executed();
+  const long long before = reads();
   const auto results = idem::claim_batch(cl.store(0), batch, long_lease);
-  CHECK(executed() - before == 2);  // the INSERT IGNORE and the read
+  // With RETURNING an all-fresh batch needs no read at all.
+  CHECK(reads() - before >= 1);
   for (const auto& r : results)
     CHECK(r.verdict == idem::Verdict::acquired);
-  // A single claim keeps RETURNING: its conflicts arrive as an error after the row.
-  const long long single = executed();
+  // A single claim keeps RETURNING: its conflicts arrive as an error after the row, and a
+  // fresh key needs no read.
+  const long long single = reads();
   CHECK(cl.store(0).claim(idem::Key{"MSG", "no-returning-single"}, "", long_lease).verdict ==
         idem::Verdict::acquired);
-  CHECK(executed() - single == 1);
+  CHECK(reads() - single == 0);
 }
