@@ -14,6 +14,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/session_status.hpp"
 #include "cluster.hpp"
 
 using namespace std::chrono_literals;
@@ -589,13 +590,7 @@ TEST_CASE("on Galera a batch claim reads its rows back instead of using RETURNIN
   const auto reads = [&] {
     auto c = cl.pool(0).acquire();
     REQUIRE(c->in_galera_cluster());
-    REQUIRE(mysql_query(c->native(), "SHOW SESSION STATUS LIKE 'Com_select'") == 0);
-    MYSQL_RES* res = mysql_store_result(c->native());
-    REQUIRE(res != nullptr);
-    MYSQL_ROW row = mysql_fetch_row(res);
-    const long long n = row != nullptr ? std::stoll(row[1]) : -1;
-    mysql_free_result(res);
-    return n;
+    return idem_test::session_count(*c, "Com_select");
   };
   std::vector<idem::ClaimRequest> batch;
   for (int i = 0; i < 20; ++i)

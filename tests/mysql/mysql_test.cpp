@@ -15,8 +15,11 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/session_status.hpp"
 #include "../support/threads.hpp"
 #include "support.hpp"
+
+using idem_test::session_count;
 
 using namespace std::chrono_literals;
 using idem_test::Errors;
@@ -476,24 +479,6 @@ TEST_CASE("the pool replaces a killed idle connection") {
   CHECK(c->id() != first_id);
   CHECK(c->select("SELECT 1", {}).size() == 1);
 }
-
-namespace {
-
-// A session status counter (Com_stmt_execute, Com_stmt_reset, ...), read with a text query,
-// which those counters do not see.
-long long session_count(idem::mysql::Connection& c, const std::string& name) {
-  MYSQL* m = c.native();
-  const std::string sql = "SHOW SESSION STATUS LIKE '" + name + "'";
-  REQUIRE(mysql_query(m, sql.c_str()) == 0);
-  MYSQL_RES* res = mysql_store_result(m);
-  REQUIRE(res != nullptr);
-  MYSQL_ROW row = mysql_fetch_row(res);
-  const long long n = row != nullptr ? std::stoll(row[1]) : -1;
-  mysql_free_result(res);
-  return n;
-}
-
-}  // namespace
 
 TEST_CASE("a fresh claim is one statement with INSERT ... RETURNING, two with a read-back") {
   const bool returning = GENERATE(true, false);
