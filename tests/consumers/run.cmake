@@ -1,13 +1,17 @@
 # Builds and runs one consumer project against idem.
 #
-#   cmake -DIDEM_SOURCE_DIR=<idem checkout> -DWORK_DIR=<scratch dir>
-#         -DMODE=find_package|add_subdirectory|fetchcontent
+#   cmake -DIDEM_SOURCE_DIR=<idem checkout> -DWORK_DIR=<scratch dir> -DMODE=<mode>
+#         [-DPREFIX=<idem installed by MODE=install>]
 #         [-DCMAKE_CXX_COMPILER=<c++>] [-DCMAKE_GENERATOR=<generator>] [-DCONFIG=Release]
 #         -P tests/consumers/run.cmake
 #
-# find_package: configures, builds and installs idem into WORK_DIR/prefix, then builds the
-# consumer with CMAKE_PREFIX_PATH=WORK_DIR/prefix. add_subdirectory / fetchcontent: builds the
-# consumer with -DIDEM_SOURCE_DIR. Then runs the consumer's app. WORK_DIR is wiped first.
+# install: configures and installs idem into PREFIX (default WORK_DIR/prefix) and checks that
+# the package is relocatable. find_package*: builds the consumer with CMAKE_PREFIX_PATH=PREFIX
+# (without -DPREFIX, installs there first, as MODE=install would). add_subdirectory /
+# fetchcontent: builds the consumer with -DIDEM_SOURCE_DIR. Then runs the consumer's app.
+# find_package_core and find_package_missing run in an environment without the backends'
+# libraries (see below); find_package_missing must fail to configure with an install hint.
+# WORK_DIR is wiped first.
 cmake_minimum_required(VERSION 3.25)
 
 foreach(var IDEM_SOURCE_DIR WORK_DIR MODE)
@@ -15,7 +19,7 @@ foreach(var IDEM_SOURCE_DIR WORK_DIR MODE)
     message(FATAL_ERROR "run.cmake: -D${var}=... is required")
   endif()
 endforeach()
-set(modes find_package add_subdirectory fetchcontent)
+set(modes install find_package find_package_core find_package_missing add_subdirectory fetchcontent)
 if(NOT MODE IN_LIST modes)
   message(FATAL_ERROR "run.cmake: MODE must be one of ${modes}, got '${MODE}'")
 endif()
@@ -27,9 +31,13 @@ endif()
 if(NOT DEFINED CONFIG)
   set(CONFIG Release)
 endif()
+if(PREFIX)
+  get_filename_component(prefix "${PREFIX}" ABSOLUTE)
+else()
+  set(prefix "${WORK_DIR}/prefix")
+endif()
 
 set(consumer_dir "${CMAKE_CURRENT_LIST_DIR}/${MODE}")
-set(prefix "${WORK_DIR}/prefix")
 set(idem_build "${WORK_DIR}/idem-build")
 set(consumer_build "${WORK_DIR}/consumer-build")
 
@@ -59,9 +67,9 @@ endfunction()
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 
-if(MODE STREQUAL "find_package")
+if(MODE STREQUAL "install" OR (MODE MATCHES "^find_package" AND NOT PREFIX))
   run("configure idem" ${CMAKE_COMMAND} -S "${IDEM_SOURCE_DIR}" -B "${idem_build}" ${common_args}
-      -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_INSTALL=ON)
+      -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_BENCH=OFF -DIDEM_INSTALL=ON)
   run("build idem" ${CMAKE_COMMAND} --build "${idem_build}" --config ${CONFIG})
   run("install idem" ${CMAKE_COMMAND} --install "${idem_build}" --config ${CONFIG} --prefix "${prefix}")
 
@@ -80,16 +88,61 @@ if(MODE STREQUAL "find_package")
       endif()
     endforeach()
   endforeach()
+  # The core must load without the backends' libraries: its export file may not name them.
+  list(FILTER config_files INCLUDE REGEX "/idemTargets\\.cmake$")
+  if(NOT config_files)
+    message(FATAL_ERROR "[${MODE}] install put no idemTargets.cmake under ${prefix}")
+  endif()
+  file(READ "${config_files}" text)
+  if(text MATCHES "MYSQLCLIENT|SQLite")
+    message(FATAL_ERROR "[${MODE}] ${config_files} names a backend's library (${CMAKE_MATCH_0})")
+  endif()
+endif()
+if(MODE STREQUAL "install")
+  message(STATUS "[${MODE}] OK: idem installed in ${prefix}")
+  return()
+endif()
 
+if(MODE MATCHES "^find_package")
   set(consumer_args "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
 else()
   set(consumer_args "-DIDEM_SOURCE_DIR=${IDEM_SOURCE_DIR}")
 endif()
 
+if(MODE MATCHES "^find_package_(core|missing)$")
+  # A machine without the backends' libraries: pkg-config finds no mysqlclient (empty search
+  # path) and find_package(SQLite3) fails. The core consumer checks that both really fail.
+  file(MAKE_DIRECTORY "${WORK_DIR}/no-pkgconfig")
+  set(ENV{PKG_CONFIG_LIBDIR} "${WORK_DIR}/no-pkgconfig")
+  set(ENV{PKG_CONFIG_PATH} "")
+  list(APPEND consumer_args -DCMAKE_DISABLE_FIND_PACKAGE_SQLite3=TRUE)
+endif()
+
+if(MODE STREQUAL "find_package_missing")
+  # Both backends are required there; the error must say what to install for each.
+  execute_process(COMMAND ${CMAKE_COMMAND} -S "${consumer_dir}" -B "${consumer_build}" ${common_args}
+      ${consumer_args}
+    RESULT_VARIABLE rc
+    OUTPUT_VARIABLE out
+    ERROR_VARIABLE out)
+  if(rc STREQUAL "0")
+    message(FATAL_ERROR "[${MODE}] configure succeeded although the backends are missing:\n${out}")
+  endif()
+  foreach(hint "default-libmysqlclient-dev" "pkg-config" "libsqlite3-dev")
+    string(FIND "${out}" "${hint}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "[${MODE}] the configure error does not name ${hint}:\n${out}")
+    endif()
+  endforeach()
+  message(STATUS "[${MODE}] configure failed as it must:\n${out}")
+  message(STATUS "[${MODE}] OK")
+  return()
+endif()
+
 run("configure consumer" ${CMAKE_COMMAND} -S "${consumer_dir}" -B "${consumer_build}" ${common_args}
     ${consumer_args})
 
-if(MODE STREQUAL "find_package")
+if(MODE MATCHES "^find_package")
   # Make sure the package came from our prefix, not from some idem installed on the system.
   file(STRINGS "${consumer_build}/CMakeCache.txt" idem_dir_line REGEX "^idem_DIR:")
   string(REGEX REPLACE "^idem_DIR:[A-Z]*=" "" found_idem_dir "${idem_dir_line}")
