@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "idem/batch.hpp"
@@ -137,6 +138,23 @@ Ack run_acquired(IdempotencyGuard<S>& guard, F& fn) {
   return {Ack::commit, Verdict::acquired, ""};
 }
 
+// A bound batch whose message `failed` must run again: the messages not yet run are released
+// (not abandoned: this is no misuse) and every message is answered retry_later.
+template <class S>
+void roll_back_batch(S& store, std::vector<std::optional<IdempotencyGuard<S>>>& guards,
+                     std::vector<Ack>& acks, std::size_t failed) {
+  store.set_rollback_only();
+  const std::string why =
+      fmt::format("rolled back with message {} of the batch: {}", failed, acks[failed].reason);
+  for (std::size_t j = 0; j < acks.size(); ++j) {
+    if (j > failed && guards[j]) {
+      guards[j]->fail({{"error", "idem.batch_rolled_back"}, {"detail", why}}, true);
+    }
+    if (j != failed)
+      acks[j] = {Ack::retry_later, guards[j] ? Verdict::acquired : acks[j].verdict, why};
+  }
+}
+
 }  // namespace detail
 
 template <Store S, std::invocable F>
@@ -155,6 +173,10 @@ Ack consume(S& store, const Key& key, std::string_view fingerprint, F&& fn,
 // its claim was acquired. If a store failure escapes for one message, the claims of the
 // messages not yet run are released as retryable failures (or left to their lease), so their
 // redeliveries run them.
+// On a bound store the whole batch is one transaction: a message whose fn fails retryably
+// rolls back the messages before it too, so then no further message runs, every ack is
+// retry_later and the transaction is marked rollback-only (with_transaction rolls it back
+// and returns the acks).
 template <Store S, class F>
 requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
     S& store, std::span<const ClaimRequest> messages, F&& fn, const Options& options = {}) {
@@ -168,7 +190,7 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
   } catch (const StoreError& e) {
     const auto latency = std::chrono::steady_clock::now() - start;
     for (const ClaimRequest& m : messages)
-      detail::notify(options.observer, EventKind::store_error, m.key, latency, &e);
+      detail::notify(options.observer, detail::store_failure_event<S>(), m.key, latency, &e);
     throw;
   }
   if (options.observer != nullptr) {
@@ -192,6 +214,12 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
     if (!guards[i]) continue;
     auto run = [&fn, i]() -> decltype(auto) { return std::invoke(fn, i); };
     acks[i] = detail::run_acquired(*guards[i], run);
+    if constexpr (requires { store.set_rollback_only(); }) {
+      if (acks[i] == Ack::retry_later) {
+        detail::roll_back_batch(store, guards, acks, i);
+        break;
+      }
+    }
   }
   return acks;
 }

@@ -16,8 +16,10 @@
 // The constructor claims (and, with options.wait, waits for an in-progress claim to finish).
 // An acquired guard that is destroyed without commit() or fail() - an exception, an early
 // return - records a retryable failure, so a retry may run again and no processing record is
-// left behind; the destructor never throws. With options.observer set, each step is reported
-// to it (idem/observer.hpp).
+// left behind; the destructor never throws. On a bound store (same-transaction mode) that
+// also marks the transaction as not to be committed: with_transaction then rolls it back
+// (and throws UsageError if no exception was on its way). With options.observer set, each
+// step is reported to it (idem/observer.hpp).
 
 #include <algorithm>
 #include <chrono>
@@ -86,6 +88,22 @@ ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerpri
   return result;
 }
 
+// A store that runs inside the caller's transaction declares
+// `static constexpr bool in_caller_transaction = true;`: its failures roll that transaction
+// back, and only the transaction's runner knows whether it runs again, so the guard reports
+// them as transaction_error rather than store_error.
+template <class S>
+constexpr EventKind store_failure_event() {
+  if constexpr (requires { S::in_caller_transaction; }) {
+    return S::in_caller_transaction ? EventKind::transaction_error : EventKind::store_error;
+  } else {
+    return EventKind::store_error;
+  }
+}
+
+inline constexpr std::string_view abandoned_snapshot =
+    R"({"error":"idem.abandoned","detail":"the guard was destroyed without commit or fail"})";
+
 inline void notify(Observer* observer, EventKind kind, const Key& key,
                    std::chrono::nanoseconds latency,
                    const std::exception* error = nullptr) noexcept {
@@ -119,8 +137,8 @@ ClaimResult observed_claim(S& store, const Key& key, std::string_view fingerprin
     notify(options.observer, claim_event(r), key, std::chrono::steady_clock::now() - start);
     return r;
   } catch (const StoreError& e) {
-    notify(options.observer, EventKind::store_error, key, std::chrono::steady_clock::now() - start,
-           &e);
+    notify(options.observer, store_failure_event<S>(), key,
+           std::chrono::steady_clock::now() - start, &e);
     throw;
   }
 }
@@ -156,15 +174,18 @@ class IdempotencyGuard {
     if (!open_) return;
     // On failure the lease will run out and the next duplicate takes over; nothing else to do.
     try {
-      store_.fail(
-          claim_.record.key, claim_.record.ticket,
-          R"({"error":"idem.abandoned","detail":"the guard was destroyed without commit or fail"})",
-          true);
+      // A store that must know a claim was abandoned (not failed on purpose) says so with
+      // abandon(); it records the same retryable failure.
+      if constexpr (requires { store_.abandon(claim_.record.key, claim_.record.ticket, ""); }) {
+        store_.abandon(claim_.record.key, claim_.record.ticket, detail::abandoned_snapshot);
+      } else {
+        store_.fail(claim_.record.key, claim_.record.ticket, detail::abandoned_snapshot, true);
+      }
       report(EventKind::failed);
     } catch (const LeaseLost& e) {
       report(EventKind::lease_lost, &e);
     } catch (const StoreError& e) {
-      report(EventKind::store_error, &e);
+      report(detail::store_failure_event<S>(), &e);
     } catch (...) {
     }
   }
@@ -241,7 +262,7 @@ class IdempotencyGuard {
       report(EventKind::lease_lost, &e);
       throw;
     } catch (const StoreError& e) {
-      report(EventKind::store_error, &e);  // still open: commit again, fail, or let it go
+      report(detail::store_failure_event<S>(), &e);  // still open: commit again, fail, or let it go
       throw;
     }
     open_ = false;

@@ -14,10 +14,15 @@
 //                                          in_progress, conflict
 //   idem_duplicates_total                  replayed + in_progress + conflict
 //   idem_results_total{result=...}         committed, failed
-//   idem_lease_lost_total, idem_store_errors_total
+//   idem_lease_lost_total
+//   idem_store_errors_total                store failures that reached the caller: alert on it
+//   idem_store_errors_retried_total        transactions with_transaction rolled back and ran
+//                                          again (deadlocks between duplicates are normal)
+//   idem_transaction_errors_total          bound-store operations that failed in a transaction
 //   idem_claim_duration_seconds            histogram of the claim latency (waits included)
 // The duplicate rate to watch (normally 1-2%; 12% and more during a retry storm):
 //   rate(idem_duplicates_total[5m]) / rate(idem_requests_total[5m])
+// and the alert on failures a client saw: increase(idem_store_errors_total[5m]) > 0
 //
 // Thread-safe: counters are atomics; a business type's series is created on its first event
 // under a lock, later events only read-lock the map. Business types are few by design; each
@@ -115,17 +120,21 @@ class Metrics final : public Observer {
                            to_string(k), load(s, k));
       }
     });
-    header("idem_lease_lost_total", "counter",
-           "Results refused because the claim was taken over first (lease too short?).");
-    each([&](const std::string& b, const Series& s) {
-      out += fmt::format("idem_lease_lost_total{{biz_type=\"{}\"}} {}\n", b,
-                         load(s, EventKind::lease_lost));
-    });
-    header("idem_store_errors_total", "counter", "Store failures (idem::StoreError).");
-    each([&](const std::string& b, const Series& s) {
-      out += fmt::format("idem_store_errors_total{{biz_type=\"{}\"}} {}\n", b,
-                         load(s, EventKind::store_error));
-    });
+    auto counter = [&](std::string_view name, EventKind k, std::string_view help) {
+      header(name, "counter", help);
+      each([&](const std::string& b, const Series& s) {
+        out += fmt::format("{}{{biz_type=\"{}\"}} {}\n", name, b, load(s, k));
+      });
+    };
+    counter("idem_lease_lost_total", EventKind::lease_lost,
+            "Results refused because the claim was taken over first (lease too short?).");
+    counter("idem_store_errors_total", EventKind::store_error,
+            "Store failures (idem::StoreError) that reached the caller.");
+    counter("idem_store_errors_retried_total", EventKind::transaction_retried,
+            "Transactions rolled back after a transient failure and run again by "
+            "with_transaction.");
+    counter("idem_transaction_errors_total", EventKind::transaction_error,
+            "Bound-store operations that failed inside the caller's transaction.");
     header("idem_claim_duration_seconds", "histogram", "Claim latency, waits included.");
     each([&](const std::string& b, const Series& s) {
       std::uint64_t cumulative = 0;
@@ -144,7 +153,7 @@ class Metrics final : public Observer {
   }
 
  private:
-  static constexpr std::size_t kinds = static_cast<std::size_t>(EventKind::store_error) + 1;
+  static constexpr std::size_t kinds = static_cast<std::size_t>(EventKind::transaction_retried) + 1;
 
   struct Series {
     std::array<std::atomic<std::uint64_t>, kinds> events{};

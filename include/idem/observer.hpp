@@ -18,15 +18,21 @@
 namespace idem {
 
 enum class EventKind {
-  acquired,     // a fresh claim: the business runs now
-  taken_over,   // a claim that took over an expired, released, retryable or stale record
-  replayed,     // a duplicate of a finished request: its stored result is returned
-  in_progress,  // a duplicate of a request still running (after any wait)
-  conflict,     // the key was used with another payload
-  committed,    // the business result was recorded
-  failed,       // a failure was recorded (retryable or not; also an abandoned guard)
-  lease_lost,   // the claim was taken over before the result could be recorded
-  store_error,  // the store failed (idem::StoreError): the request has no verdict or record
+  acquired,             // a fresh claim: the business runs now
+  taken_over,           // a claim that took over an expired, released, retryable or stale record
+  replayed,             // a duplicate of a finished request: its stored result is returned
+  in_progress,          // a duplicate of a request still running (after any wait)
+  conflict,             // the key was used with another payload
+  committed,            // the business result was recorded
+  failed,               // a failure was recorded (retryable or not; also an abandoned guard)
+  lease_lost,           // the claim was taken over before the result could be recorded
+  store_error,          // a store failure reached the caller (idem::StoreError): the request has no
+                        // verdict or record. Standalone stores report it after their own retries;
+                        // in same-transaction mode with_transaction does, when it gives up.
+  transaction_error,    // a store operation of a bound store failed inside the caller's
+                        // transaction (a deadlock, ...): the transaction is rolled back
+  transaction_retried,  // with_transaction rolled a try back after a transient failure and
+                        // runs it again (a deadlock between duplicates, an ordinary event)
 };
 
 constexpr std::string_view to_string(EventKind k) noexcept {
@@ -49,6 +55,10 @@ constexpr std::string_view to_string(EventKind k) noexcept {
       return "lease_lost";
     case EventKind::store_error:
       return "store_error";
+    case EventKind::transaction_error:
+      return "transaction_error";
+    case EventKind::transaction_retried:
+      return "transaction_retried";
   }
   return "unknown";
 }
@@ -65,10 +75,12 @@ struct Event {
   std::string_view biz_type;
   std::string_view id;  // the key's id: log it only if ids are not personal data
   // Claim answers: the claim's round trip(s), waits included. committed / failed / lease_lost:
-  // from the verdict to the end of the write (the business plus the record). store_error: the
-  // failed operation.
+  // from the verdict to the end of the write (the business plus the record). store_error and
+  // transaction_error: the failed operation (from with_transaction: its tries); zero for
+  // transaction_retried.
   std::chrono::nanoseconds latency{0};
-  // store_error and lease_lost: the exception (valid only during the call); otherwise null.
+  // store_error, transaction_error, transaction_retried and lease_lost: the exception (valid
+  // only during the call); otherwise null.
   const std::exception* error = nullptr;
 };
 

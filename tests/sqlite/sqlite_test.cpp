@@ -606,14 +606,12 @@ TEST_CASE("a bound claim sees a standalone processing claim as in progress") {
   CHECK(bound.record == standalone.record);
   store.complete(key, standalone.record.ticket, R"("done")");
 
-  // Outside a transaction a bound store runs in autocommit, like the standalone one.
+  // Outside a transaction a bound claim would commit on its own: refused, nothing written.
   auto c = store.pool().acquire();
   auto tx = store.bind(*c);
-  CHECK(tx.claim(key, "", {}).verdict == idem::Verdict::replayed);
   const idem::Key other{"PAY", "bound-autocommit"};
-  const auto claimed = tx.claim(other, "", {});
-  CHECK(claimed.verdict == idem::Verdict::acquired);
-  CHECK(store.find(other) == claimed.record);
+  CHECK_THROWS_AS(tx.claim(other, "", {}), idem::UsageError);
+  CHECK_FALSE(store.find(other));
 }
 
 TEST_CASE("with_transaction refuses to nest, and runs again while the file is locked") {
@@ -646,9 +644,12 @@ TEST_CASE("with_transaction refuses to nest, and runs again while the file is lo
       store.pool(),
       [&](idem::sqlite::Connection& c) {
         ++runs;
-        return static_cast<int>(
-            store.bind(c).claim(idem::Key{"PAY", "after-wait"}, "", {}).verdict ==
-            idem::Verdict::acquired);
+        auto tx = store.bind(c);
+        const idem::Key key{"PAY", "after-wait"};
+        const auto claimed = tx.claim(key, "", {});
+        if (claimed.verdict == idem::Verdict::acquired)
+          tx.complete(key, claimed.record.ticket, "1");
+        return static_cast<int>(claimed.verdict == idem::Verdict::acquired);
       },
       {.max_attempts = 100, .backoff = 5ms, .max_backoff = 20ms});
   releaser.join();

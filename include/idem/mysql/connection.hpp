@@ -1,10 +1,18 @@
 #pragma once
-// idem::mysql::Connection: one MYSQL* with its prepared statements.
+// idem::mysql::Connection: one MYSQL* with its prepared statements, or one of yours, borrowed.
 //
 // - Values travel only as bound parameters of prepared statements (execute/select); SQL text
 //   with no values goes through query() (BEGIN, COMMIT, DDL).
 // - Statements are prepared once per connection and cached by their SQL text. After a
 //   reconnect the cache is empty and each statement is prepared again on first use.
+// - The session is left as the server set it up (no SET of time_zone, sql_mode, ...): idem's
+//   SQL takes its times from UTC_TIMESTAMP(3), so the caller's own NOW() and DEFAULT
+//   CURRENT_TIMESTAMP on the same connection mean what they mean on any other.
+// - Connection(MYSQL*) borrows a handle of the caller's: it is never closed, reconnected or
+//   reconfigured, and nothing is left on it. Its statements travel as SQL text with every
+//   value written as a hexadecimal literal (X'...', read byte for byte whatever the
+//   connection's character set or sql_mode), because a prepared statement cached on a handle
+//   idem does not own would outlive the caller's next mysql_close() or mysql_change_user().
 // - MYSQL_OPT_RECONNECT is never turned on: a silent reconnect in the middle of a transaction
 //   would break its atomicity. A lost connection is marked broken(); the pool replaces it.
 // - Not thread-safe: one thread uses a Connection at a time (the pool hands it out).
@@ -12,6 +20,7 @@
 
 #include <mysql.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +36,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/detail/claim_ledger.hpp"
 #include "idem/errors.hpp"
 #include "idem/mysql/connection_params.hpp"
 #include "idem/mysql/errors.hpp"
@@ -98,22 +108,20 @@ inline void thread_init() {
   (void)state;
 }
 
-inline StoreError make_error(std::string_view context, unsigned n, const char* sqlstate,
-                             const char* message) {
-  // Client errors are CR_* numbers 2000-2999; everything else came from the server.
-  const bool from_server = n < 2000 || n >= 3000;
-  return StoreError(fmt::format("idem::mysql: {} failed ({}{})", context, n,
-                                is_connection_lost(n) ? ", connection lost" : ""),
-                    is_transient(n),
-                    Diagnostics{n, sqlstate ? sqlstate : "", message ? message : "", from_server});
-}
-
 }  // namespace detail
 
 class Connection {
  public:
   explicit Connection(ConnectionParams params) : params_(std::move(params)) { connect(); }
-  ~Connection() { close(); }
+  // Borrows the caller's open handle (see the header comment); the caller keeps owning it.
+  explicit Connection(MYSQL* borrowed) : mysql_(borrowed), borrowed_(true) {
+    if (borrowed == nullptr) throw InvalidArgument("idem::mysql::Connection: the handle is null");
+    detail::thread_init();
+    returning_ = server_has_returning();
+  }
+  ~Connection() {
+    if (!borrowed_) close();
+  }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
@@ -153,6 +161,7 @@ class Connection {
 
   // Closes and opens the connection again; every cached statement will be prepared anew.
   void reconnect() {
+    if (borrowed_) throw UsageError("idem::mysql::Connection: a borrowed handle is not reopened");
     close();
     connect();
   }
@@ -177,7 +186,8 @@ class Connection {
   bool supports_returning() const noexcept { return returning_; }
 
   // Whether this session's writes replicate through Galera (wsrep_on, read once when the
-  // connection opens; always false on servers without RETURNING, which never need to know).
+  // connection opens; always false on servers without RETURNING, which never need to know,
+  // and on a borrowed handle, whose bound store never claims in batches).
   // A multi-row INSERT ... RETURNING that loses a certification conflict there can leave the
   // client waiting for the rest of its answer until read_timeout, so batch claims read back.
   bool in_galera_cluster() const noexcept { return galera_; }
@@ -186,6 +196,11 @@ class Connection {
   unsigned long id() const noexcept { return mysql_ ? mysql_thread_id(mysql_) : 0; }
   MYSQL* native() noexcept { return mysql_; }
   const ConnectionParams& params() const noexcept { return params_; }
+  bool borrowed() const noexcept { return borrowed_; }
+
+  // The claims of the transaction open on this connection (bound stores note them here;
+  // with_transaction and the pool reset it).
+  idem::detail::ClaimLedger& ledger() noexcept { return ledger_; }
 
  private:
   void connect() {
@@ -208,26 +223,27 @@ class Connection {
                            socket ? 0 : params_.port,
                            socket ? params_.unix_socket.c_str() : nullptr, 0) == nullptr) {
       const StoreError e =
-          detail::make_error(socket ? fmt::format("connect to {}", params_.unix_socket)
-                                    : fmt::format("connect to {}:{}", params_.host, params_.port),
-                             mysql_errno(mysql_), mysql_sqlstate(mysql_), mysql_error(mysql_));
+          make_error(socket ? fmt::format("connect to {}", params_.unix_socket)
+                            : fmt::format("connect to {}:{}", params_.host, params_.port),
+                     mysql_errno(mysql_), mysql_sqlstate(mysql_), mysql_error(mysql_));
       mysql_close(mysql_);
       mysql_ = nullptr;
       // Refused logins and unknown databases will not heal by retrying; lost links may.
       throw StoreError(e.what(), is_connection_lost(e.diagnostics().code), e.diagnostics());
     }
     try {
-      // Times are read and written in UTC so that DATETIME(3) columns mean one instant.
-      query("SET SESSION time_zone = '+00:00'");
-      const char* info = mysql_get_server_info(mysql_);
-      returning_ = info != nullptr &&
-                   std::string_view(info).find("MariaDB") != std::string_view::npos &&
-                   mysql_get_server_version(mysql_) >= 100500;
+      returning_ = server_has_returning();
       galera_ = returning_ && variable("wsrep_on") == "ON";
     } catch (...) {
       close();  // a constructor that throws runs no destructor
       throw;
     }
+  }
+
+  bool server_has_returning() const {
+    const char* info = mysql_get_server_info(mysql_);
+    return info != nullptr && std::string_view(info).find("MariaDB") != std::string_view::npos &&
+           mysql_get_server_version(mysql_) >= 100500;
   }
 
   // A session variable's value through the text protocol; empty when the server has no such
@@ -256,13 +272,13 @@ class Connection {
   StoreError fail_connection(std::string_view context) {
     const unsigned n = mysql_errno(mysql_);
     if (is_connection_lost(n)) broken_ = true;
-    return detail::make_error(context, n, mysql_sqlstate(mysql_), mysql_error(mysql_));
+    return make_error(context, n, mysql_sqlstate(mysql_), mysql_error(mysql_));
   }
 
   StoreError fail_statement(MYSQL_STMT* stmt, std::string_view context) {
     const unsigned n = mysql_stmt_errno(stmt);
     if (is_connection_lost(n)) broken_ = true;
-    return detail::make_error(context, n, mysql_stmt_sqlstate(stmt), mysql_stmt_error(stmt));
+    return make_error(context, n, mysql_stmt_sqlstate(stmt), mysql_stmt_error(stmt));
   }
 
   // A prepared statement and what select() needs to know about its result columns.
@@ -354,7 +370,72 @@ class Connection {
     }
   }
 
+  // The statement as SQL text with every `?` replaced by its value as a literal (idem's SQL
+  // has no `?` inside quotes). Text and blobs become X'<hex>', never a quoted string, so no
+  // character set, sql_mode (NO_BACKSLASH_ESCAPES, ANSI_QUOTES) or byte can change them.
+  static std::string inline_params(const std::string& sql, const Param* params, std::size_t n) {
+    std::string out;
+    out.reserve(sql.size() + 32 * n);
+    std::size_t used = 0;
+    for (const char c : sql) {
+      if (c != '?') {
+        out += c;
+        continue;
+      }
+      if (used == n) break;
+      const Param& p = params[used++];
+      switch (p.kind_) {
+        case Param::Kind::null:
+          out += "NULL";
+          break;
+        case Param::Kind::int64:
+          out += fmt::format_int(p.i64_).c_str();
+          break;
+        case Param::Kind::uint64:
+          out += fmt::format_int(p.u64_).c_str();
+          break;
+        case Param::Kind::text:
+        case Param::Kind::blob: {
+          constexpr char digits[] = "0123456789ABCDEF";
+          out += "X'";
+          for (const char byte : p.text_) {
+            const auto b = static_cast<unsigned char>(byte);
+            out += digits[b >> 4];
+            out += digits[b & 0xF];
+          }
+          out += '\'';
+          break;
+        }
+      }
+    }
+    const auto placeholders = static_cast<std::size_t>(std::count(sql.begin(), sql.end(), '?'));
+    if (placeholders != n) {
+      throw UsageError(fmt::format("idem::mysql: statement takes {} parameters, {} given: {}",
+                                   placeholders, n, sql));
+    }
+    return out;
+  }
+
+  // Sends a statement as text and stores its result (null for a statement without one).
+  MYSQL_RES* run_text(const std::string& sql, const Param* params, std::size_t n) {
+    if (broken()) {
+      throw StoreError("idem::mysql: the connection is broken", true,
+                       Diagnostics{code::server_gone, "HY000", "connection marked broken", false});
+    }
+    const std::string text = inline_params(sql, params, n);
+    if (mysql_real_query(mysql_, text.data(), static_cast<unsigned long>(text.size())) != 0) {
+      throw fail_connection("query");
+    }
+    MYSQL_RES* res = mysql_store_result(mysql_);
+    if (res == nullptr && mysql_field_count(mysql_) != 0) throw fail_connection("store_result");
+    return res;
+  }
+
   std::uint64_t execute(const std::string& sql, const Param* params, std::size_t n) {
+    if (borrowed_) {
+      if (MYSQL_RES* res = run_text(sql, params, n)) mysql_free_result(res);
+      return static_cast<std::uint64_t>(mysql_affected_rows(mysql_));
+    }
     MYSQL_STMT* stmt = run(sql, params, n).stmt;
     const auto affected = static_cast<std::uint64_t>(mysql_stmt_affected_rows(stmt));
     mysql_stmt_free_result(stmt);
@@ -413,7 +494,27 @@ class Connection {
     return std::string(out, size);
   }
 
+  std::vector<Row> select_text(const std::string& sql, const Param* params, std::size_t n) {
+    MYSQL_RES* res = run_text(sql, params, n);
+    std::vector<Row> rows;
+    if (res == nullptr) return rows;
+    const unsigned columns = mysql_num_fields(res);
+    while (MYSQL_ROW r = mysql_fetch_row(res)) {
+      const unsigned long* lengths = mysql_fetch_lengths(res);
+      Row row(columns);
+      for (unsigned c = 0; c < columns; ++c) {
+        if (r[c] != nullptr) row[c].emplace(r[c], lengths[c]);
+      }
+      rows.push_back(std::move(row));
+    }
+    const bool failed = mysql_errno(mysql_) != 0;  // fetch_row ends on errors too
+    mysql_free_result(res);
+    if (failed) throw fail_connection("fetch_row");
+    return rows;
+  }
+
   std::vector<Row> select(const std::string& sql, const Param* params, std::size_t n) {
+    if (borrowed_) return select_text(sql, params, n);
     Prepared& p = run(sql, params, n);
     MYSQL_STMT* stmt = p.stmt;
     struct FreeResult {
@@ -489,12 +590,14 @@ class Connection {
     return rows;
   }
 
-  ConnectionParams params_;
+  ConnectionParams params_;  // unused when borrowed
   MYSQL* mysql_ = nullptr;
+  bool borrowed_ = false;
   bool broken_ = false;
   bool returning_ = false;
   bool galera_ = false;
   std::unordered_map<std::string, Prepared> statements_;  // node-based: references stay valid
+  idem::detail::ClaimLedger ledger_;
   struct Scratch {
     static constexpr std::size_t initial = 64;  // numbers fit; longer text is fetched again
     std::vector<MYSQL_BIND> binds;

@@ -2,6 +2,22 @@
 // How idem::mysql reads MySQL / MariaDB error numbers. Every failure surfaces as
 // idem::StoreError whose diagnostics() carry the number, SQLSTATE and the server's or
 // driver's text; these helpers say what a number means for the caller and the connection.
+//
+// Your own SQL on the same connection can fail the same way (a deadlock in the business
+// UPDATE). Turn its errors into StoreError with the same rule, so that with_transaction runs
+// the transaction again for exactly the errors idem itself retries:
+//
+//   if (mysql_query(db, "UPDATE pay_order SET ...") != 0)
+//     throw idem::mysql::error_from(db, "pay_order update");
+//   // or: idem::mysql::check(db, mysql_query(db, "UPDATE ..."), "pay_order update");
+
+#include <mysql.h>
+
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "idem/errors.hpp"
 
 namespace idem::mysql {
 
@@ -41,6 +57,36 @@ constexpr bool is_transient(unsigned n) noexcept {
 // (innodb_rollback_on_timeout=OFF).
 constexpr bool rolls_back_transaction(unsigned n) noexcept {
   return n == code::deadlock;
+}
+
+// A StoreError for error number n: retryable() is is_transient(n), what() carries idem's
+// context, the number and the server's or driver's text, diagnostics() the same apart.
+inline StoreError make_error(std::string_view context, unsigned n, const char* sqlstate,
+                             const char* message) {
+  // Client errors are CR_* numbers 2000-2999; everything else came from the server.
+  const bool from_server = n < 2000 || n >= 3000;
+  const std::string_view text = message != nullptr ? message : "";
+  return StoreError(
+      fmt::format("idem::mysql: {} failed ({}{}{}{})", context, n,
+                  is_connection_lost(n) ? ", connection lost" : "", text.empty() ? "" : ": ", text),
+      is_transient(n),
+      Diagnostics{n, sqlstate != nullptr ? sqlstate : "", std::string(text), from_server});
+}
+
+// The last error on a connection (mysql_errno, mysql_sqlstate, mysql_error) as a StoreError.
+inline StoreError error_from(MYSQL* mysql, std::string_view context) {
+  return make_error(context, mysql_errno(mysql), mysql_sqlstate(mysql), mysql_error(mysql));
+}
+
+// The last error of a prepared statement as a StoreError.
+inline StoreError error_from(MYSQL_STMT* stmt, std::string_view context) {
+  return make_error(context, mysql_stmt_errno(stmt), mysql_stmt_sqlstate(stmt),
+                    mysql_stmt_error(stmt));
+}
+
+// Throws error_from(mysql, context) when rc, the result of a C API call, is non-zero.
+inline void check(MYSQL* mysql, int rc, std::string_view context) {
+  if (rc != 0) throw error_from(mysql, context);
 }
 
 }  // namespace idem::mysql

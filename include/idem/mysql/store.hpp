@@ -6,15 +6,18 @@
 //    connection. Use it when the business calls something outside this database (a payment
 //    channel): the claim must be durable before the call, and its result recorded after.
 //  - same transaction (Store::bind(connection) -> BoundStore): the operations run on the
-//    caller's connection inside the caller's transaction, so claim + business writes + record
-//    commit or roll back together. Duplicates wait on the row lock and then replay. Pair it
-//    with idem::mysql::with_transaction, which re-runs the body after a deadlock.
+//    caller's connection (one of idem's, or the caller's own MYSQL*) inside the caller's
+//    transaction, so claim + business writes + record commit or roll back together.
+//    Duplicates wait on the row lock and then replay. Such a transaction may commit only once
+//    every claim in it finished (BoundStore::committable()); idem::mysql::with_transaction
+//    checks that before its COMMIT and re-runs the body after a deadlock. A Store that is only
+//    ever bound needs no Pool.
 //
 // How a claim works: one INSERT on the primary key (never SELECT-then-INSERT); on MariaDB
 // 10.5+ it is INSERT IGNORE ... RETURNING, so a fresh claim is one round trip (elsewhere the
 // new row is read back). On a duplicate (ER_DUP_ENTRY, or no row returned) the row is read
-// with the server's NOW(3) and decide() picks the verdict; a takeover is one UPDATE guarded
-// by the old fence and owner token. Every time comes from the database clock. Deadlocks and
+// with the server's UTC_TIMESTAMP(3) and decide() picks the verdict; a takeover is one UPDATE
+// guarded by the old fence and owner token. Every time comes from the database clock. Deadlocks and
 // lock wait timeouts are retried with jittered backoff; a write whose outcome was lost with
 // its connection is resolved by re-reading the row on a fresh connection (the owner token
 // says whether it was ours).
@@ -296,13 +299,18 @@ class BoundStore;
 class Store {
  public:
   // The store shares the pool (other stores or the caller's transactions may use it too).
-  explicit Store(std::shared_ptr<Pool> pool, StoreParams params = {})
-      : pool_(std::move(pool)),
-        params_(std::move(params)),
+  explicit Store(std::shared_ptr<Pool> pool, StoreParams params = {}) : Store(std::move(params)) {
+    if (!pool) throw InvalidArgument("idem::mysql::Store: pool must not be null");
+    pool_ = std::move(pool);
+  }
+
+  // A store without a pool, only ever bound to the caller's connections (bind()); its
+  // standalone operations throw UsageError.
+  explicit Store(StoreParams params = {})
+      : params_(std::move(params)),
         table_(quote_identifier(params_.table)),
         sql_(std::make_unique<detail::RecordSql>(detail::make_record_sql(table_))),
         ops_(*sql_, params_.insert_returning) {
-    if (!pool_) throw InvalidArgument("idem::mysql::Store: pool must not be null");
     if (params_.max_attempts < 1) {
       throw InvalidArgument("idem::mysql::Store: max_attempts must be at least 1");
     }
@@ -321,6 +329,12 @@ class Store {
       c.query(record_table_ddl(table_));
       return 0;
     });
+  }
+  // The same on the caller's handle. DDL commits any transaction open on it: call it at
+  // start-up, not inside a transaction.
+  void ensure_schema(MYSQL* mysql) const {
+    Connection c(mysql);
+    c.query(record_table_ddl(table_));
   }
 
   ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
@@ -426,11 +440,20 @@ class Store {
                         [&](Connection& c, bool) { return ops_.release(c, batch); });
   }
 
-  // The same store on the caller's connection, inside the caller's transaction.
+  // The same store on a connection inside the transaction open on it: one of idem's (e.g.
+  // from with_transaction), or a handle of the caller's own, begun by the caller's code
+  // (START TRANSACTION, or mysql_autocommit(handle, 0)). The handle stays the caller's: see
+  // Connection(MYSQL*). The store must outlive the BoundStore; bind once per transaction.
   BoundStore bind(Connection& connection) const;
+  BoundStore bind(MYSQL* mysql) const;
 
   const std::string& table() const noexcept { return table_; }
-  Pool& pool() const noexcept { return *pool_; }
+  bool has_pool() const noexcept { return pool_ != nullptr; }
+  // Throws UsageError for a store without a pool.
+  Pool& pool() const {
+    if (!pool_) throw UsageError("idem::mysql::Store: this store has no pool (it is only bound)");
+    return *pool_;
+  }
 
  private:
   friend class BoundStore;
@@ -472,7 +495,7 @@ class Store {
     auto backoff = params_.backoff;
     for (int attempt = 1;; ++attempt) {
       try {
-        auto handle = pool_->acquire();
+        auto handle = pool().acquire();
         return op(*handle, uncertain);
       } catch (const StoreError& e) {
         // Only the database's transient errors are retried here; a pool that has no connection
@@ -506,57 +529,119 @@ class Store {
 // a deadlock rolls back the caller's whole transaction, so the caller (or with_transaction)
 // must run the transaction again. Reads take a shared lock (LOCK IN SHARE MODE) so that the
 // decision is taken on the latest committed state, whatever the transaction's snapshot.
+//
+// Every claim it acquires is noted in the connection's ClaimLedger with how it ended. The
+// transaction may commit only when committable(): each claim succeeded or failed
+// permanently. A claim still processing, abandoned by its guard or failed retryably must be
+// rolled back with the business writes beside it, or the redelivery would run the business
+// again on top of them (see docs/design.md, "A bound claim commits only a finished request").
 class BoundStore {
  public:
   // A duplicate's wait would hold the shared row lock of its reads until the transaction ends
   // and so block the very claim it waits for: the guard answers in_progress at once instead.
   static constexpr bool supports_wait = false;
+  // Store failures roll back the caller's transaction; the guard reports them as
+  // EventKind::transaction_error (idem/observer.hpp).
+  static constexpr bool in_caller_transaction = true;
 
   BoundStore(const Store& store, Connection& connection)
-      : ops_(store.ops_), connection_(connection) {}
+      : ops_(store.ops_), connection_(&connection), ledger_(idem::detail::ledger_for(connection)) {}
+  BoundStore(const Store& store, MYSQL* mysql)
+      : ops_(store.ops_),
+        borrowed_(std::make_unique<Connection>(mysql)),
+        connection_(borrowed_.get()),
+        ledger_(idem::detail::ledger_for(*borrowed_)) {}
+
+  BoundStore(BoundStore&&) noexcept = default;
+  BoundStore& operator=(BoundStore&&) = delete;
 
   ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
     validate(options);
     idem::detail::check_fingerprint(fingerprint);
-    return ops_.claim(connection_, key, fingerprint, options, idem::detail::new_owner_token(),
-                      true);
+    if (!in_transaction()) {
+      throw UsageError(
+          "idem::mysql::BoundStore: no transaction is open on the connection (START "
+          "TRANSACTION or mysql_autocommit(handle, 0) first): the claim would commit on its own");
+    }
+    ledger().claiming(options.observer);
+    ClaimResult r =
+        ops_.claim(*connection_, key, fingerprint, options, idem::detail::new_owner_token(), true);
+    if (r.verdict == Verdict::acquired) ledger().claimed(r.record.key, r.record.ticket);
+    return r;
   }
 
   void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
     idem::detail::check_snapshot(snapshot);
-    if (!ops_.finish(connection_, key, ticket, snapshot, Status::succeeded, false)) {
+    if (!ops_.finish(*connection_, key, ticket, snapshot, Status::succeeded, false)) {
       detail::throw_lease_lost(key, ticket);
     }
+    ledger().ended(key, ticket, Ledger::State::succeeded);
   }
 
   void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable) {
     idem::detail::check_snapshot(error);
-    if (!ops_.finish(connection_, key, ticket, error, Status::failed, retryable))
+    if (!ops_.finish(*connection_, key, ticket, error, Status::failed, retryable))
+      detail::throw_lease_lost(key, ticket);
+    ledger().ended(key, ticket, retryable ? Ledger::State::retryable : Ledger::State::failed);
+  }
+
+  // What an IdempotencyGuard destroyed without a result calls: noted as abandoned (before
+  // anything is sent, so even a failed write leaves the transaction uncommittable), then
+  // recorded as a retryable failure in case the caller commits anyway.
+  void abandon(const Key& key, const Ticket& ticket, std::string_view error) {
+    ledger().ended(key, ticket, Ledger::State::abandoned);
+    if (!ops_.finish(*connection_, key, ticket, error, Status::failed, true))
       detail::throw_lease_lost(key, ticket);
   }
 
   std::optional<Record> find(const Key& key) {
-    auto row = ops_.read(connection_, key, false);
+    auto row = ops_.read(*connection_, key, false);
     if (!row) return std::nullopt;
     return std::move(row->record);
   }
 
   std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
-    return batch == 0 ? 0 : ops_.purge(connection_, batch, max_batches);
+    return batch == 0 ? 0 : ops_.purge(*connection_, batch, max_batches);
   }
   std::size_t release_stale(std::size_t batch) {
-    return batch == 0 ? 0 : ops_.release(connection_, batch);
+    return batch == 0 ? 0 : ops_.release(*connection_, batch);
   }
 
-  Connection& connection() const noexcept { return connection_; }
+  // Whether the transaction may commit now: every claim noted on this connection since the
+  // transaction began succeeded or failed permanently. false after a retryable failure (roll
+  // back: the redelivery runs the request afresh) and after an abandoned or unfinished claim.
+  bool committable() const noexcept { return ledger_->committable(); }
+  // Throws UsageError naming the claim that forbids the commit; call it before your COMMIT.
+  void check_committable() const {
+    if (!committable())
+      throw UsageError("idem::mysql: do not commit this transaction: " + ledger_->why());
+  }
+  // Marks the transaction as one to roll back whatever its claims say (see ClaimLedger).
+  void set_rollback_only() noexcept { ledger().set_rollback_only(); }
+
+  Connection& connection() const noexcept { return *connection_; }
 
  private:
+  using Ledger = idem::detail::ClaimLedger;
+  Ledger& ledger() noexcept { return *ledger_; }
+  bool in_transaction() const noexcept {
+    const MYSQL* m = connection_->native();
+    return m != nullptr && ((m->server_status & SERVER_STATUS_IN_TRANS) != 0 ||
+                            (m->server_status & SERVER_STATUS_AUTOCOMMIT) == 0);
+  }
+
   detail::RecordOps ops_;
-  Connection& connection_;
+  std::unique_ptr<Connection> borrowed_;  // set when bound to the caller's MYSQL*
+  Connection* connection_;
+  Ledger* ledger_;
 };
 
 inline BoundStore Store::bind(Connection& connection) const {
   return BoundStore(*this, connection);
+}
+
+inline BoundStore Store::bind(MYSQL* mysql) const {
+  return BoundStore(*this, mysql);
 }
 
 static_assert(idem::Store<Store>);

@@ -1,15 +1,33 @@
 #pragma once
-// idem::mysql::with_transaction: run a transaction body, and run it again when the server
-// rolled it back for a transient reason (deadlock, lock wait timeout, lost connection,
-// a Galera certification failure).
+// idem::mysql::with_transaction: run a transaction body, commit it only when every claim in
+// it finished, and run it again when the server rolled it back for a transient reason
+// (deadlock, lock wait timeout, lost connection, a Galera certification failure).
 //
 //   auto receipt = idem::mysql::with_transaction(pool, [&](idem::mysql::Connection& c) {
 //     auto tx = store.bind(c);
 //     idem::IdempotencyGuard guard{tx, key, fp};
-//     ...business writes on c...
+//     ...business writes on c (c.native() is the MYSQL*)...
 //     guard.commit(result);
 //     return result;
 //   });
+//
+// The connections may be the service's own: pass anything that lends a MYSQL* for the
+// length of a call instead of the pool (see lends_connection below):
+//
+//   auto lend = [&](auto&& use) { auto h = service_pool.get(); return use(h.get()); };
+//   idem::mysql::with_transaction(lend, [&](idem::mysql::Connection& c) { ...as above... });
+//
+// How a try ends, when the body returns:
+//  - every claim of the try succeeded or failed permanently (or there was none): COMMIT, and
+//    the body's result is returned;
+//  - its claims failed retryably (a 5xx from idem::http::handle, a consume body that threw):
+//    ROLLBACK, so that no business write of the try stays behind, and the body's result (the
+//    failure) is returned; the redelivery runs the request afresh;
+//  - a claim was abandoned (its guard destroyed without commit or fail) or left processing,
+//    or finished claims share the try with a retryable one: ROLLBACK, and UsageError naming
+//    the claim.
+// An exception from the body rolls back and propagates; a retryable StoreError (also from
+// the caller's own SQL, see idem::mysql::error_from) runs the body again, up to max_attempts.
 //
 // The body must be safe to run again: everything it writes to this database is rolled back
 // before a new try, and idem's claim inside it makes a duplicate run a replay. A body that
@@ -17,17 +35,25 @@
 // Even a COMMIT whose reply was lost is safe to retry this way when the body is guarded:
 // if the first commit did land, the retry's claim replays it.
 
+#include <mysql.h>
+
 #include <chrono>
+#include <concepts>
+#include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "idem/detail/claim_ledger.hpp"
 #include "idem/errors.hpp"
+#include "idem/key.hpp"
 #include "idem/mysql/connection.hpp"
 #include "idem/mysql/pool.hpp"
+#include "idem/observer.hpp"
 
 namespace idem::mysql {
 
@@ -37,10 +63,80 @@ struct TransactionParams {
   std::chrono::milliseconds max_backoff{500};
 };
 
+namespace detail {
+
+// Calls `use` with a MYSQL*; what a lender must accept.
+struct LendProbe {
+  void operator()(MYSQL*) const {}
+};
+
+}  // namespace detail
+
+// A connection source of the caller's: lend(use) takes a MYSQL* from wherever the service
+// keeps its connections, calls use(handle) once, and gives the handle back when use returns
+// or throws. The handle must have no transaction open; with_transaction begins, commits or
+// rolls back its own and changes nothing else on it.
+template <class L>
+concept lends_connection = std::invocable<L&, detail::LendProbe>;
+
+namespace detail {
+
+inline void roll_back(Connection& c) noexcept {
+  if (c.broken()) return;
+  try {
+    c.query("ROLLBACK");
+  } catch (...) {
+    c.mark_broken();  // a connection in an unknown transaction state is not reused
+  }
+}
+
+// One try on c: START TRANSACTION, the body, then COMMIT or ROLLBACK as the ledger says.
+// Rolls back on every exception, leaving in `report` whom to tell.
 template <class F>
-auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
-    -> std::invoke_result_t<F&, Connection&> {
+std::invoke_result_t<F&, Connection&> run_try(Connection& c, F& body,
+                                              idem::detail::TryReport& report) {
   using R = std::invoke_result_t<F&, Connection&>;
+  using Ending = idem::detail::ClaimLedger::Ending;
+  auto& ledger = c.ledger();
+  ledger.reset();
+  const idem::detail::LedgerScope scope(c.native(), ledger);
+  try {
+    c.query("START TRANSACTION");
+    auto end = [&] {
+      switch (ledger.ending()) {
+        case Ending::commit:
+          c.query("COMMIT");
+          break;
+        case Ending::roll_back:
+          c.query("ROLLBACK");
+          break;
+        case Ending::misuse:
+          throw UsageError("idem::mysql::with_transaction: rolled back: " + ledger.why());
+      }
+    };
+    if constexpr (std::is_void_v<R>) {
+      body(c);
+      end();
+      ledger.reset();
+    } else {
+      R result = body(c);
+      end();
+      ledger.reset();
+      return result;
+    }
+  } catch (...) {
+    report.take(ledger);
+    ledger.reset();
+    roll_back(c);
+    throw;
+  }
+}
+
+// Runs one_try(report) until it returns, rethrowing everything but a retryable StoreError,
+// and that too after max_attempts tries; reports each retry and a StoreError that leaves.
+template <class Try>
+auto retry_transaction(const TransactionParams& params, Try&& one_try)
+    -> std::invoke_result_t<Try&, idem::detail::TryReport&> {
   if (params.max_attempts < 1) {
     throw InvalidArgument("idem::mysql::with_transaction: max_attempts must be at least 1");
   }
@@ -50,44 +146,76 @@ auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
         "backoff");
   }
   thread_local std::minstd_rand jitter{std::random_device{}()};
+  const auto start = std::chrono::steady_clock::now();
   auto backoff = params.backoff;
   for (int attempt = 1;; ++attempt) {
-    auto conn = pool.acquire();
-    auto rollback = [&]() noexcept {
-      if (conn->broken()) return;
-      try {
-        conn->query("ROLLBACK");
-      } catch (...) {
-        conn->mark_broken();  // a connection in an unknown transaction state is not reused
-      }
-    };
+    idem::detail::TryReport report;
     try {
-      conn->query("START TRANSACTION");
-      if constexpr (std::is_void_v<R>) {
-        body(*conn);
-        conn->query("COMMIT");
-        return;
-      } else {
-        R result = body(*conn);
-        conn->query("COMMIT");
-        return result;
-      }
+      return one_try(report);
     } catch (const StoreError& e) {
-      rollback();
-      if (!e.retryable()) throw;
-      if (attempt >= params.max_attempts) {
-        throw StoreError(fmt::format("idem::mysql::with_transaction: gave up after {} tries: {}",
-                                     attempt, e.what()),
-                         true, e.diagnostics());
+      if (!e.retryable()) {
+        report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, e);
+        throw;
       }
-    } catch (...) {
-      rollback();
-      throw;
+      if (attempt >= params.max_attempts) {
+        const StoreError gave_up(fmt::format("idem::mysql::with_transaction: gave up after {} "
+                                             "tries: {}",
+                                             attempt, e.what()),
+                                 true, e.diagnostics());
+        report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, gave_up);
+        throw gave_up;
+      }
+      report.send(EventKind::transaction_retried, std::chrono::nanoseconds{0}, e);
     }
     std::this_thread::sleep_for(backoff +
                                 std::chrono::milliseconds{jitter() % (backoff.count() + 1)});
     backoff = std::min(backoff * 2, params.max_backoff);
   }
+}
+
+}  // namespace detail
+
+// On a connection of idem's pool, taken for each try.
+template <class F>
+auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
+    -> std::invoke_result_t<F&, Connection&> {
+  return detail::retry_transaction(params,
+                                   [&](idem::detail::TryReport& report) -> decltype(auto) {
+                                     auto conn = pool.acquire();
+                                     return detail::run_try(*conn, body, report);
+                                   });
+}
+
+// On a handle lent by the caller's own connection source, taken for each try. The body gets
+// a Connection borrowing that handle: bind the store to it (store.bind(c)), and run the
+// service's own SQL on c.native().
+template <class L, class F>
+requires lends_connection<L>
+auto with_transaction(L&& lend, F&& body, TransactionParams params = {})
+    -> std::invoke_result_t<F&, Connection&> {
+  using R = std::invoke_result_t<F&, Connection&>;
+  return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> R {
+    std::optional<std::conditional_t<std::is_void_v<R>, int, R>> result;
+    bool lent = false;
+    lend([&](MYSQL* mysql) {
+      lent = true;
+      Connection c(mysql);
+      if (c.in_transaction()) {
+        throw UsageError(
+            "idem::mysql::with_transaction: the lent handle already has a transaction open");
+      }
+      if constexpr (std::is_void_v<R>) {
+        detail::run_try(c, body, report);
+        result.emplace(0);
+      } else {
+        result.emplace(detail::run_try(c, body, report));
+      }
+    });
+    if (!lent || !result) {
+      throw UsageError("idem::mysql::with_transaction: the lender returned without calling use");
+    }
+    if constexpr (!std::is_void_v<R>) return std::move(*result);
+  });
 }
 
 }  // namespace idem::mysql

@@ -103,6 +103,7 @@ class Pool {
       if (conn->in_transaction()) conn.reset();
     }
     if (conn && conn->broken()) conn.reset();
+    if (conn) conn->ledger().reset();
     {
       std::lock_guard lock(mutex_);
       if (conn) {

@@ -7,8 +7,10 @@
 //    channel): the claim must be durable before the call, and its result recorded after.
 //  - same transaction (Store::bind(connection) -> BoundStore): the operations run on the
 //    caller's connection inside the caller's transaction, so claim + business writes + record
-//    commit or roll back together. Duplicates wait for the write lock and then replay. Pair it
-//    with idem::sqlite::with_transaction, which re-runs the body when the file stays locked.
+//    commit or roll back together. Duplicates wait for the write lock and then replay. Such a
+//    transaction may commit only once every claim in it finished (BoundStore::committable());
+//    pair it with idem::sqlite::with_transaction, which checks that before its COMMIT and
+//    re-runs the body when the file stays locked.
 //
 // How a claim works: one INSERT on the primary key (never SELECT-then-INSERT). On
 // SQLITE_CONSTRAINT_PRIMARYKEY the row is read and decide() judges it with the same `now`; a
@@ -343,14 +345,25 @@ class Store {
 // busy failure inside the caller's transaction means the transaction must run again, which is
 // the caller's (or with_transaction's) call. Inside a write transaction SQLite reads the
 // latest committed state, so no locking reads are needed.
+//
+// As on MySQL, every claim it acquires is noted in the transaction's ClaimLedger: commit only
+// when committable() (each claim succeeded or failed permanently); otherwise roll back, or
+// the redelivery would run the business again on top of this transaction's writes.
 class BoundStore {
  public:
+  // Store failures roll back the caller's transaction; the guard reports them as
+  // EventKind::transaction_error (idem/observer.hpp).
+  static constexpr bool in_caller_transaction = true;
+
   BoundStore(const Store& store, Connection& connection)
-      : ops_(&store.ops_), connection_(&connection) {}
+      : ops_(&store.ops_),
+        connection_(&connection),
+        ledger_(idem::detail::ledger_for(connection)) {}
   BoundStore(const Store& store, sqlite3* db)
       : ops_(&store.ops_),
         borrowed_(std::make_unique<Connection>(db)),
-        connection_(borrowed_.get()) {}
+        connection_(borrowed_.get()),
+        ledger_(idem::detail::ledger_for(*borrowed_)) {}
 
   BoundStore(BoundStore&&) noexcept = default;
   BoundStore& operator=(BoundStore&&) noexcept = default;
@@ -358,18 +371,35 @@ class BoundStore {
   ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
     validate(options);
     idem::detail::check_fingerprint(fingerprint);
-    return ops_->claim(*connection_, key, fingerprint, options);
+    if (sqlite3_get_autocommit(connection_->native()) != 0) {
+      throw UsageError(
+          "idem::sqlite::BoundStore: no transaction is open on the connection (BEGIN IMMEDIATE "
+          "first): the claim would commit on its own");
+    }
+    ledger_->claiming(options.observer);
+    ClaimResult r = ops_->claim(*connection_, key, fingerprint, options);
+    if (r.verdict == Verdict::acquired) ledger_->claimed(r.record.key, r.record.ticket);
+    return r;
   }
 
   void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
     idem::detail::check_snapshot(snapshot);
     if (!ops_->finish(*connection_, key, ticket, snapshot, Status::succeeded, false))
       detail::throw_lease_lost(key, ticket);
+    ledger_->ended(key, ticket, Ledger::State::succeeded);
   }
 
   void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable) {
     idem::detail::check_snapshot(error);
     if (!ops_->finish(*connection_, key, ticket, error, Status::failed, retryable))
+      detail::throw_lease_lost(key, ticket);
+    ledger_->ended(key, ticket, retryable ? Ledger::State::retryable : Ledger::State::failed);
+  }
+
+  // See idem::mysql::BoundStore::abandon.
+  void abandon(const Key& key, const Ticket& ticket, std::string_view error) {
+    ledger_->ended(key, ticket, Ledger::State::abandoned);
+    if (!ops_->finish(*connection_, key, ticket, error, Status::failed, true))
       detail::throw_lease_lost(key, ticket);
   }
 
@@ -382,12 +412,24 @@ class BoundStore {
     return batch == 0 ? 0 : ops_->release(*connection_, batch);
   }
 
+  // Whether the transaction may commit now (see idem::mysql::BoundStore::committable).
+  bool committable() const noexcept { return ledger_->committable(); }
+  // Throws UsageError naming the claim that forbids the commit; call it before your COMMIT.
+  void check_committable() const {
+    if (!committable())
+      throw UsageError("idem::sqlite: do not commit this transaction: " + ledger_->why());
+  }
+  void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
+
   Connection& connection() const noexcept { return *connection_; }
 
  private:
+  using Ledger = idem::detail::ClaimLedger;
+
   const detail::RecordOps* ops_;
   std::unique_ptr<Connection> borrowed_;  // set when bound to a raw sqlite3*
   Connection* connection_;
+  Ledger* ledger_;
 };
 
 inline BoundStore Store::bind(Connection& connection) const {

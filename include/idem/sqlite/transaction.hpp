@@ -17,6 +17,11 @@
 //     return idem::run_once(tx, key, fp, [&] { ...business writes on db...; return 1; });
 //   });
 //
+// The body's claims decide how a try ends, as in idem::mysql::with_transaction: COMMIT when
+// every claim succeeded or failed permanently; ROLLBACK (and the body's result) when they
+// failed retryably; ROLLBACK and UsageError naming the claim when one was abandoned or left
+// processing. A store bound to the raw handle inside the body (store.bind(db)) counts too.
+//
 // BEGIN IMMEDIATE takes the write lock up front: a duplicate waits (busy timeout) until the
 // first transaction commits, then its INSERT finds the row and replays it. A deferred BEGIN
 // could instead fail half-way with SQLITE_BUSY_SNAPSHOT when it upgrades from reading to
@@ -35,7 +40,9 @@
 
 #include <fmt/format.h>
 
+#include "idem/detail/claim_ledger.hpp"
 #include "idem/errors.hpp"
+#include "idem/observer.hpp"
 #include "idem/sqlite/connection.hpp"
 #include "idem/sqlite/errors.hpp"
 #include "idem/sqlite/pool.hpp"
@@ -66,50 +73,80 @@ inline void rollback_quietly(sqlite3* db) noexcept {
   sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
 }
 
-// One try: BEGIN IMMEDIATE, fn(), COMMIT; rolled back on any exception.
+// One try: BEGIN IMMEDIATE, fn(), then COMMIT or ROLLBACK as the ledger of its claims says;
+// rolled back on any exception, leaving in `report` whom to tell.
 template <class Fn>
-std::invoke_result_t<Fn&> in_transaction(sqlite3* db, Fn&& fn) {
+std::invoke_result_t<Fn&> in_transaction(sqlite3* db, idem::detail::ClaimLedger& ledger,
+                                         idem::detail::TryReport& report, Fn&& fn) {
   using R = std::invoke_result_t<Fn&>;
+  using Ending = idem::detail::ClaimLedger::Ending;
   if (sqlite3_get_autocommit(db) == 0) {
     throw UsageError(
         "idem::sqlite::with_transaction: a transaction is already open on this connection");
   }
+  ledger.reset();
+  const idem::detail::LedgerScope scope(db, ledger);
   exec_raw(db, "BEGIN IMMEDIATE");
   try {
+    auto end = [&] {
+      switch (ledger.ending()) {
+        case Ending::commit:
+          exec_raw(db, "COMMIT");
+          break;
+        case Ending::roll_back:
+          exec_raw(db, "ROLLBACK");
+          break;
+        case Ending::misuse:
+          throw UsageError("idem::sqlite::with_transaction: rolled back: " + ledger.why());
+      }
+    };
     if constexpr (std::is_void_v<R>) {
       fn();
-      exec_raw(db, "COMMIT");
+      end();
+      ledger.reset();
     } else {
       R result = fn();
-      exec_raw(db, "COMMIT");
+      end();
+      ledger.reset();
       return result;
     }
   } catch (...) {
+    report.take(ledger);
+    ledger.reset();
     rollback_quietly(db);
     throw;
   }
 }
 
-// Calls one_try until it returns, rethrowing everything but a retryable StoreError, and that
-// too after max_attempts tries.
+// Calls one_try(report) until it returns, rethrowing everything but a retryable StoreError,
+// and that too after max_attempts tries; reports each retry and a StoreError that leaves.
 template <class Try>
 auto retry_transaction(const TransactionParams& params, Try&& one_try)
-    -> std::invoke_result_t<Try&> {
+    -> std::invoke_result_t<Try&, idem::detail::TryReport&> {
   if (params.max_attempts < 1) {
     throw InvalidArgument("idem::sqlite::with_transaction: max_attempts must be at least 1");
   }
   thread_local std::minstd_rand jitter{std::random_device{}()};
+  const auto start = std::chrono::steady_clock::now();
   auto backoff = std::max(params.backoff, std::chrono::milliseconds::zero());
   for (int attempt = 1;; ++attempt) {
+    idem::detail::TryReport report;
     try {
-      return one_try();
+      return one_try(report);
     } catch (const StoreError& e) {
-      if (!e.retryable()) throw;
-      if (attempt >= params.max_attempts) {
-        throw StoreError(fmt::format("idem::sqlite::with_transaction: gave up after {} tries: {}",
-                                     attempt, e.what()),
-                         true, e.diagnostics());
+      if (!e.retryable()) {
+        report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, e);
+        throw;
       }
+      if (attempt >= params.max_attempts) {
+        const StoreError gave_up(
+            fmt::format("idem::sqlite::with_transaction: gave up after {} tries: {}", attempt,
+                        e.what()),
+            true, e.diagnostics());
+        report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, gave_up);
+        throw gave_up;
+      }
+      report.send(EventKind::transaction_retried, std::chrono::nanoseconds{0}, e);
     }
     std::this_thread::sleep_for(backoff +
                                 std::chrono::milliseconds{jitter() % (backoff.count() + 1)});
@@ -124,8 +161,9 @@ template <class F>
 auto with_transaction(sqlite3* db, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, sqlite3*> {
   if (db == nullptr) throw InvalidArgument("idem::sqlite::with_transaction: db is null");
-  return detail::retry_transaction(params, [&]() -> decltype(auto) {
-    return detail::in_transaction(db, [&]() -> decltype(auto) { return body(db); });
+  idem::detail::ClaimLedger ledger;  // what store.bind(db) inside the body notes its claims in
+  return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> decltype(auto) {
+    return detail::in_transaction(db, ledger, report, [&]() -> decltype(auto) { return body(db); });
   });
 }
 
@@ -133,8 +171,8 @@ auto with_transaction(sqlite3* db, F&& body, TransactionParams params = {})
 template <class F>
 auto with_transaction(Connection& connection, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
-  return detail::retry_transaction(params, [&]() -> decltype(auto) {
-    return detail::in_transaction(connection.native(),
+  return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> decltype(auto) {
+    return detail::in_transaction(connection.native(), connection.ledger(), report,
                                   [&]() -> decltype(auto) { return body(connection); });
   });
 }
@@ -143,9 +181,9 @@ auto with_transaction(Connection& connection, F&& body, TransactionParams params
 template <class F>
 auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
-  return detail::retry_transaction(params, [&]() -> decltype(auto) {
+  return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> decltype(auto) {
     auto connection = pool.acquire();
-    return detail::in_transaction(connection->native(),
+    return detail::in_transaction(connection->native(), connection->ledger(), report,
                                   [&]() -> decltype(auto) { return body(*connection); });
   });
 }

@@ -61,8 +61,9 @@ inline RecordSql make_record_sql(const std::string& t) {
       "attempts, lease_until, created_at, updated_at, expire_at";
   RecordSql s;
   const std::string into = fmt::format(
-      " INTO {} ({}) VALUES (?, ?, 0, 1, ?, ?, NULL, 0, 1, NOW(3) + INTERVAL ? MICROSECOND, "
-      "NOW(3), NOW(3), NOW(3) + INTERVAL ? MICROSECOND)",
+      " INTO {} ({}) VALUES (?, ?, 0, 1, ?, ?, NULL, 0, 1, UTC_TIMESTAMP(3) + INTERVAL ? "
+      "MICROSECOND, "
+      "UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND)",
       t, columns);
   s.insert = "INSERT" + into;
   // IGNORE: a duplicate answers with no row instead of ER_DUP_ENTRY, which would arrive after
@@ -71,11 +72,11 @@ inline RecordSql make_record_sql(const std::string& t) {
   // what the server chose, its times (see fresh_record); a shorter answer measured about 5%
   // more claims per second than all 14 columns.
   s.insert_returning = "INSERT IGNORE" + into + " RETURNING lease_until, created_at, expire_at";
-  // The batch's RETURNING lists the columns of a read, NOW(3) included, so both decode alike
-  // (a batch must tell which keys were inserted).
-  const std::string returning = fmt::format(" RETURNING {}, NOW(3)", columns);
-  s.select = fmt::format("SELECT {}, NOW(3) FROM {} WHERE idempotent_key = ? AND biz_type = ?",
-                         columns, t);
+  // The batch's RETURNING lists the columns of a read, UTC_TIMESTAMP(3) included, so both decode
+  // alike (a batch must tell which keys were inserted).
+  const std::string returning = fmt::format(" RETURNING {}, UTC_TIMESTAMP(3)", columns);
+  s.select = fmt::format(
+      "SELECT {}, UTC_TIMESTAMP(3) FROM {} WHERE idempotent_key = ? AND biz_type = ?", columns, t);
   s.select_locking = s.select + " LOCK IN SHARE MODE";
   for (std::size_t c = 0; c < batch_classes; ++c) {
     std::string values;
@@ -83,15 +84,17 @@ inline RecordSql make_record_sql(const std::string& t) {
     for (std::size_t i = 0; i < (std::size_t{1} << c); ++i) {
       values += i == 0 ? "" : ", ";
       values +=
-          "(?, ?, 0, 1, ?, ?, NULL, 0, 1, NOW(3) + INTERVAL ? MICROSECOND, NOW(3), NOW(3), "
-          "NOW(3) + INTERVAL ? MICROSECOND)";
+          "(?, ?, 0, 1, ?, ?, NULL, 0, 1, UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
+          "UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), "
+          "UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND)";
       keys += i == 0 ? "" : " OR ";
       keys += "(idempotent_key = ? AND biz_type = ?)";
     }
     // IGNORE only skips the duplicates: every value was validated before it got here.
     s.insert_batch[c] = fmt::format("INSERT IGNORE INTO {} ({}) VALUES {}", t, columns, values);
     s.insert_batch_returning[c] = s.insert_batch[c] + returning;  // only the inserted rows
-    s.select_batch[c] = fmt::format("SELECT {}, NOW(3) FROM {} WHERE {}", columns, t, keys);
+    s.select_batch[c] =
+        fmt::format("SELECT {}, UTC_TIMESTAMP(3) FROM {} WHERE {}", columns, t, keys);
   }
   // Takeovers are guarded by the old fence and owner token (so a purge and re-insert in
   // between cannot be mistaken for the row that was read) and re-check their condition
@@ -100,33 +103,41 @@ inline RecordSql make_record_sql(const std::string& t) {
       "UPDATE {} SET status = 0, fence = fence + 1, owner_token = ?, "
       "request_hash = IF(request_hash = '', ?, request_hash), response_snapshot = NULL, retryable "
       "= 0, "
-      "attempts = attempts + 1, lease_until = NOW(3) + INTERVAL ? MICROSECOND, updated_at = "
-      "NOW(3), "
-      "expire_at = NOW(3) + INTERVAL ? MICROSECOND "
+      "attempts = attempts + 1, lease_until = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
+      "updated_at = "
+      "UTC_TIMESTAMP(3), "
+      "expire_at = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND "
       "WHERE idempotent_key = ? AND biz_type = ? AND fence = ? AND owner_token = ? AND expire_at > "
-      "NOW(3) "
-      "AND ((status = 0 AND lease_until <= NOW(3)) OR (status = 2 AND retryable = 1))",
+      "UTC_TIMESTAMP(3) "
+      "AND ((status = 0 AND lease_until <= UTC_TIMESTAMP(3)) OR (status = 2 AND retryable = 1))",
       t);
   s.take_over_expired = fmt::format(
       "UPDATE {} SET status = 0, fence = fence + 1, owner_token = ?, request_hash = ?, "
-      "response_snapshot = NULL, retryable = 0, attempts = 1, lease_until = NOW(3) + INTERVAL ? "
+      "response_snapshot = NULL, retryable = 0, attempts = 1, lease_until = UTC_TIMESTAMP(3) + "
+      "INTERVAL ? "
       "MICROSECOND, "
-      "created_at = NOW(3), updated_at = NOW(3), expire_at = NOW(3) + INTERVAL ? MICROSECOND "
+      "created_at = UTC_TIMESTAMP(3), updated_at = UTC_TIMESTAMP(3), expire_at = UTC_TIMESTAMP(3) "
+      "+ INTERVAL ? MICROSECOND "
       "WHERE idempotent_key = ? AND biz_type = ? AND fence = ? AND owner_token = ? AND expire_at "
-      "<= NOW(3)",
+      "<= UTC_TIMESTAMP(3)",
       t);
   s.complete = fmt::format(
-      "UPDATE {} SET status = 1, response_snapshot = ?, retryable = 0, updated_at = NOW(3) "
+      "UPDATE {} SET status = 1, response_snapshot = ?, retryable = 0, updated_at = "
+      "UTC_TIMESTAMP(3) "
       "WHERE idempotent_key = ? AND biz_type = ? AND status = 0 AND fence = ? AND owner_token = ?",
       t);
   s.fail = fmt::format(
-      "UPDATE {} SET status = 2, response_snapshot = ?, retryable = ?, updated_at = NOW(3) "
+      "UPDATE {} SET status = 2, response_snapshot = ?, retryable = ?, updated_at = "
+      "UTC_TIMESTAMP(3) "
       "WHERE idempotent_key = ? AND biz_type = ? AND status = 0 AND fence = ? AND owner_token = ?",
       t);
-  s.purge = fmt::format("DELETE FROM {} WHERE expire_at <= NOW(3) ORDER BY expire_at LIMIT ?", t);
+  s.purge = fmt::format(
+      "DELETE FROM {} WHERE expire_at <= UTC_TIMESTAMP(3) ORDER BY expire_at LIMIT ?", t);
   s.release = fmt::format(
-      "UPDATE {} SET status = 2, retryable = 1, response_snapshot = ?, updated_at = NOW(3) "
-      "WHERE status = 0 AND lease_until <= NOW(3) AND expire_at > NOW(3) ORDER BY lease_until "
+      "UPDATE {} SET status = 2, retryable = 1, response_snapshot = ?, updated_at = "
+      "UTC_TIMESTAMP(3) "
+      "WHERE status = 0 AND lease_until <= UTC_TIMESTAMP(3) AND expire_at > UTC_TIMESTAMP(3) ORDER "
+      "BY lease_until "
       "LIMIT ?",
       t);
   return s;
@@ -149,7 +160,7 @@ Int parse_int(const std::optional<std::string>& text, std::string_view column) {
   return v;
 }
 
-// "YYYY-MM-DD HH:MM:SS[.fff...]" in UTC (the session's time zone is +00:00).
+// "YYYY-MM-DD HH:MM:SS[.fff...]" in UTC (idem writes and compares UTC_TIMESTAMP(3)).
 inline TimePoint parse_datetime(const std::optional<std::string>& text, std::string_view column) {
   auto bad = [&] {
     return CorruptRecord(fmt::format("idem::mysql: column {} holds \"{}\", not a DATETIME", column,
@@ -182,7 +193,7 @@ inline TimePoint parse_datetime(const std::optional<std::string>& text, std::str
 
 struct RowRead {
   Record record;
-  TimePoint now;  // the server's NOW(3) when the row was read
+  TimePoint now;  // the server's UTC_TIMESTAMP(3) when the row was read
 };
 
 inline RowRead decode_record(const Row& row) {
@@ -208,12 +219,12 @@ inline RowRead decode_record(const Row& row) {
              .updated_at = parse_datetime(row[11], "updated_at"),
              .lease_until = parse_datetime(row[9], "lease_until"),
              .expire_at = parse_datetime(row[12], "expire_at")},
-      parse_datetime(row[13], "NOW(3)")};
+      parse_datetime(row[13], "UTC_TIMESTAMP(3)")};
 }
 
 // The row a single claim's INSERT IGNORE ... RETURNING created: the values the claim sent
 // (status 0, fence 1, attempts 1, its token and fingerprint, no snapshot) with the times the
-// server returned; created_at and updated_at are the same NOW(3).
+// server returned; created_at and updated_at are the same UTC_TIMESTAMP(3).
 inline Record fresh_record(const Row& row, const Key& key, const std::string& token,
                            std::string_view fingerprint) {
   if (row.size() != 3) throw CorruptRecord("idem::mysql: unexpected column count from RETURNING");

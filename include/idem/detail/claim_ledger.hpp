@@ -1,0 +1,202 @@
+#pragma once
+// The claims made inside one transaction of a bound store, and how each ended: the one rule
+// behind BoundStore::committable() and with_transaction's choice between COMMIT and ROLLBACK.
+//
+// A bound claim commits together with the business rows written beside it. Committed while
+// still processing, abandoned or failed retryably, it lets the redelivery run the business a
+// second time on top of the rows the first try left behind. So a transaction commits only
+// when every claim in it succeeded or failed permanently.
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/observer.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem::detail {
+
+class ClaimLedger {
+ public:
+  enum class State { open, succeeded, failed, retryable, abandoned };
+
+  struct Entry {
+    Key key;
+    Ticket ticket;
+    State state = State::open;
+  };
+
+  // What the end of the transaction must do.
+  enum class Ending {
+    commit,     // every claim finished (or there was none)
+    roll_back,  // the unfinished claims failed retryably, or the body asked for a rollback
+                // (set_rollback_only): nothing of the try may stay; its result says so
+    misuse,     // a claim was left open or abandoned, or a finished one shares the transaction
+                // with a retryable one: roll back and throw UsageError(why())
+  };
+
+  void reset() noexcept {
+    entries_.clear();
+    observer_ = nullptr;
+    rollback_only_ = false;
+  }
+
+  // The body's result already tells its caller that nothing of this transaction happened
+  // (consume_batch turning every ack into retry_later): finished claims may roll back too.
+  void set_rollback_only() noexcept { rollback_only_ = true; }
+
+  // A claim is starting: its observer is the one the transaction's failures are reported to.
+  void claiming(Observer* observer) noexcept {
+    if (observer != nullptr) observer_ = observer;
+  }
+  void claimed(const Key& key, const Ticket& ticket) { entries_.push_back({key, ticket}); }
+  void ended(const Key& key, const Ticket& ticket, State state) noexcept {
+    for (Entry& e : entries_) {
+      if (e.ticket == ticket && e.key == key) e.state = state;
+    }
+  }
+
+  Ending ending() const noexcept {
+    bool finished = false;
+    bool retryable = false;
+    for (const Entry& e : entries_) {
+      switch (e.state) {
+        case State::open:
+        case State::abandoned:
+          return Ending::misuse;
+        case State::retryable:
+          retryable = true;
+          break;
+        case State::succeeded:
+        case State::failed:
+          finished = true;
+          break;
+      }
+    }
+    if (rollback_only_) return Ending::roll_back;
+    if (!retryable) return Ending::commit;
+    return finished ? Ending::misuse : Ending::roll_back;
+  }
+
+  bool committable() const noexcept { return ending() == Ending::commit; }
+
+  // Why the transaction must not commit, naming the claim; empty when it may.
+  std::string why() const {
+    const auto blocking = [&](State s) {
+      return std::find_if(entries_.begin(), entries_.end(),
+                          [s](const Entry& e) { return e.state == s; });
+    };
+    auto describe = [](const Entry& e, std::string_view what) {
+      return fmt::format("the claim on {}/{} (fence {}) {}", e.key.biz_type(),
+                         printable(e.key.id()), e.ticket.fence, what);
+    };
+    if (auto it = blocking(State::abandoned); it != entries_.end()) {
+      return describe(*it,
+                      "was abandoned: its guard was destroyed without commit() or fail(); commit "
+                      "a result or fail it before the transaction ends");
+    }
+    if (auto it = blocking(State::open); it != entries_.end()) {
+      return describe(*it, "is still processing: record a result before the transaction ends");
+    }
+    if (auto it = blocking(State::retryable); it != entries_.end()) {
+      const bool mixed = std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) {
+        return e.state == State::succeeded || e.state == State::failed;
+      });
+      return describe(*it, mixed ? "failed retryably in a transaction where other claims "
+                                   "finished; it cannot commit without them, nor they "
+                                   "without it: give each claim its own transaction"
+                                 : "failed retryably: the transaction must be rolled back");
+    }
+    if (rollback_only_) return "the transaction was marked rollback-only";
+    return {};
+  }
+
+  const Key* first_key() const noexcept {
+    return entries_.empty() ? nullptr : &entries_.front().key;
+  }
+  Observer* observer() const noexcept { return observer_; }
+
+ private:
+  std::vector<Entry> entries_;
+  Observer* observer_ = nullptr;
+  bool rollback_only_ = false;
+};
+
+// with_transaction registers the ledger of the try it runs on a handle (a MYSQL*, a
+// sqlite3*) for the length of the try, so that a store bound to the raw handle inside the body
+// (store.bind(db)) notes its claims in that same ledger. Per thread: a try runs on one thread.
+class LedgerScope {
+ public:
+  LedgerScope(const void* handle, ClaimLedger& ledger) : handle_(handle) {
+    scopes().push_back({handle, &ledger});
+  }
+  ~LedgerScope() {
+    auto& all = scopes();
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (it->handle == handle_) {
+        all.erase(std::next(it).base());
+        break;
+      }
+    }
+  }
+  LedgerScope(const LedgerScope&) = delete;
+  LedgerScope& operator=(const LedgerScope&) = delete;
+
+  // The ledger of the try running on `handle` on this thread, or null.
+  static ClaimLedger* find(const void* handle) noexcept {
+    const auto& all = scopes();
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (it->handle == handle) return it->ledger;
+    }
+    return nullptr;
+  }
+
+ private:
+  struct Scope {
+    const void* handle;
+    ClaimLedger* ledger;
+  };
+  static std::vector<Scope>& scopes() noexcept {
+    thread_local std::vector<Scope> all;
+    return all;
+  }
+  const void* handle_;
+};
+
+// The ledger a store bound to connection c notes its claims in: that of the with_transaction
+// try running on c's handle, if any (the body may have bound the raw handle), else c's own.
+template <class Connection>
+ClaimLedger* ledger_for(Connection& c) noexcept {
+  ClaimLedger* running = LedgerScope::find(c.native());
+  return running != nullptr ? running : &c.ledger();
+}
+
+// Who the failures of a with_transaction try are reported to, and under which key: the
+// claims of the try carry the observer of their options (nothing is reported before the
+// first claim).
+struct TryReport {
+  Observer* observer = nullptr;
+  std::optional<Key> key;
+
+  void take(const ClaimLedger& ledger) {
+    observer = ledger.observer();
+    if (const Key* k = ledger.first_key()) key = *k;
+  }
+  void send(EventKind kind, std::chrono::nanoseconds latency, const std::exception& e) const {
+    if (observer == nullptr) return;
+    const std::string_view biz_type = key ? key->biz_type() : std::string_view{};
+    const std::string_view id = key ? key->id() : std::string_view{};
+    observer->on_event(Event{kind, biz_type, id, latency, &e});
+  }
+};
+
+}  // namespace idem::detail
