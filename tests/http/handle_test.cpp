@@ -130,7 +130,9 @@ TEMPLATE_TEST_CASE("handle: missing or malformed keys are 400 and write nothing"
   CHECK_THAT(missing.at("detail").get<std::string>(), Catch::Contains("Idempotency-Key"));
   CHECK_THAT(missing.at("detail").get<std::string>(), Catch::Contains("UUIDv7"));
 
-  for (const std::string bad : {"k-3", R"("")", R"("a", "b")", "\"ctl\x01\"", R"("x" y)"}) {
+  for (const std::string bad :
+       {R"("")", R"("a", "b")", "\"ctl\x01\"", R"("x" y)", " ", "k 3", "k-3;v=1", "k-3, k-3",
+        "k-3,\"k-3\"", "k\"3", "caf\xc3\xa9", "ctl\x01", "?1", "k*3"}) {
     INFO("key field: " << bad);
     problem(idem::http::handle(f.get(), post(bad), business), 400, "key-invalid");
   }
@@ -143,14 +145,80 @@ TEMPLATE_TEST_CASE("handle: missing or malformed keys are 400 and write nothing"
   const json too_long =
       problem(idem::http::handle(f.get(), post('"' + k64 + "k\""), business), 400, "key-invalid");
   CHECK_THAT(too_long.at("detail").get<std::string>(), Catch::Contains("65 bytes; at most 64"));
+  const json too_long_bare =
+      problem(idem::http::handle(f.get(), post(k64 + "k"), business), 400, "key-invalid");
+  CHECK_THAT(too_long_bare.at("detail").get<std::string>(),
+             Catch::Contains("65 bytes; at most 64"));
   CHECK(runs == 0);
   CHECK_FALSE(f.get().find(idem::Key{"http", "k-3"}));
   CHECK(f.get().purge_expired(1000, 1000) == 0);
 
-  // Exactly the limit is fine; header names match case-insensitively.
+  // Exactly the limit is fine, in either form; header names match case-insensitively.
   Request lower = post("");
   lower.headers.push_back({"IDEMPOTENCY-KEY", '"' + k64 + '"'});
   CHECK(idem::http::handle(f.get(), lower, business).status == 201);
+  CHECK(replayed(idem::http::handle(f.get(), post(k64), business)));
+  CHECK(runs == 1);
+}
+
+TEMPLATE_TEST_CASE("handle: a bare key is the same key as its quoted form - the business runs once",
+                   "", MemoryFixture, SqliteFixture) {
+  TestType f;
+  int runs = 0;
+  const auto business = [&] { return created(++runs); };
+  const std::string uuid = "018f2e4c-7b1a-4c2e-9d1a-2b3c4d5e6f70";
+  const Response first = idem::http::handle(f.get(), post('"' + uuid + '"'), business);
+  CHECK(first == created(1));
+  const Response bare = idem::http::handle(f.get(), post(uuid), business);
+  CHECK(replayed(bare));
+  CHECK(bare.body == first.body);
+  CHECK(replayed(idem::http::handle(f.get(), post(" " + uuid + "\t"), business)));  // OWS
+  CHECK(runs == 1);
+  const auto record = f.get().find(idem::Key{"http", uuid});
+  REQUIRE(record);
+  CHECK(record->status == idem::Status::succeeded);
+
+  // The other way round, with a base64 key: bare first, then quoted.
+  CHECK(idem::http::handle(f.get(), post("q83vEjRWeJA+/w=="), business).status == 201);
+  CHECK(replayed(idem::http::handle(f.get(), post(R"("q83vEjRWeJA+/w==")"), business)));
+  CHECK(runs == 2);
+  CHECK(f.get().find(idem::Key{"http", "q83vEjRWeJA+/w=="}));
+
+  // A bare header and the body member agree when they hold the same key.
+  Policy with_body;
+  with_body.body_field = "idempotency_key";
+  const std::string body = R"({"idempotency_key":"b-bare","amount":100})";
+  CHECK(idem::http::handle(f.get(), post("b-bare", body), business, with_body).status == 201);
+  CHECK(replayed(idem::http::handle(f.get(), post(R"("b-bare")", body), business, with_body)));
+  CHECK(replayed(idem::http::handle(f.get(), post("", body), business, with_body)));
+  CHECK(runs == 3);
+}
+
+TEMPLATE_TEST_CASE("handle: KeySyntax::quoted_only refuses a bare key like any other bad key", "",
+                   MemoryFixture, SqliteFixture) {
+  TestType f;
+  Policy strict;
+  strict.key_syntax = idem::http::KeySyntax::quoted_only;
+  int runs = 0;
+  const auto business = [&] { return created(++runs); };
+  const std::string uuid = "018f2e4c-7b1a-4c2e-9d1a-2b3c4d5e6f70";
+  const json bare =
+      problem(idem::http::handle(f.get(), post(uuid), business, strict), 400, "key-invalid");
+  CHECK_THAT(bare.at("detail").get<std::string>(), Catch::Contains("not quoted"));
+  CHECK_THAT(bare.at("detail").get<std::string>(),
+             Catch::Contains("in the Idempotency-Key header"));
+  // The same problem as for every other malformed key.
+  const json list = problem(idem::http::handle(f.get(), post(R"("a", "b")"), business, strict), 400,
+                            "key-invalid");
+  CHECK(bare.at("type") == list.at("type"));
+  CHECK(bare.at("title") == list.at("title"));
+  CHECK(runs == 0);
+  CHECK_FALSE(f.get().find(idem::Key{"http", uuid}));
+
+  // The quoted form still works, and its bare duplicate is refused rather than replayed.
+  CHECK(idem::http::handle(f.get(), post('"' + uuid + '"'), business, strict).status == 201);
+  problem(idem::http::handle(f.get(), post(uuid), business, strict), 400, "key-invalid");
+  CHECK(replayed(idem::http::handle(f.get(), post('"' + uuid + '"'), business, strict)));
   CHECK(runs == 1);
 }
 
@@ -158,7 +226,8 @@ TEST_CASE("handle: store totals - a malformed key leaves the memory store empty"
   idem::MemoryStore store;
   int runs = 0;
   const std::string too_long = "\"" + std::string(65, 'x') + "\"";
-  for (const std::string& bad : {std::string{}, std::string{"tok"}, std::string{R"("")"}, too_long})
+  for (const std::string& bad :
+       {std::string{}, std::string{"t o k"}, std::string{R"("")"}, too_long, too_long.substr(1)})
     CHECK(idem::http::handle(store, post(bad), [&] { return created(++runs); }).status == 400);
   CHECK(store.size() == 0);
   CHECK(runs == 0);

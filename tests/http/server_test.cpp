@@ -1,6 +1,7 @@
 // examples/http_server.cpp as a child process on a loopback port, driven with real HTTP
 // requests (cpp-httplib's client): concurrent duplicates charge once, mismatched payloads are
-// 422, missing keys 400, replays carry the original status, headers and body.
+// 422, missing or malformed keys 400, replays (also of a key sent without quotes) carry the
+// original status, headers and body.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -310,6 +311,13 @@ TEST_CASE("server: a replay repeats the original status, headers and body") {
   }
   CHECK(charges(server.port()) == 1);
 
+  // The key without quotes, as many SDKs send it, is the same key: a replay.
+  const Answer bare = post(server.port(), key.substr(1, key.size() - 2), body);
+  CHECK(bare.status == first.status);
+  CHECK(bare.body == first.body);
+  CHECK(bare.replayed);
+  CHECK(charges(server.port()) == 1);
+
   // A business refusal (a final 4xx) is stored and replayed too, by default.
   const std::string bad = idem::http::format_idempotency_key(fresh_key());
   const Answer refused = post(server.port(), bad, R"({"amount":-1,"currency":"USD"})");
@@ -338,7 +346,8 @@ TEST_CASE("server: mismatched payload 422, missing or bad key 400 - nothing char
   };
   problem(post(port, key, R"({"amount":999,"currency":"EUR"})"), 422, "key-reused");
   problem(post(port, "", R"({"amount":100,"currency":"EUR"})"), 400, "key-missing");
-  problem(post(port, "unquoted-token", R"({"amount":100,"currency":"EUR"})"), 400, "key-invalid");
+  problem(post(port, "no spaces in a bare key", R"({"amount":100,"currency":"EUR"})"), 400,
+          "key-invalid");
   problem(post(port, '"' + std::string(65, 'k') + '"', R"({"amount":100,"currency":"EUR"})"), 400,
           "key-invalid");
   CHECK(charges(port) == 1);

@@ -4,11 +4,17 @@
 //
 //   Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"
 //
-// parse_idempotency_key() reads a field value strictly by RFC 8941 section 4.2 (leading and
+// Many clients and SDKs send the key without the quotes instead, so by default a bare key is
+// read too, as the same key as its quoted form:
+//
+//   Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324
+//
+// parse_idempotency_key() reads the quoted form strictly by RFC 8941 section 4.2 (leading and
 // trailing spaces allowed, parameters allowed and ignored - including RFC 9651's dates and
-// display strings as their values - anything else refused): a token
-// (unquoted text), an integer, two comma-joined values (the header sent twice) or a bad escape
-// is not a key. format_idempotency_key() writes one, for clients and tests.
+// display strings as their values - anything else refused), so two comma-joined values (the
+// header sent twice) or a bad escape is not a key. A bare key is the trimmed value itself,
+// every byte an is_bare_key_char(); KeySyntax::quoted_only refuses it like any other unquoted
+// item. format_idempotency_key() writes the quoted form, for clients and tests.
 
 #include <cstddef>
 #include <string>
@@ -17,16 +23,37 @@
 #include <fmt/format.h>
 
 #include "idem/errors.hpp"
+#include "idem/http/message.hpp"
 #include "idem/key.hpp"
 
 namespace idem::http {
+
+// Which forms of the field value a server reads as a key.
+enum class KeySyntax {
+  // The quoted sf-string, and a bare key of is_bare_key_char() characters (what many SDKs
+  // send). Both forms of one key are the same key, so a client that switches still dedups.
+  quoted_or_bare,
+  // The quoted sf-string only, as RFC 8941 and the draft define the field; a bare key is 400.
+  quoted_only,
+};
+
+// The characters of a key sent without quotes: RFC 3986's unreserved set (letters, digits,
+// '-', '.', '_', '~'), base64's '+', '/' and '=', and ':' for namespaced keys. That covers
+// UUIDs, ULIDs, base64 and base64url, which an sf-token cannot (it must start with a letter
+// or '*' and has no '='). Left out: ',' ';' '"' '\' and whitespace, which the field's syntax
+// gives a meaning, and the rest of the punctuation, which key generators do not emit and
+// which would make a mistyped value look like a key; the quoted form carries all of them.
+constexpr bool is_bare_key_char(char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view{"-._~:+/="}.find(c) != std::string_view::npos;
+}
 
 namespace detail {
 
 // A cursor over a field value; every parse_* either consumes a well-formed part or throws.
 class SfCursor {
  public:
-  explicit SfCursor(std::string_view s) : s_(s) {}
+  SfCursor(std::string_view s, KeySyntax syntax) : s_(s), syntax_(syntax) {}
 
   bool done() const noexcept { return i_ >= s_.size(); }
   char peek() const noexcept { return done() ? '\0' : s_[i_]; }
@@ -40,11 +67,25 @@ class SfCursor {
       ++i_;
   }
 
-  [[noreturn]] void fail(std::string_view what) const {
-    throw InvalidArgument(
-        fmt::format("Idempotency-Key must be one structured-field string in double quotes (RFC "
-                    "8941), e.g. \"8e03978e-40d5-43e8-bc93-6894a57f9324\"; {} at byte {} of {}",
-                    what, i_, idem::detail::printable(s_)));
+  [[noreturn]] void fail(std::string_view what) const { fail(what, i_); }
+  [[noreturn]] void fail(std::string_view what, std::size_t at) const {
+    const std::string_view expected =
+        syntax_ == KeySyntax::quoted_only
+            ? "one structured-field string in double quotes (RFC 8941), e.g. "
+              "\"8e03978e-40d5-43e8-bc93-6894a57f9324\""
+            : "one key, in double quotes (an RFC 8941 string, e.g. "
+              "\"8e03978e-40d5-43e8-bc93-6894a57f9324\") or bare (letters, digits and -._~:+/=, "
+              "e.g. 8e03978e-40d5-43e8-bc93-6894a57f9324)";
+    throw InvalidArgument(fmt::format("Idempotency-Key must be {}; {} at byte {} of {}", expected,
+                                      what, at, idem::detail::printable(s_)));
+  }
+
+  // A bare key: the longest run of is_bare_key_char() characters here (possibly empty).
+  std::string parse_bare_key() {
+    const std::size_t start = i_;
+    while (!done() && is_bare_key_char(s_[i_]))
+      ++i_;
+    return std::string{s_.substr(start, i_ - start)};
   }
 
   // sf-string: DQUOTE *( %x20-21 / %x23-5B / %x5D-7E / "\" ( DQUOTE / "\" ) ) DQUOTE
@@ -127,10 +168,6 @@ class SfCursor {
  private:
   static bool is_alpha(char c) noexcept { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
   static bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
-  static bool is_tchar(char c) noexcept {
-    return is_alpha(c) || is_digit(c) ||
-           std::string_view{"!#$%&'*+-.^_`|~"}.find(c) != std::string_view::npos;
-  }
 
   // sf-integer / sf-decimal: ["-"] 1*15DIGIT, or ["-"] 1*12DIGIT "." 1*3DIGIT
   void parse_number() {
@@ -188,23 +225,53 @@ class SfCursor {
   }
 
   std::string_view s_;
+  KeySyntax syntax_;
   std::size_t i_ = 0;
 };
+
+// Why byte c cannot be in a bare key, for the error message.
+inline std::string bare_key_fault(char c) {
+  if (c == ' ') return "a key without quotes cannot hold spaces (quote a key that does)";
+  const auto u = static_cast<unsigned char>(c);
+  if (u < 0x20 || u > 0x7e) return "a key may only hold printable ASCII (0x20-0x7E)";
+  if (c == ';') return "parameters may only follow a key in double quotes";
+  const char quote = c == '\'' ? '"' : '\'';
+  return fmt::format(
+      "{}{}{} cannot appear in a key without quotes (only letters, digits and -._~:+/= can; "
+      "quote the key to send other printable characters)",
+      quote, c, quote);
+}
 
 }  // namespace detail
 
 // The key carried by an Idempotency-Key field value (repeated field lines joined with ", ",
-// as HTTP combines them). Throws idem::InvalidArgument, saying what is wrong and where, for
-// anything that is not exactly one non-empty sf-string (parameters are ignored).
-inline std::string parse_idempotency_key(std::string_view field_value) {
-  detail::SfCursor cursor{field_value};
+// as HTTP combines them), in the forms that `syntax` admits: a quoted key is its unescaped
+// content, a bare key is itself, so "k-1" and k-1 are the same key. Throws
+// idem::InvalidArgument, saying what is wrong and where, for anything else: an empty value,
+// a list, a bad escape, characters a form cannot hold (parameters of a quoted key are ignored).
+inline std::string parse_idempotency_key(std::string_view field_value,
+                                         KeySyntax syntax = KeySyntax::quoted_or_bare) {
+  detail::SfCursor cursor{field_value, syntax};
   cursor.skip_ows();  // HTTP trims OWS around field values; some libraries leave it
   if (cursor.done()) cursor.fail("the field is empty");
-  if (cursor.peek() != '"') {
-    cursor.fail("the value is not quoted (a token, number or other item is not a key)");
+  std::string key;
+  if (cursor.peek() == '"') {
+    key = cursor.parse_string();
+    cursor.parse_parameters();
+  } else if (syntax == KeySyntax::quoted_only) {
+    cursor.fail(
+        "the value is not quoted (a token, number or other item is not a key; this endpoint "
+        "accepts only the quoted form)");
+  } else {
+    key = cursor.parse_bare_key();
+    const std::size_t stop = cursor.pos();
+    const char stop_char = cursor.peek();
+    cursor.skip_ows();
+    if (key.empty() || (!cursor.done() && cursor.peek() != ',')) {
+      // Text after a space or tab is that byte's fault: the client meant one key holding it.
+      cursor.fail(detail::bare_key_fault(stop_char), stop);
+    }
   }
-  std::string key = cursor.parse_string();
-  cursor.parse_parameters();
   cursor.skip_ows();
   if (!cursor.done()) {
     cursor.fail(cursor.peek() == ',' ? "found a list (was the header sent more than once?)"

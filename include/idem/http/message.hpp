@@ -20,6 +20,12 @@ struct Header {
 // In the order received or to be sent; a name may repeat.
 using Headers = std::vector<Header>;
 
+// tchar (RFC 9110 section 5.6.2): the characters of a token, such as a field name.
+constexpr bool is_tchar(char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view{"!#$%&'*+-.^_`|~"}.find(c) != std::string_view::npos;
+}
+
 // HTTP field names are case-insensitive (ASCII).
 inline bool field_name_equals(std::string_view a, std::string_view b) noexcept {
   if (a.size() != b.size()) return false;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "idem/errors.hpp"
+#include "idem/http/idempotency_key.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 
@@ -30,8 +31,11 @@ struct Policy {
   // The key's biz_type: one per operation (e.g. "payments.create"), so the same client key on
   // two operations never collides. 1-32 bytes of [A-Za-z0-9_.-].
   std::string biz_type = "http";
-  // The request header that carries the key as an sf-string.
+  // The request header that carries the key.
   std::string header = "Idempotency-Key";
+  // The forms of the key that header may take: by default the quoted sf-string and the bare
+  // key many SDKs send (the same key either way); quoted_only demands strict RFC 8941.
+  KeySyntax key_syntax = KeySyntax::quoted_or_bare;
   // Fallback for proxies that strip unknown headers: a top-level string member of a JSON
   // object body (e.g. "idempotency_key"), read only when the header is absent. Empty: off.
   std::string body_field{};

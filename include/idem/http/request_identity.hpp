@@ -2,11 +2,12 @@
 // idem::http::identify(): which idem::Key and fingerprint an HTTP request has, or the 400
 // problem that refuses it. Nothing is written to any store here.
 //
-// The key comes from the Idempotency-Key header (an sf-string), or - when the header is absent
-// and Policy::body_field is set - from that string member of a JSON object body. Its id is the
-// client's key, prefixed with "scope:" when Request::scope is set. The fingerprint covers the
-// method, the target and the body (JSON bodies in canonical form, so member order and
-// whitespace do not matter; other bodies byte for byte).
+// The key comes from the Idempotency-Key header (quoted or bare, as Policy::key_syntax
+// admits), or - when the header is absent and Policy::body_field is set - from that string
+// member of a JSON object body. Its id is the client's key, prefixed with "scope:" when
+// Request::scope is set. The fingerprint covers the method, the target and the body (JSON
+// bodies in canonical form, so member order and whitespace do not matter; other bodies byte
+// for byte).
 
 #include <optional>
 #include <string>
@@ -90,7 +91,7 @@ inline std::variant<RequestIdentity, Problem> identify(const Request& request,
   std::optional<std::string> from_header;
   if (const auto raw = field_value(request.headers, policy.header)) {
     try {
-      from_header = parse_idempotency_key(*raw);
+      from_header = parse_idempotency_key(*raw, policy.key_syntax);
     } catch (const InvalidArgument& e) {
       return detail::bad_key(policy, fmt::format("{} (in the {} header)", e.what(), policy.header));
     }
