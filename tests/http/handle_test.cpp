@@ -471,6 +471,37 @@ TEST_CASE_METHOD(MemoryFixture, "handle: binary and large responses") {
   CHECK(big_runs == 1);
 }
 
+TEMPLATE_TEST_CASE("handle: Policy::replay_header names the header that marks a replay", "",
+                   MemoryFixture, SqliteFixture) {
+  TestType f;
+  Policy policy;
+  policy.replay_header = "X-Idempotency-Replay";
+  int runs = 0;
+  const auto business = [&] { return created(++runs); };
+  const Response first = idem::http::handle(f.get(), post(R"("r-1")"), business, policy);
+  CHECK(first == created(1));
+  CHECK_FALSE(first.header("X-Idempotency-Replay"));
+  const Response again = idem::http::handle(f.get(), post(R"("r-1")"), business, policy);
+  CHECK(again.headers == idem::http::Headers{{"Content-Type", "application/json"},
+                                             {"Location", "/payments/pay_1"},
+                                             {"X-Idempotency-Replay", "true"}});
+  CHECK_FALSE(again.header("Idempotent-Replayed"));
+  // A replayed refusal (a final 4xx) is marked the same way.
+  const auto declined = [&] {
+    ++runs;
+    return idem::http::problem_response({"about:blank", "Card declined", 402, "declined"});
+  };
+  CHECK(idem::http::handle(f.get(), post(R"("r-2")"), declined, policy).status == 402);
+  const Response declined_again = idem::http::handle(f.get(), post(R"("r-2")"), declined, policy);
+  CHECK(declined_again.header("x-idempotency-replay") == std::optional<std::string>{"true"});
+  CHECK_FALSE(declined_again.header("Idempotent-Replayed"));
+  CHECK(runs == 2);
+  // The default stays Idempotent-Replayed.
+  const Policy defaults;
+  CHECK(defaults.replay_header == idem::http::replayed_header);
+  CHECK(idem::http::replayed_header == "Idempotent-Replayed");
+}
+
 TEST_CASE_METHOD(MemoryFixture, "handle: policy and record errors are typed exceptions") {
   Policy bad;
   bad.biz_type = "has space";
@@ -483,6 +514,32 @@ TEST_CASE_METHOD(MemoryFixture, "handle: policy and record errors are typed exce
   bad = Policy{};
   bad.header = "";
   CHECK_THROWS_AS(idem::http::validate(bad), idem::InvalidArgument);
+  bad.header = "Idempotency Key";
+  CHECK_THROWS_WITH(idem::http::validate(bad), Catch::Contains("Policy::header must be"));
+  // The replay header must be a field name (a token) of its own.
+  for (const std::string name :
+       {"", "Idempotent Replayed", "Replayed:", "X-R\t", "X-R\r\nX: 1", "X-R\xc3\xa9", "(x)",
+        "a\"b", "Content-Type", "content-type", "LOCATION"}) {
+    INFO("replay_header: " << name);
+    bad = Policy{};
+    bad.replay_header = name;
+    CHECK_THROWS_AS(idem::http::validate(bad), idem::InvalidArgument);
+    CHECK_THROWS_WITH(idem::http::validate(bad), Catch::Contains("Policy::replay_header"));
+    int runs = 0;
+    CHECK_THROWS_AS(idem::http::handle(
+                        store, post(R"("p-bad")"), [&] { return created(++runs); }, bad),
+                    idem::InvalidArgument);
+    CHECK(runs == 0);
+  }
+  CHECK_FALSE(store.find(idem::Key{"http", "p-bad"}));
+  bad = Policy{};
+  bad.replayed_headers = {};
+  bad.replay_header = "Location";  // not stored by this policy, so free to use
+  CHECK_NOTHROW(idem::http::validate(bad));
+  for (const std::string name : {"X-Replayed", "x_replayed", "!#$%&'*+-.^_`|~0aZ"}) {
+    bad.replay_header = name;
+    CHECK_NOTHROW(idem::http::validate(bad));
+  }
   bad = Policy{};
   bad.retry_after_seconds = -1;
   CHECK_THROWS_AS(idem::http::validate(bad), idem::InvalidArgument);

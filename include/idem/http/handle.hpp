@@ -9,7 +9,7 @@
 // |----------------------------------------------|---------------------------------------------|
 // | no key, or a malformed / too long key        | 400 problem+json; nothing written           |
 // | new key (or the last try failed retryably)   | runs the business; its response as it is    |
-// | key of a finished request, same payload      | the stored response + Idempotent-Replayed   |
+// | key of a finished request, same payload      | the stored response + Policy::replay_header |
 // | key of a request still running               | 409 problem+json, Retry-After               |
 // | key already used with another payload        | 422 problem+json                            |
 //
@@ -41,14 +41,12 @@
 
 namespace idem::http {
 
-inline constexpr std::string_view replayed_header = "Idempotent-Replayed";
-
 namespace detail {
 
-// The stored response of a replayed record, marked as a replay. Throws idem::CorruptRecord
-// when the record does not hold a response snapshot (written by something other than
-// idem::http under the same biz_type, or damaged).
-inline Response replayed_response(const Record& record) {
+// The stored response of a replayed record, marked with Policy::replay_header. Throws
+// idem::CorruptRecord when the record does not hold a response snapshot (written by something
+// other than idem::http under the same biz_type, or damaged).
+inline Response replayed_response(const Record& record, const Policy& policy) {
   const nlohmann::json j = idem::detail::parse_snapshot(record.snapshot);
   std::optional<Response> r = decode_response(j);
   if (!r) {
@@ -57,7 +55,7 @@ inline Response replayed_response(const Record& record) {
         "biz_type shared with non-HTTP code?)",
         record.key.biz_type(), idem::detail::printable(record.key.id())));
   }
-  r->headers.push_back({std::string{replayed_header}, "true"});
+  r->headers.push_back({policy.replay_header, "true"});
   return std::move(*r);
 }
 
@@ -104,7 +102,7 @@ handle(S& store, const Request& request, F&& business, const Policy& policy = {}
   IdempotencyGuard<S> guard{store, id.key, id.fingerprint, policy.claim};
   switch (guard.verdict()) {
     case Verdict::replayed:
-      return detail::replayed_response(guard.record());
+      return detail::replayed_response(guard.record(), policy);
     case Verdict::in_progress: {
       Headers extra;
       if (policy.retry_after_seconds > 0) {

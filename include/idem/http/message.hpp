@@ -26,6 +26,14 @@ constexpr bool is_tchar(char c) noexcept {
          std::string_view{"!#$%&'*+-.^_`|~"}.find(c) != std::string_view::npos;
 }
 
+// A field name is a token: one or more tchar.
+constexpr bool is_field_name(std::string_view name) noexcept {
+  if (name.empty()) return false;
+  for (const char c : name)
+    if (!is_tchar(c)) return false;
+  return true;
+}
+
 // HTTP field names are case-insensitive (ASCII).
 inline bool field_name_equals(std::string_view a, std::string_view b) noexcept {
   if (a.size() != b.size()) return false;

@@ -10,10 +10,14 @@
 
 #include "idem/errors.hpp"
 #include "idem/http/idempotency_key.hpp"
+#include "idem/http/message.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 
 namespace idem::http {
+
+// The default name of the response header, value "true", that marks a replay.
+inline constexpr std::string_view replayed_header = "Idempotent-Replayed";
 
 // Which responses of the business are recorded and replayed to every retry with the same key.
 // Whatever is not recorded is recorded as a retryable failure: the next retry runs again.
@@ -43,6 +47,9 @@ struct Policy {
   // Response headers recorded and replayed besides Content-Type (always kept). Never put
   // Set-Cookie or other per-caller headers here.
   std::vector<std::string> replayed_headers = {"Location"};
+  // The header, value "true", added to every replay (never to the first caller's response),
+  // so a client can tell a replay from a fresh answer.
+  std::string replay_header{replayed_header};
   // The claim's lease, ttl and wait (a duplicate waits up to `wait` for the first request to
   // finish and then replays, instead of answering 409 at once).
   Options claim{};
@@ -53,6 +60,19 @@ struct Policy {
   int retry_after_seconds = 1;
 };
 
+namespace detail {
+
+inline void validate_field_name(std::string_view field, std::string_view name) {
+  if (!is_field_name(name)) {
+    throw InvalidArgument(fmt::format(
+        "idem::http::Policy::{} must be an HTTP field name (one or more letters, digits or "
+        "!#$%&'*+-.^_`|~), got \"{}\"",
+        field, idem::detail::printable(name)));
+  }
+}
+
+}  // namespace detail
+
 // Throws idem::InvalidArgument when a field breaks its rule.
 inline void validate(const Policy& p) {
   try {
@@ -60,7 +80,18 @@ inline void validate(const Policy& p) {
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("idem::http::Policy::biz_type: {}", e.what()));
   }
-  if (p.header.empty()) throw InvalidArgument("idem::http::Policy::header must not be empty");
+  detail::validate_field_name("header", p.header);
+  detail::validate_field_name("replay_header", p.replay_header);
+  // A stored header of the same name would reach the client twice, once with another value.
+  bool stored = field_name_equals(p.replay_header, "Content-Type");
+  for (const std::string& name : p.replayed_headers)
+    stored = stored || field_name_equals(p.replay_header, name);
+  if (stored) {
+    throw InvalidArgument(fmt::format(
+        "idem::http::Policy::replay_header \"{}\" is a stored header (Content-Type or one of "
+        "replayed_headers); name a header of its own",
+        p.replay_header));
+  }
   if (p.retry_after_seconds < 0) {
     throw InvalidArgument(
         fmt::format("idem::http::Policy::retry_after_seconds must not be negative, got {}",
