@@ -66,11 +66,7 @@ inline bool resume_server() {
   return std::system(cmd.c_str()) == 0;
 }
 
-inline long long scalar(idem::mysql::Pool& pool, const std::string& sql) {
-  auto c = pool.acquire();
-  const auto rows = c->select(sql, {});
-  return rows.empty() || !rows.front().at(0) ? -1 : std::stoll(*rows.front().at(0));
-}
+using idem_test::scalar;
 
 // Drops the pool's connections that were killed while idle: the stores retry on them, but the
 // test's own raw queries (counts) do not. Takes every connection at once, so each is checked.
@@ -82,37 +78,7 @@ inline void drop_killed_connections(idem::mysql::Pool& pool) {
     c->ping();  // a failed ping marks the connection broken; the pool closes it on release
 }
 
-// A business table with no unique key on purpose: a double execution shows up as two rows.
-struct BusinessTable {
-  std::shared_ptr<idem::mysql::Pool> pool;
-  std::string name = idem_test::unique_table("biz");
-
-  explicit BusinessTable(std::shared_ptr<idem::mysql::Pool> p) : pool(std::move(p)) {
-    auto c = pool->acquire();
-    c->query("CREATE TABLE `" + name +
-             "` (id BIGINT AUTO_INCREMENT PRIMARY KEY, trade_no VARBINARY(64) NOT NULL, KEY "
-             "(trade_no)) ENGINE=InnoDB");
-  }
-  ~BusinessTable() {
-    try {
-      auto c = pool->acquire();
-      c->query("DROP TABLE IF EXISTS `" + name + "`");
-    } catch (...) {
-    }
-  }
-  void insert(idem::mysql::Connection& c, const std::string& trade_no) {
-    c.execute("INSERT INTO `" + name + "` (trade_no) VALUES (?)", {trade_no});
-  }
-  long long rows() { return scalar(*pool, "SELECT COUNT(*) FROM `" + name + "`"); }
-  long long distinct_keys() {
-    return scalar(*pool, "SELECT COUNT(DISTINCT trade_no) FROM `" + name + "`");
-  }
-  // Keys whose business ran more than once.
-  long long keys_executed_twice() {
-    return scalar(*pool, "SELECT COUNT(*) FROM (SELECT trade_no FROM `" + name +
-                             "` GROUP BY trade_no HAVING COUNT(*) > 1) t");
-  }
-};
+using idem_test::BusinessTable;
 
 // How the calls of a scenario ended. Every call must end in a verdict or an idem::Error;
 // anything else is counted as untyped (and fails the scenario).

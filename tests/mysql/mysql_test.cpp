@@ -22,46 +22,12 @@
 using idem_test::session_count;
 
 using namespace std::chrono_literals;
+using idem_test::BusinessTable;
 using idem_test::Errors;
 using idem_test::run_threads;
 using idem_test::Table;
 
 namespace {
-
-// A business table with no unique key on purpose: a double execution shows up as two rows.
-struct BusinessTable {
-  std::shared_ptr<idem::mysql::Pool> pool;
-  std::string name = idem_test::unique_table("biz");
-
-  explicit BusinessTable(std::shared_ptr<idem::mysql::Pool> p) : pool(std::move(p)) {
-    auto c = pool->acquire();
-    c->query("CREATE TABLE `" + name +
-             "` (id BIGINT AUTO_INCREMENT PRIMARY KEY, trade_no VARBINARY(64) NOT NULL, KEY "
-             "(trade_no)) ENGINE=InnoDB");
-  }
-  ~BusinessTable() {
-    try {
-      auto c = pool->acquire();
-      c->query("DROP TABLE IF EXISTS `" + name + "`");
-    } catch (...) {
-    }
-  }
-  void insert(idem::mysql::Connection& c, const std::string& trade_no) {
-    c.execute("INSERT INTO `" + name + "` (trade_no) VALUES (?)", {trade_no});
-  }
-  long long rows(const std::string& where = "1") {
-    auto c = pool->acquire();
-    return std::stoll(
-        *c->select("SELECT COUNT(*) FROM `" + name + "` WHERE " + where, {}).at(0).at(0));
-  }
-  long long max_per_key() {
-    auto c = pool->acquire();
-    const auto r = c->select("SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) n FROM `" + name +
-                                 "` GROUP BY trade_no) t",
-                             {});
-    return std::stoll(*r.at(0).at(0));
-  }
-};
 
 // Catch2 assertions are not thread-safe: worker threads report here, the test thread checks.
 

@@ -68,4 +68,52 @@ struct Table {
   }
 };
 
+// The first column of the first row of a query, as a number.
+inline long long scalar(idem::mysql::Pool& pool, const std::string& sql) {
+  auto c = pool.acquire();
+  const auto rows = c->select(sql, {});
+  return rows.empty() || !rows.front().at(0) ? -1 : std::stoll(*rows.front().at(0));
+}
+
+// A business table with no unique key on purpose: a double execution shows up as two rows.
+struct BusinessTable {
+  std::shared_ptr<idem::mysql::Pool> pool;
+  std::string name = unique_table("biz");
+
+  explicit BusinessTable(std::shared_ptr<idem::mysql::Pool> p) : pool(std::move(p)) {
+    auto c = pool->acquire();
+    c->query("CREATE TABLE `" + name +
+             "` (id BIGINT AUTO_INCREMENT PRIMARY KEY, trade_no VARBINARY(64) NOT NULL, KEY "
+             "(trade_no)) ENGINE=InnoDB");
+  }
+  ~BusinessTable() {
+    try {
+      auto c = pool->acquire();
+      c->query("DROP TABLE IF EXISTS `" + name + "`");
+    } catch (...) {
+    }
+  }
+  BusinessTable(const BusinessTable&) = delete;
+  BusinessTable& operator=(const BusinessTable&) = delete;
+
+  void insert(idem::mysql::Connection& c, const std::string& trade_no) {
+    c.execute("INSERT INTO `" + name + "` (trade_no) VALUES (?)", {trade_no});
+  }
+  long long rows(const std::string& where = "1") {
+    return scalar(*pool, "SELECT COUNT(*) FROM `" + name + "` WHERE " + where);
+  }
+  long long distinct_keys() {
+    return scalar(*pool, "SELECT COUNT(DISTINCT trade_no) FROM `" + name + "`");
+  }
+  long long max_per_key() {
+    return scalar(*pool, "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) n FROM `" + name +
+                             "` GROUP BY trade_no) t");
+  }
+  // Keys whose business ran more than once.
+  long long keys_executed_twice() {
+    return scalar(*pool, "SELECT COUNT(*) FROM (SELECT trade_no FROM `" + name +
+                             "` GROUP BY trade_no HAVING COUNT(*) > 1) t");
+  }
+};
+
 }  // namespace idem_test

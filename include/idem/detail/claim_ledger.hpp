@@ -172,12 +172,11 @@ class LedgerScope {
   const void* handle_;
 };
 
-// The ledger a store bound to connection c notes its claims in: that of the with_transaction
-// try running on c's handle, if any (the body may have bound the raw handle), else c's own.
-template <class Connection>
-ClaimLedger* ledger_for(Connection& c) noexcept {
-  ClaimLedger* running = LedgerScope::find(c.native());
-  return running != nullptr ? running : &c.ledger();
+// The ledger a store bound to `handle` notes its claims in: that of the with_transaction try
+// running on the handle, if any, else the bound store's own (so: bind once per transaction).
+inline ClaimLedger* ledger_for(const void* handle, ClaimLedger& own) noexcept {
+  ClaimLedger* running = LedgerScope::find(handle);
+  return running != nullptr ? running : &own;
 }
 
 // Who the failures of a with_transaction try are reported to, and under which key: the

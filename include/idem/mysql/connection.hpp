@@ -36,7 +36,6 @@
 
 #include <fmt/format.h>
 
-#include "idem/detail/claim_ledger.hpp"
 #include "idem/errors.hpp"
 #include "idem/mysql/connection_params.hpp"
 #include "idem/mysql/errors.hpp"
@@ -197,10 +196,6 @@ class Connection {
   MYSQL* native() noexcept { return mysql_; }
   const ConnectionParams& params() const noexcept { return params_; }
   bool borrowed() const noexcept { return borrowed_; }
-
-  // The claims of the transaction open on this connection (bound stores note them here;
-  // with_transaction and the pool reset it).
-  idem::detail::ClaimLedger& ledger() noexcept { return ledger_; }
 
  private:
   void connect() {
@@ -597,7 +592,6 @@ class Connection {
   bool returning_ = false;
   bool galera_ = false;
   std::unordered_map<std::string, Prepared> statements_;  // node-based: references stay valid
-  idem::detail::ClaimLedger ledger_;
   struct Scratch {
     static constexpr std::size_t initial = 64;  // numbers fit; longer text is fetched again
     std::vector<MYSQL_BIND> binds;

@@ -118,7 +118,6 @@ class Pool {
         conn->mark_broken();
       }
     }
-    if (conn) conn->ledger().reset();
     std::unique_lock lock(mutex_);
     if (conn && !conn->broken()) {
       idle_.push_back(Idle{std::move(conn), Clock::now()});

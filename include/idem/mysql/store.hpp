@@ -43,6 +43,7 @@
 #include "idem/batch.hpp"
 #include "idem/decision.hpp"
 #include "idem/detail/checks.hpp"
+#include "idem/detail/claim_ledger.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
@@ -511,7 +512,9 @@ class Store {
         }
         if (is_connection_lost(e.diagnostics().code)) uncertain = true;
       }
-      const auto nap = backoff + std::chrono::milliseconds{jitter() % (backoff.count() + 1)};
+      const auto nap =
+          backoff + std::chrono::milliseconds{static_cast<std::chrono::milliseconds::rep>(
+                        jitter() % static_cast<std::uint64_t>(backoff.count() + 1))};
       std::this_thread::sleep_for(nap);
       backoff = std::min(backoff * 2, params_.max_backoff);
       before_retry();
@@ -545,12 +548,14 @@ class BoundStore {
   static constexpr bool in_caller_transaction = true;
 
   BoundStore(const Store& store, Connection& connection)
-      : ops_(store.ops_), connection_(&connection), ledger_(idem::detail::ledger_for(connection)) {}
+      : ops_(store.ops_),
+        connection_(&connection),
+        ledger_(idem::detail::ledger_for(connection.native(), *own_)) {}
   BoundStore(const Store& store, MYSQL* mysql)
       : ops_(store.ops_),
         borrowed_(std::make_unique<Connection>(mysql)),
         connection_(borrowed_.get()),
-        ledger_(idem::detail::ledger_for(*borrowed_)) {}
+        ledger_(idem::detail::ledger_for(borrowed_->native(), *own_)) {}
 
   BoundStore(BoundStore&&) noexcept = default;
   BoundStore& operator=(BoundStore&&) = delete;
@@ -633,6 +638,9 @@ class BoundStore {
   detail::RecordOps ops_;
   std::unique_ptr<Connection> borrowed_;  // set when bound to the caller's MYSQL*
   Connection* connection_;
+  // Outside with_transaction the claims are this store's (one bind per transaction); on the
+  // heap so that a moved BoundStore keeps pointing at it.
+  std::unique_ptr<Ledger> own_ = std::make_unique<Ledger>();
   Ledger* ledger_;
 };
 

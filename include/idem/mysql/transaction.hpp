@@ -39,6 +39,7 @@
 
 #include <chrono>
 #include <concepts>
+#include <cstdint>
 #include <optional>
 #include <random>
 #include <string>
@@ -97,8 +98,7 @@ std::invoke_result_t<F&, Connection&> run_try(Connection& c, F& body,
                                               idem::detail::TryReport& report) {
   using R = std::invoke_result_t<F&, Connection&>;
   using Ending = idem::detail::ClaimLedger::Ending;
-  auto& ledger = c.ledger();
-  ledger.reset();
+  idem::detail::ClaimLedger ledger;  // what stores bound to c inside the body note claims in
   const idem::detail::LedgerScope scope(c.native(), ledger);
   try {
     c.query("START TRANSACTION");
@@ -117,16 +117,13 @@ std::invoke_result_t<F&, Connection&> run_try(Connection& c, F& body,
     if constexpr (std::is_void_v<R>) {
       body(c);
       end();
-      ledger.reset();
     } else {
       R result = body(c);
       end();
-      ledger.reset();
       return result;
     }
   } catch (...) {
     report.take(ledger);
-    ledger.reset();
     roll_back(c);
     throw;
   }
@@ -167,8 +164,9 @@ auto retry_transaction(const TransactionParams& params, Try&& one_try)
       }
       report.send(EventKind::transaction_retried, std::chrono::nanoseconds{0}, e);
     }
-    std::this_thread::sleep_for(backoff +
-                                std::chrono::milliseconds{jitter() % (backoff.count() + 1)});
+    std::this_thread::sleep_for(
+        backoff + std::chrono::milliseconds{static_cast<std::chrono::milliseconds::rep>(
+                      jitter() % static_cast<std::uint64_t>(backoff.count() + 1))});
     backoff = std::min(backoff * 2, params.max_backoff);
   }
 }
@@ -179,11 +177,10 @@ auto retry_transaction(const TransactionParams& params, Try&& one_try)
 template <class F>
 auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
-  return detail::retry_transaction(params,
-                                   [&](idem::detail::TryReport& report) -> decltype(auto) {
-                                     auto conn = pool.acquire();
-                                     return detail::run_try(*conn, body, report);
-                                   });
+  return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> decltype(auto) {
+    auto conn = pool.acquire();
+    return detail::run_try(*conn, body, report);
+  });
 }
 
 // On a handle lent by the caller's own connection source, taken for each try. The body gets

@@ -29,7 +29,6 @@
 
 #include <fmt/format.h>
 
-#include "idem/detail/claim_ledger.hpp"
 #include "idem/errors.hpp"
 #include "idem/sqlite/errors.hpp"
 
@@ -222,12 +221,6 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // The claims of the transaction open on this connection (bound stores note them here;
-  // with_transaction and the pool reset it).
-  idem::detail::ClaimLedger& ledger() noexcept {
-    return ledger_;
-  }
-
   // Runs SQL text that carries no values (one or more statements). Throws StoreError.
   void exec(const std::string& sql) {
     char* message = nullptr;
@@ -402,7 +395,6 @@ class Connection {
   bool owned_;
   bool broken_ = false;
   std::unordered_map<std::string, sqlite3_stmt*> cache_;
-  idem::detail::ClaimLedger ledger_;
 };
 
 inline bool Rows::next() {

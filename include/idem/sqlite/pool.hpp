@@ -103,7 +103,6 @@ class Pool {
       if (conn->in_transaction()) conn.reset();
     }
     if (conn && conn->broken()) conn.reset();
-    if (conn) conn->ledger().reset();
     {
       std::lock_guard lock(mutex_);
       if (conn) {

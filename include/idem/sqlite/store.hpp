@@ -41,6 +41,7 @@
 #include "idem/clock.hpp"
 #include "idem/decision.hpp"
 #include "idem/detail/checks.hpp"
+#include "idem/detail/claim_ledger.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
@@ -358,12 +359,12 @@ class BoundStore {
   BoundStore(const Store& store, Connection& connection)
       : ops_(&store.ops_),
         connection_(&connection),
-        ledger_(idem::detail::ledger_for(connection)) {}
+        ledger_(idem::detail::ledger_for(connection.native(), *own_)) {}
   BoundStore(const Store& store, sqlite3* db)
       : ops_(&store.ops_),
         borrowed_(std::make_unique<Connection>(db)),
         connection_(borrowed_.get()),
-        ledger_(idem::detail::ledger_for(*borrowed_)) {}
+        ledger_(idem::detail::ledger_for(borrowed_->native(), *own_)) {}
 
   BoundStore(BoundStore&&) noexcept = default;
   BoundStore& operator=(BoundStore&&) noexcept = default;
@@ -429,6 +430,9 @@ class BoundStore {
   const detail::RecordOps* ops_;
   std::unique_ptr<Connection> borrowed_;  // set when bound to a raw sqlite3*
   Connection* connection_;
+  // Outside with_transaction the claims are this store's (one bind per transaction); on the
+  // heap so that a moved BoundStore keeps pointing at it.
+  std::unique_ptr<Ledger> own_ = std::make_unique<Ledger>();
   Ledger* ledger_;
 };
 

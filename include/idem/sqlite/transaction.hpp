@@ -76,15 +76,14 @@ inline void rollback_quietly(sqlite3* db) noexcept {
 // One try: BEGIN IMMEDIATE, fn(), then COMMIT or ROLLBACK as the ledger of its claims says;
 // rolled back on any exception, leaving in `report` whom to tell.
 template <class Fn>
-std::invoke_result_t<Fn&> in_transaction(sqlite3* db, idem::detail::ClaimLedger& ledger,
-                                         idem::detail::TryReport& report, Fn&& fn) {
+std::invoke_result_t<Fn&> in_transaction(sqlite3* db, idem::detail::TryReport& report, Fn&& fn) {
   using R = std::invoke_result_t<Fn&>;
   using Ending = idem::detail::ClaimLedger::Ending;
   if (sqlite3_get_autocommit(db) == 0) {
     throw UsageError(
         "idem::sqlite::with_transaction: a transaction is already open on this connection");
   }
-  ledger.reset();
+  idem::detail::ClaimLedger ledger;  // what stores bound to db inside fn note claims in
   const idem::detail::LedgerScope scope(db, ledger);
   exec_raw(db, "BEGIN IMMEDIATE");
   try {
@@ -103,16 +102,13 @@ std::invoke_result_t<Fn&> in_transaction(sqlite3* db, idem::detail::ClaimLedger&
     if constexpr (std::is_void_v<R>) {
       fn();
       end();
-      ledger.reset();
     } else {
       R result = fn();
       end();
-      ledger.reset();
       return result;
     }
   } catch (...) {
     report.take(ledger);
-    ledger.reset();
     rollback_quietly(db);
     throw;
   }
@@ -161,9 +157,8 @@ template <class F>
 auto with_transaction(sqlite3* db, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, sqlite3*> {
   if (db == nullptr) throw InvalidArgument("idem::sqlite::with_transaction: db is null");
-  idem::detail::ClaimLedger ledger;  // what store.bind(db) inside the body notes its claims in
   return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> decltype(auto) {
-    return detail::in_transaction(db, ledger, report, [&]() -> decltype(auto) { return body(db); });
+    return detail::in_transaction(db, report, [&]() -> decltype(auto) { return body(db); });
   });
 }
 
@@ -172,7 +167,7 @@ template <class F>
 auto with_transaction(Connection& connection, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
   return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> decltype(auto) {
-    return detail::in_transaction(connection.native(), connection.ledger(), report,
+    return detail::in_transaction(connection.native(), report,
                                   [&]() -> decltype(auto) { return body(connection); });
   });
 }
@@ -183,7 +178,7 @@ auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
   return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> decltype(auto) {
     auto connection = pool.acquire();
-    return detail::in_transaction(connection->native(), connection->ledger(), report,
+    return detail::in_transaction(connection->native(), report,
                                   [&]() -> decltype(auto) { return body(*connection); });
   });
 }
