@@ -20,6 +20,8 @@
 #include "support.hpp"
 
 using namespace std::chrono_literals;
+using idem_test::insert_business_row;
+using idem_test::RawConnection;
 using idem_test::TempDir;
 
 namespace {
@@ -44,32 +46,6 @@ std::string pragma(idem::sqlite::Store& store, const std::string& name) {
   auto c = store.pool().acquire();
   auto rows = c->query("PRAGMA " + name);
   return rows.next() ? rows.text(0) : std::string{};
-}
-
-// An application's own connection, as in same-transaction mode.
-struct RawConnection {
-  sqlite3* db = nullptr;
-  explicit RawConnection(const std::filesystem::path& path) {
-    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK)
-      throw std::runtime_error("cannot open " + path.string());
-    sqlite3_busy_timeout(db, 5000);
-  }
-  ~RawConnection() {
-    if (db != nullptr) sqlite3_close(db);
-  }
-  void exec(const std::string& sql) {
-    if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
-      throw std::runtime_error(sqlite3_errmsg(db));
-  }
-};
-
-void insert_business_row(sqlite3* db, const std::string& trade_no) {
-  sqlite3_stmt* stmt = nullptr;
-  sqlite3_prepare_v2(db, "INSERT INTO biz (trade_no) VALUES (?)", -1, &stmt, nullptr);
-  sqlite3_bind_text(stmt, 1, trade_no.c_str(), -1, SQLITE_TRANSIENT);
-  const int rc = sqlite3_step(stmt);
-  sqlite3_finalize(stmt);
-  if (rc != SQLITE_DONE) throw std::runtime_error(sqlite3_errmsg(db));
 }
 
 }  // namespace

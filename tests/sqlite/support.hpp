@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -59,6 +60,32 @@ inline void create_business_table(idem::sqlite::Store& store, const std::string&
   auto c = store.pool().acquire();
   c->exec("CREATE TABLE IF NOT EXISTS " + name +
           " (id INTEGER PRIMARY KEY, trade_no TEXT NOT NULL, pid INTEGER NOT NULL DEFAULT 0)");
+}
+
+// A handle the application opened itself (not through idem).
+struct RawConnection {
+  sqlite3* db = nullptr;
+  explicit RawConnection(const std::filesystem::path& path) {
+    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK)
+      throw std::runtime_error("cannot open " + path.string());
+    sqlite3_busy_timeout(db, 5000);
+  }
+  ~RawConnection() {
+    if (db != nullptr) sqlite3_close(db);
+  }
+  void exec(const std::string& sql) {
+    if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
+      throw std::runtime_error(sqlite3_errmsg(db));
+  }
+};
+
+inline void insert_business_row(sqlite3* db, const std::string& trade_no) {
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(db, "INSERT INTO biz (trade_no) VALUES (?)", -1, &stmt, nullptr);
+  sqlite3_bind_text(stmt, 1, trade_no.c_str(), -1, SQLITE_TRANSIENT);
+  const int rc = sqlite3_step(stmt);
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_DONE) throw std::runtime_error(sqlite3_errmsg(db));
 }
 
 }  // namespace idem_test
