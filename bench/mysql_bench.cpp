@@ -48,20 +48,22 @@ std::int64_t micros(idem::Duration d) {
 // The row idem::mysql inserts for a claim, written by hand: what a bare INSERT costs.
 std::string raw_insert_sql(const std::string& table, const std::string& tail = "") {
   return fmt::format(
-      "INSERT INTO {} ({}) VALUES (?, ?, 0, 1, ?, ?, NULL, 0, 1, NOW(3) + INTERVAL ? MICROSECOND, "
-      "NOW(3), NOW(3), NOW(3) + INTERVAL ? MICROSECOND){}",
+      "INSERT INTO {} ({}) VALUES (?, ?, 0, 1, ?, ?, NULL, 0, 1, UTC_TIMESTAMP(3) + INTERVAL ? "
+      "MICROSECOND, "
+      "UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND){}",
       table, record_columns, tail);
 }
 
 // The library's read-back, written by hand.
 std::string raw_select_sql(const std::string& table) {
-  return fmt::format("SELECT {}, NOW(3) FROM {} WHERE idempotent_key = ? AND biz_type = ?",
-                     record_columns, table);
+  return fmt::format(
+      "SELECT {}, UTC_TIMESTAMP(3) FROM {} WHERE idempotent_key = ? AND biz_type = ?",
+      record_columns, table);
 }
 
 std::string raw_complete_sql(const std::string& table) {
   return fmt::format(
-      "UPDATE {} SET status = 1, response_snapshot = ?, updated_at = NOW(3) "
+      "UPDATE {} SET status = 1, response_snapshot = ?, updated_at = UTC_TIMESTAMP(3) "
       "WHERE idempotent_key = ? AND biz_type = ?",
       table);
 }
@@ -375,7 +377,8 @@ std::string order_ddl(const std::string& table) {
 }
 
 std::string order_insert_sql(const std::string& table) {
-  return fmt::format("INSERT INTO {} (order_id, amount, created_at) VALUES (?, ?, NOW(3))", table);
+  return fmt::format(
+      "INSERT INTO {} (order_id, amount, created_at) VALUES (?, ?, UTC_TIMESTAMP(3))", table);
 }
 
 // mysql.tx: the library's same-transaction mode. mysql.tx_floor: the library's own five
@@ -401,8 +404,9 @@ void tx_scenario(const Config& config, TxMode mode) {
   // transaction; a duplicate's INSERT fails (after waiting for the first transaction) and the
   // whole transaction rolls back.
   const std::string finished_insert = fmt::format(
-      "INSERT INTO {} ({}) VALUES (?, ?, 1, 1, ?, ?, ?, 0, 1, NOW(3), NOW(3), NOW(3), "
-      "NOW(3) + INTERVAL ? MICROSECOND)",
+      "INSERT INTO {} ({}) VALUES (?, ?, 1, 1, ?, ?, ?, 0, 1, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), "
+      "UTC_TIMESTAMP(3), "
+      "UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND)",
       lib_table, record_columns);
 
   const auto sql = idem::mysql::detail::make_record_sql(lib_table);
@@ -687,8 +691,9 @@ void big_table_scenario(const Config& config) {
       // MariaDB's sequence engine makes the rows; expired a day ago, like a backlog of old keys.
       c->query(fmt::format(
           "INSERT INTO bench_big ({}) SELECT CONCAT('old-', seq), 'BENCH', 1, 1, REPEAT('0', 32), "
-          "REPEAT('a', 64), '{{\"status\":\"paid\"}}', 0, 1, NOW(3) - INTERVAL 8 DAY, "
-          "NOW(3) - INTERVAL 8 DAY, NOW(3) - INTERVAL 8 DAY, NOW(3) - INTERVAL 1 DAY "
+          "REPEAT('a', 64), '{{\"status\":\"paid\"}}', 0, 1, UTC_TIMESTAMP(3) - INTERVAL 8 DAY, "
+          "UTC_TIMESTAMP(3) - INTERVAL 8 DAY, UTC_TIMESTAMP(3) - INTERVAL 8 DAY, UTC_TIMESTAMP(3) "
+          "- INTERVAL 1 DAY "
           "FROM seq_{}_to_{}",
           record_columns, done + 1, done + n));
       done += n;

@@ -33,7 +33,6 @@ class RawConn {
       mysql_close(m_);
       throw std::runtime_error("raw connect to " + config.socket + ": " + e);
     }
-    query("SET SESSION time_zone = '+00:00'");  // as the library's connections do
   }
   ~RawConn() {
     if (m_ != nullptr) mysql_close(m_);

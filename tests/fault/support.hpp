@@ -147,7 +147,7 @@ struct Tally {
 // Records in the table that are processing although their lease ran out (by the server's
 // clock). After a janitor round there must be none.
 inline long long processing_past_lease(idem_test::Table& t) {
-  return t.count("status = 0 AND lease_until <= NOW(3)");
+  return t.count("status = 0 AND lease_until <= UTC_TIMESTAMP(3)");
 }
 
 // True when every key in `ids` has a succeeded record.

@@ -58,7 +58,8 @@ TEST_CASE("a certification failure reaches the client as deadlock 1213 on COMMIT
   const std::string insert =
       "INSERT INTO " + cl.store(0).table() +
       " (idempotent_key, biz_type, owner_token, lease_until, created_at, updated_at, expire_at) "
-      "VALUES ('cert-1', 'PAY', ?, NOW(3), NOW(3), NOW(3), NOW(3) + INTERVAL 1 HOUR)";
+      "VALUES ('cert-1', 'PAY', ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), "
+      "UTC_TIMESTAMP(3) + INTERVAL 1 HOUR)";
   a->query("START TRANSACTION");
   a->execute(insert, {std::string(32, 'a')});
   // Node 2 does not see node 1's uncommitted row and takes no lock for it: the same INSERT
@@ -487,8 +488,9 @@ TEST_CASE(
     const std::string insert =
         "INSERT INTO " + cl.store(0).table() +
         " (idempotent_key, biz_type, status, owner_token, lease_until, created_at, updated_at, "
-        "expire_at) SELECT CONCAT(?, seq), 'PAY', ?, REPEAT('0', 32), NOW(3) + INTERVAL ? SECOND, "
-        "NOW(3), NOW(3), NOW(3) + INTERVAL ? SECOND FROM seq_1_to_";
+        "expire_at) SELECT CONCAT(?, seq), 'PAY', ?, REPEAT('0', 32), UTC_TIMESTAMP(3) + INTERVAL "
+        "? SECOND, "
+        "UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL ? SECOND FROM seq_1_to_";
     c->execute(insert + std::to_string(expired), {"expired-", 1, -7200, -3600});
     c->execute(insert + std::to_string(stale), {"stale-", 0, -60, 3600});
     c->execute(insert + std::to_string(live), {"live-", 0, 600, 3600});

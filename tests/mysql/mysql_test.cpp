@@ -199,7 +199,8 @@ TEST_CASE("a SELECT-then-INSERT claim loses the same race (the test can catch th
           "INSERT INTO " + t.store.table() +
               " (idempotent_key, biz_type, owner_token, lease_until, created_at, updated_at, "
               "expire_at) "
-              "VALUES (?, 'PAY', REPEAT('0', 32), NOW(3), NOW(3), NOW(3), NOW(3) + INTERVAL 1 DAY)",
+              "VALUES (?, 'PAY', REPEAT('0', 32), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), "
+              "UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL 1 DAY)",
           {"naive-1"});
     } catch (const idem::StoreError&) {
       // swallowed, as in the incident
@@ -356,7 +357,8 @@ TEST_CASE("KILL CONNECTION during a claim - the retry recognises its own row") {
   blocker->execute("INSERT INTO " + t.store.table() +
                        " (idempotent_key, biz_type, owner_token, lease_until, created_at, "
                        "updated_at, expire_at) "
-                       "VALUES (?, ?, REPEAT('b', 32), NOW(3), NOW(3), NOW(3), NOW(3))",
+                       "VALUES (?, ?, REPEAT('b', 32), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), "
+                       "UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
                    {key.id(), key.biz_type()});
   bool killed = false;
   std::thread killer([&] {
@@ -385,12 +387,12 @@ TEST_CASE("a batch statement that fails is tried again at half its rows") {
   // statement that includes it waits for that lock, and is killed while it waits.
   auto blocker = t.pool->acquire();
   blocker->query("START TRANSACTION");
-  blocker->execute(
-      "INSERT INTO " + t.store.table() +
-          " (idempotent_key, biz_type, owner_token, lease_until, created_at, "
-          "updated_at, expire_at) "
-          "VALUES ('half-000', 'MSG', REPEAT('b', 32), NOW(3), NOW(3), NOW(3), NOW(3))",
-      {});
+  blocker->execute("INSERT INTO " + t.store.table() +
+                       " (idempotent_key, biz_type, owner_token, lease_until, created_at, "
+                       "updated_at, expire_at) "
+                       "VALUES ('half-000', 'MSG', REPEAT('b', 32), UTC_TIMESTAMP(3), "
+                       "UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+                   {});
   std::vector<std::size_t> killed_rows;  // rows of each killed statement
   std::thread killer([&] {
     auto admin = t.pool->acquire();
@@ -533,12 +535,13 @@ TEST_CASE("select() writes DATETIME and TIMESTAMP columns as the server's text p
           "(2, '1000-01-01 00:00:00', '9999-12-31 23:59:59.999', '2026-12-01 00:00:00.000500', "
           "'1970-01-02 00:00:00.01', NULL, NULL, NULL), (3, NULL, NULL, NULL, NULL, NULL, NULL, "
           "NULL)");
-  const std::string columns = "id, d0, d3, d6, t2, day, n, s, NOW(3), NOW(6), NOW()";
+  const std::string columns =
+      "id, d0, d3, d6, t2, day, n, s, UTC_TIMESTAMP(3), UTC_TIMESTAMP(6), UTC_TIMESTAMP()";
   // The same rows through the text protocol, where the server writes every value itself.
   std::vector<idem::mysql::Row> expected;
   {
     MYSQL* m = c.native();
-    c.query("SET TIMESTAMP = 1764550923.123456");  // NOW() stays this for the session
+    c.query("SET TIMESTAMP = 1764550923.123456");  // the clock stays this for the session
     const std::string sql = "SELECT " + columns + " FROM " + table + " ORDER BY id";
     REQUIRE(mysql_real_query(m, sql.data(), sql.size()) == 0);
     MYSQL_RES* res = mysql_store_result(m);
@@ -558,7 +561,7 @@ TEST_CASE("select() writes DATETIME and TIMESTAMP columns as the server's text p
   CHECK(got == expected);
   CHECK(got[0][2] == "2026-12-01 01:02:03.004");
   CHECK(got[1][3] == "2026-12-01 00:00:00.000500");
-  CHECK(got[0][8] == "2025-12-01 01:02:03.123");  // NOW(3) under SET TIMESTAMP
+  CHECK(got[0][8] == "2025-12-01 01:02:03.123");  // UTC_TIMESTAMP(3) under SET TIMESTAMP
   CHECK_FALSE(got[2][1].has_value());
   c.query("DROP TABLE " + table);
 }
@@ -650,7 +653,8 @@ TEST_CASE("a connection returned with a transaction open is rolled back, not han
     c->execute("INSERT INTO " + t.store.table() +
                    " (idempotent_key, biz_type, owner_token, lease_until, created_at, updated_at, "
                    "expire_at) "
-                   "VALUES ('left-open', 'PAY', REPEAT('x', 32), NOW(3), NOW(3), NOW(3), NOW(3) + "
+                   "VALUES ('left-open', 'PAY', REPEAT('x', 32), UTC_TIMESTAMP(3), "
+                   "UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + "
                    "INTERVAL 1 DAY)",
                {});
     REQUIRE(c->in_transaction());
