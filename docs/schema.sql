@@ -1,9 +1,11 @@
 -- idem: the idempotency record table of the MySQL / MariaDB backend (InnoDB).
--- The same statement idem::mysql::Store::ensure_schema() runs: the output of
--- idem::mysql::record_table_ddl("`idempotent_record`"), for DBAs who create it by hand.
+-- The same statement idem::mysql::Store::ensure_schema() (and ensure_schema(MYSQL*)) runs:
+-- the output of idem::mysql::record_table_ddl("`idempotent_record`"), for DBAs who create it
+-- by hand.
 -- The table name is configurable (idem::mysql::StoreParams::table, optionally
 -- schema.table); if you pick another one, rename the table below to match.
--- DATETIME(3) columns hold UTC (idem sessions run with time_zone = +00:00).
+-- DATETIME(3) columns hold UTC: idem's SQL writes and compares UTC_TIMESTAMP(3), whatever
+-- the session's time_zone (idem sets none).
 CREATE TABLE IF NOT EXISTS `idempotent_record` (
   idempotent_key    VARBINARY(64)    NOT NULL COMMENT 'the business id of the action, byte-exact',
   biz_type          VARBINARY(32)    NOT NULL COMMENT 'business domain: PAY, REFUND, ORDER, ...',
