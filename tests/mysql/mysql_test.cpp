@@ -702,3 +702,22 @@ TEST_CASE("docs/schema.sql holds the DDL that ensure_schema() runs") {
   REQUIRE(start != std::string::npos);
   CHECK(text.substr(start) == idem::mysql::record_table_ddl("`idempotent_record`") + ";\n");
 }
+
+TEST_CASE("an exhausted pool is reported at once by the store and not retried") {
+  auto pool = std::make_shared<idem::mysql::Pool>(
+      idem_test::server(), idem::mysql::PoolParams{.size = 1, .acquire_timeout = 50ms});
+  idem::mysql::Store store{pool, {.table = idem_test::unique_table()}};
+  store.ensure_schema();
+  {
+    auto held = pool->acquire();  // the only connection
+    try {
+      store.claim(idem::Key{"PAY", "no-connection"}, "", {});
+      FAIL("claimed without a connection");
+    } catch (const idem::StoreError& e) {
+      CHECK(e.retryable());
+      CHECK_THAT(e.what(), Catch::Contains("no connection free") &&
+                               !Catch::Contains("gave up after"));  // one try, no retry loop
+    }
+    held->query("DROP TABLE " + store.table());
+  }
+}
