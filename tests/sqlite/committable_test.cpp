@@ -26,7 +26,7 @@ std::int64_t business_rows(idem::sqlite::Store& store) {
 
 }  // namespace
 
-TEST_CASE("sqlite: a forgotten commit on the caller's sqlite3*: no row, UsageError, 3 times") {
+TEST_CASE("a forgotten commit on the caller's sqlite3*: no row, UsageError, 3 times") {
   TempDir dir;
   const auto file = dir / "forgotten.db";
   idem::sqlite::Store store{file};
@@ -55,7 +55,7 @@ TEST_CASE("sqlite: a forgotten commit on the caller's sqlite3*: no row, UsageErr
   CHECK(business_rows(store) == 1);
 }
 
-TEST_CASE("sqlite: a 5xx after the business wrote is rolled back; the next try runs once") {
+TEST_CASE("a 5xx after the business wrote is rolled back; the next try runs once") {
   TempDir dir;
   idem::sqlite::Store store{dir / "5xx.db"};
   idem_test::create_business_table(store);
@@ -85,7 +85,7 @@ TEST_CASE("sqlite: a 5xx after the business wrote is rolled back; the next try r
   CHECK(business_rows(store) == 1);
 }
 
-TEST_CASE("sqlite: a consumer that wrote and then threw: one row after the redelivery") {
+TEST_CASE("a consumer that wrote and then threw: one row after the redelivery") {
   TempDir dir;
   idem::sqlite::Store store{dir / "consume.db"};
   idem_test::create_business_table(store);
@@ -108,7 +108,7 @@ TEST_CASE("sqlite: a consumer that wrote and then threw: one row after the redel
   CHECK(business_rows(store) == 1);
 }
 
-TEST_CASE("sqlite: the caller's own transaction asks whether it may commit") {
+TEST_CASE("the caller's own transaction asks whether it may commit") {
   TempDir dir;
   const auto file = dir / "own-tx.db";
   idem::sqlite::Store store{file};
