@@ -64,7 +64,7 @@ struct Ack {
   Verdict verdict = Verdict::in_progress;  // what the claim answered
   std::string reason;                      // empty for a plain success; else why
 
-  friend bool operator==(const Ack& ack, Action action) noexcept { return ack.action == action; }
+  friend bool operator==(const Ack& ack, Action wanted) noexcept { return ack.action == wanted; }
 };
 
 constexpr std::string_view to_string(Ack::Action a) noexcept {

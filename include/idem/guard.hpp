@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <optional>
 #include <random>
@@ -80,7 +81,8 @@ ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerpri
     const auto left = std::chrono::duration_cast<Duration>(deadline - steady::now());
     if (left <= Duration::zero()) break;
     const Duration nap =
-        std::min(left, backoff + Duration{static_cast<long>(jitter() % (backoff.count() + 1))});
+        std::min(left, backoff + Duration{static_cast<Duration::rep>(
+                                     jitter() % static_cast<std::uint64_t>(backoff.count() + 1))});
     std::this_thread::sleep_for(nap);
     backoff = std::min(backoff * 2, Duration{100});
     result = store.claim(key, fingerprint, options);

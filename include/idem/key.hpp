@@ -25,7 +25,8 @@ namespace detail {
 
 inline std::string printable(std::string_view s) {
   std::string out;
-  for (unsigned char c : s.substr(0, 80)) {
+  for (const char ch : s.substr(0, 80)) {
+    const auto c = static_cast<unsigned char>(ch);
     if (c >= 0x20 && c < 0x7f && c != '\\') {
       out += static_cast<char>(c);
     } else {

@@ -327,7 +327,9 @@ class Store {
               true, e.diagnostics());
         }
       }
-      const auto nap = backoff + std::chrono::milliseconds{jitter() % (backoff.count() + 1)};
+      const auto nap =
+          backoff + std::chrono::milliseconds{static_cast<std::chrono::milliseconds::rep>(
+                        jitter() % static_cast<std::uint64_t>(backoff.count() + 1))};
       std::this_thread::sleep_for(nap);
       backoff = std::min(backoff * 2, params_.max_backoff);
     }

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <random>
 #include <string_view>
 #include <thread>
@@ -144,8 +145,9 @@ auto retry_transaction(const TransactionParams& params, Try&& one_try)
       }
       report.send(EventKind::transaction_retried, std::chrono::nanoseconds{0}, e);
     }
-    std::this_thread::sleep_for(backoff +
-                                std::chrono::milliseconds{jitter() % (backoff.count() + 1)});
+    std::this_thread::sleep_for(
+        backoff + std::chrono::milliseconds{static_cast<std::chrono::milliseconds::rep>(
+                      jitter() % static_cast<std::uint64_t>(backoff.count() + 1))});
     backoff = std::min(backoff * 2, std::max(params.max_backoff, backoff));
   }
 }
