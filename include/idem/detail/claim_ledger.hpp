@@ -8,10 +8,7 @@
 // when every claim in it succeeded or failed permanently.
 
 #include <algorithm>
-#include <chrono>
-#include <exception>
 #include <iterator>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -178,24 +175,5 @@ inline ClaimLedger* ledger_for(const void* handle, ClaimLedger& own) noexcept {
   ClaimLedger* running = LedgerScope::find(handle);
   return running != nullptr ? running : &own;
 }
-
-// Who the failures of a with_transaction try are reported to, and under which key: the
-// claims of the try carry the observer of their options (nothing is reported before the
-// first claim).
-struct TryReport {
-  Observer* observer = nullptr;
-  std::optional<Key> key;
-
-  void take(const ClaimLedger& ledger) {
-    observer = ledger.observer();
-    if (const Key* k = ledger.first_key()) key = *k;
-  }
-  void send(EventKind kind, std::chrono::nanoseconds latency, const std::exception& e) const {
-    if (observer == nullptr) return;
-    const std::string_view biz_type = key ? key->biz_type() : std::string_view{};
-    const std::string_view id = key ? key->id() : std::string_view{};
-    observer->on_event(Event{kind, biz_type, id, latency, &e});
-  }
-};
 
 }  // namespace idem::detail

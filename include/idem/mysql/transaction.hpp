@@ -49,7 +49,7 @@
 
 #include <fmt/format.h>
 
-#include "idem/detail/claim_ledger.hpp"
+#include "idem/detail/transaction_try.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/mysql/connection.hpp"
@@ -82,51 +82,29 @@ concept lends_connection = std::invocable<L&, detail::LendProbe>;
 
 namespace detail {
 
-inline void roll_back(Connection& c) noexcept {
-  if (c.broken()) return;
-  try {
-    c.query("ROLLBACK");
-  } catch (...) {
-    c.mark_broken();  // a connection in an unknown transaction state is not reused
+// A try on one of idem's connections or a borrowed one (see idem/detail/transaction_try.hpp).
+struct ConnectionTry {
+  Connection& c;
+  const void* handle() const noexcept { return c.native(); }
+  void begin() { c.query("START TRANSACTION"); }
+  void commit() { c.query("COMMIT"); }
+  void roll_back() { c.query("ROLLBACK"); }
+  void roll_back_quietly() noexcept {
+    if (c.broken()) return;
+    try {
+      c.query("ROLLBACK");
+    } catch (...) {
+      c.mark_broken();  // a connection in an unknown transaction state is not reused
+    }
   }
-}
+};
 
-// One try on c: START TRANSACTION, the body, then COMMIT or ROLLBACK as the ledger says.
-// Rolls back on every exception, leaving in `report` whom to tell.
 template <class F>
 std::invoke_result_t<F&, Connection&> run_try(Connection& c, F& body,
                                               idem::detail::TryReport& report) {
-  using R = std::invoke_result_t<F&, Connection&>;
-  using Ending = idem::detail::ClaimLedger::Ending;
-  idem::detail::ClaimLedger ledger;  // what stores bound to c inside the body note claims in
-  const idem::detail::LedgerScope scope(c.native(), ledger);
-  try {
-    c.query("START TRANSACTION");
-    auto end = [&] {
-      switch (ledger.ending()) {
-        case Ending::commit:
-          c.query("COMMIT");
-          break;
-        case Ending::roll_back:
-          c.query("ROLLBACK");
-          break;
-        case Ending::misuse:
-          throw UsageError("idem::mysql::with_transaction: rolled back: " + ledger.why());
-      }
-    };
-    if constexpr (std::is_void_v<R>) {
-      body(c);
-      end();
-    } else {
-      R result = body(c);
-      end();
-      return result;
-    }
-  } catch (...) {
-    report.take(ledger);
-    roll_back(c);
-    throw;
-  }
+  ConnectionTry tx{c};
+  return idem::detail::run_try(tx, "idem::mysql::with_transaction", report,
+                               [&]() -> decltype(auto) { return body(c); });
 }
 
 // Runs one_try(report) until it returns, rethrowing everything but a retryable StoreError,
@@ -150,19 +128,8 @@ auto retry_transaction(const TransactionParams& params, Try&& one_try)
     try {
       return one_try(report);
     } catch (const StoreError& e) {
-      if (!e.retryable()) {
-        report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, e);
-        throw;
-      }
-      if (attempt >= params.max_attempts) {
-        const StoreError gave_up(fmt::format("idem::mysql::with_transaction: gave up after {} "
-                                             "tries: {}",
-                                             attempt, e.what()),
-                                 true, e.diagnostics());
-        report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, gave_up);
-        throw gave_up;
-      }
-      report.send(EventKind::transaction_retried, std::chrono::nanoseconds{0}, e);
+      idem::detail::after_failed_try(e, attempt, params.max_attempts,
+                                     "idem::mysql::with_transaction", report, start);
     }
     std::this_thread::sleep_for(
         backoff + std::chrono::milliseconds{static_cast<std::chrono::milliseconds::rep>(

@@ -41,7 +41,7 @@
 
 #include <fmt/format.h>
 
-#include "idem/detail/claim_ledger.hpp"
+#include "idem/detail/transaction_try.hpp"
 #include "idem/errors.hpp"
 #include "idem/observer.hpp"
 #include "idem/sqlite/connection.hpp"
@@ -74,45 +74,25 @@ inline void rollback_quietly(sqlite3* db) noexcept {
   sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
 }
 
-// One try: BEGIN IMMEDIATE, fn(), then COMMIT or ROLLBACK as the ledger of its claims says;
-// rolled back on any exception, leaving in `report` whom to tell.
+// One try: BEGIN IMMEDIATE, fn(), then COMMIT or ROLLBACK as the claims made in it say (see
+// idem/detail/transaction_try.hpp).
+struct HandleTry {
+  sqlite3* db;
+  const void* handle() const noexcept { return db; }
+  void begin() { exec_raw(db, "BEGIN IMMEDIATE"); }
+  void commit() { exec_raw(db, "COMMIT"); }
+  void roll_back() { exec_raw(db, "ROLLBACK"); }
+  void roll_back_quietly() noexcept { rollback_quietly(db); }
+};
+
 template <class Fn>
 std::invoke_result_t<Fn&> in_transaction(sqlite3* db, idem::detail::TryReport& report, Fn&& fn) {
-  using R = std::invoke_result_t<Fn&>;
-  using Ending = idem::detail::ClaimLedger::Ending;
   if (sqlite3_get_autocommit(db) == 0) {
     throw UsageError(
         "idem::sqlite::with_transaction: a transaction is already open on this connection");
   }
-  idem::detail::ClaimLedger ledger;  // what stores bound to db inside fn note claims in
-  const idem::detail::LedgerScope scope(db, ledger);
-  exec_raw(db, "BEGIN IMMEDIATE");
-  try {
-    auto end = [&] {
-      switch (ledger.ending()) {
-        case Ending::commit:
-          exec_raw(db, "COMMIT");
-          break;
-        case Ending::roll_back:
-          exec_raw(db, "ROLLBACK");
-          break;
-        case Ending::misuse:
-          throw UsageError("idem::sqlite::with_transaction: rolled back: " + ledger.why());
-      }
-    };
-    if constexpr (std::is_void_v<R>) {
-      fn();
-      end();
-    } else {
-      R result = fn();
-      end();
-      return result;
-    }
-  } catch (...) {
-    report.take(ledger);
-    rollback_quietly(db);
-    throw;
-  }
+  HandleTry tx{db};
+  return idem::detail::run_try(tx, "idem::sqlite::with_transaction", report, fn);
 }
 
 // Calls one_try(report) until it returns, rethrowing everything but a retryable StoreError,
@@ -131,19 +111,8 @@ auto retry_transaction(const TransactionParams& params, Try&& one_try)
     try {
       return one_try(report);
     } catch (const StoreError& e) {
-      if (!e.retryable()) {
-        report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, e);
-        throw;
-      }
-      if (attempt >= params.max_attempts) {
-        const StoreError gave_up(
-            fmt::format("idem::sqlite::with_transaction: gave up after {} tries: {}", attempt,
-                        e.what()),
-            true, e.diagnostics());
-        report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, gave_up);
-        throw gave_up;
-      }
-      report.send(EventKind::transaction_retried, std::chrono::nanoseconds{0}, e);
+      idem::detail::after_failed_try(e, attempt, params.max_attempts,
+                                     "idem::sqlite::with_transaction", report, start);
     }
     std::this_thread::sleep_for(
         backoff + std::chrono::milliseconds{static_cast<std::chrono::milliseconds::rep>(

@@ -1,0 +1,98 @@
+#pragma once
+// One try of a with_transaction (idem::mysql, idem::sqlite): how it ends, as the claims made
+// inside it say (idem/detail/claim_ledger.hpp), and what its failure reports. Each backend
+// says how to begin, commit and roll back on its handle; the rule lives here once.
+
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "idem/detail/claim_ledger.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/observer.hpp"
+
+namespace idem::detail {
+
+// Who the failures of a with_transaction try are reported to, and under which key: the
+// claims of the try carry the observer of their options (nothing is reported before the
+// first claim).
+struct TryReport {
+  Observer* observer = nullptr;
+  std::optional<Key> key;
+
+  void take(const ClaimLedger& ledger) {
+    observer = ledger.observer();
+    if (const Key* k = ledger.first_key()) key = *k;
+  }
+  void send(EventKind kind, std::chrono::nanoseconds latency, const std::exception& e) const {
+    if (observer == nullptr) return;
+    const std::string_view biz_type = key ? key->biz_type() : std::string_view{};
+    const std::string_view id = key ? key->id() : std::string_view{};
+    observer->on_event(Event{kind, biz_type, id, latency, &e});
+  }
+};
+
+// Runs fn as one try on tx, which provides handle(), begin(), commit(), roll_back() and
+// roll_back_quietly() noexcept. Ends with commit() or roll_back() as the ledger of the try
+// says, or rolls back and throws UsageError prefixed with `who`; rolls back on every
+// exception, leaving in `report` whom to tell.
+template <class Tx, class Fn>
+std::invoke_result_t<Fn&> run_try(Tx& tx, std::string_view who, TryReport& report, Fn&& fn) {
+  using R = std::invoke_result_t<Fn&>;
+  ClaimLedger ledger;  // what the stores bound to the handle inside fn note their claims in
+  const LedgerScope scope(tx.handle(), ledger);
+  tx.begin();
+  try {
+    auto end = [&] {
+      switch (ledger.ending()) {
+        case ClaimLedger::Ending::commit:
+          tx.commit();
+          break;
+        case ClaimLedger::Ending::roll_back:
+          tx.roll_back();
+          break;
+        case ClaimLedger::Ending::misuse:
+          throw UsageError(fmt::format("{}: rolled back: {}", who, ledger.why()));
+      }
+    };
+    if constexpr (std::is_void_v<R>) {
+      fn();
+      end();
+    } else {
+      R result = fn();
+      end();
+      return result;
+    }
+  } catch (...) {
+    report.take(ledger);
+    tx.roll_back_quietly();
+    throw;
+  }
+}
+
+// Called from the handler of a try's StoreError: rethrows it (not retryable), or throws the
+// "gave up" error after the last try, either reported as store_error; otherwise reports
+// transaction_retried and returns, and the caller backs off and runs the body again.
+inline void after_failed_try(const StoreError& e, int attempt, int max_attempts,
+                             std::string_view who, const TryReport& report,
+                             std::chrono::steady_clock::time_point start) {
+  if (!e.retryable()) {
+    report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, e);
+    throw;
+  }
+  if (attempt >= max_attempts) {
+    const StoreError gave_up(fmt::format("{}: gave up after {} tries: {}", who, attempt, e.what()),
+                             true, e.diagnostics());
+    report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, gave_up);
+    throw gave_up;
+  }
+  report.send(EventKind::transaction_retried, std::chrono::nanoseconds{0}, e);
+}
+
+}  // namespace idem::detail
