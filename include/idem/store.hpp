@@ -36,6 +36,16 @@
 //   Marks at most `batch` processing records whose lease ran out as failed and retryable (their
 //   workers are presumed dead), so that the next duplicate runs again without waiting for a
 //   claim. The stale workers' later complete()/fail() get LeaseLost. Returns rows changed.
+//
+// Optional abilities, found by the code that uses a store (guard, consume_batch) when declared:
+//   static constexpr bool supports_wait = false;  do not poll an in-progress claim (Options::wait)
+//   static constexpr bool in_caller_transaction = true;  failures roll back the caller's
+//     transaction: the guard reports them as EventKind::transaction_error
+//   void abandon(key, ticket, error)  what a guard destroyed without a result calls instead of
+//     fail(key, ticket, error, true), so the store can refuse to let the transaction commit
+//   void set_rollback_only()  consume_batch asks a bound store to roll its whole batch back
+//   std::vector<ClaimResult> claim_batch(requests, options)  many claims in few round trips
+//     (idem::claim_batch, idem/batch.hpp, falls back to one claim() each)
 
 #include <concepts>
 #include <cstddef>
