@@ -177,7 +177,7 @@ TEST_CASE("the service's own MYSQL* pool: 16 threads, 12% duplicates, one execut
         const auto out = idem::mysql::with_transaction(service, [&](idem::mysql::Connection& c) {
           MYSQL* m = c.native();
           rows_of(m, "SELECT COUNT(*) FROM " + payments.name);  // the service's read first
-          auto tx = store.bind(c);
+          auto tx = store.bind(m);  // the raw handle: the try still sees its claims
           return idem::run_once(tx, idem::Key{"PAY", trade_no}, "", [&] {
             ++executions;
             payments.insert(m, trade_no);
