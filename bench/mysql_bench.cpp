@@ -384,13 +384,16 @@ std::string order_insert_sql(const std::string& table) {
 // mysql.tx: the library's same-transaction mode. mysql.tx_floor: the library's own five
 // statements (its SQL text, from idem::mysql::detail::make_record_sql) sent through the bare
 // C API: the best any claim-first implementation can do on this server, so tx / tx_floor is
-// what the library itself costs. mysql.tx_record_last: the record-last sketch.
-enum class TxMode { library, floor, record_last };
+// what the library itself costs. mysql.tx_record_last: the record-last sketch. mysql.tx_own:
+// mysql.tx on the caller's own handles (with_transaction on a lender, a borrowed MYSQL*, whose
+// statements travel as text instead of as cached prepared statements).
+enum class TxMode { library, floor, record_last, own };
 
 void tx_scenario(const Config& config, TxMode mode) {
   const bool record_last = mode == TxMode::record_last;
   const std::string name = mode == TxMode::library ? "mysql.tx"
                            : mode == TxMode::floor ? "mysql.tx_floor"
+                           : mode == TxMode::own   ? "mysql.tx_own"
                                                    : "mysql.tx_record_last";
   const int threads = config.threads > 0 ? config.threads : 32;
   std::atomic<long> bodies{0};
@@ -442,7 +445,13 @@ void tx_scenario(const Config& config, TxMode mode) {
                  if (mode == TxMode::floor) return floor(t, r);
                  for (std::size_t i = 0; i < per; ++i) {
                    const std::string id = key_id(r, t, i);
-                   const bool ok = idem::mysql::with_transaction(*server.pool, [&](Connection& c) {
+                   auto in_transaction = [&](auto&& body) {
+                     if (mode != TxMode::own)
+                       return idem::mysql::with_transaction(*server.pool, body);
+                     auto lend = [&](auto&& use) { return use(server.conn(t).native()); };
+                     return idem::mysql::with_transaction(lend, body);
+                   };
+                   const bool ok = in_transaction([&](Connection& c) {
                      ++bodies;  // more bodies than transactions: some ran again
                      if (record_last) {
                        c.execute(lib_order, {id, 100});
@@ -496,6 +505,10 @@ void tx_scenario(const Config& config, TxMode mode) {
     j["library"] =
         "record-last sketch on idem::mysql::Connection: START TRANSACTION, business INSERT, "
         "INSERT of the finished record, COMMIT (not a library API)";
+  } else if (mode == TxMode::own) {
+    j["library"] =
+        "mysql.tx on the caller's own MYSQL* handles: with_transaction(lend) + store.bind(c) + "
+        "run_once, every statement as text";
   } else {
     j["library"] =
         "with_transaction + store.bind(c) + run_once: START TRANSACTION, claim, business INSERT, "
@@ -810,6 +823,7 @@ int run_mysql(const Config& config, const Selected& selected) {
       {"mysql.tx", [&] { tx_scenario(config, TxMode::library); }},
       {"mysql.tx_floor", [&] { tx_scenario(config, TxMode::floor); }},
       {"mysql.tx_record_last", [&] { tx_scenario(config, TxMode::record_last); }},
+      {"mysql.tx_own", [&] { tx_scenario(config, TxMode::own); }},
       {"mysql.batch", [&] { batch_scenario(config); }},
       {"mysql.storm", [&] { storm_scenario(config); }},
       {"mysql.big_table", [&] { big_table_scenario(config); }},

@@ -31,6 +31,7 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "mysql.tx",
                                                  "mysql.tx_floor",
                                                  "mysql.tx_record_last",
+                                                 "mysql.tx_own",
                                                  "mysql.batch",
                                                  "mysql.storm",
                                                  "mysql.big_table",
