@@ -362,3 +362,28 @@ TEST_CASE("a StoreError's what() carries the server's message and error_from cla
   CHECK_NOTHROW(idem::mysql::check(m, 0, "nothing"));
   CHECK(idem::mysql::make_error("x", idem::mysql::code::deadlock, "40001", "Deadlock").retryable());
 }
+
+TEST_CASE("a borrowed handle's statements: placeholders outside quotes, values byte for byte") {
+  ServicePool service(1);  // ANSI_QUOTES and NO_BACKSLASH_ESCAPES, as the service set them
+  MYSQL* m = service.handles().front();
+  idem::mysql::Connection c(m);
+  const std::string bytes("a'b\\c\"d\0e?`", 12);
+  const std::vector<idem::mysql::Param> params{idem::mysql::Param::blob(bytes), std::int64_t{-42},
+                                               nullptr};
+  auto check_row = [&](const std::vector<idem::mysql::Row>& rows, const std::string& escaped) {
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0][0] == std::optional<std::string>{bytes});
+    CHECK(rows[0][1] == std::optional<std::string>{"what?"});
+    CHECK(rows[0][2] == std::optional<std::string>{"-42"});
+    CHECK(rows[0][3] == std::optional<std::string>{"it's?"});
+    CHECK(rows[0][4] == std::optional<std::string>{escaped});
+    CHECK_FALSE(rows[0][5].has_value());
+  };
+  // Here a backslash is an ordinary character and "..." quotes an identifier.
+  check_row(c.select(R"(SELECT ?, 'what?', ? AS "x?", 'it''s?', 'a\', ?)", params), "a\\");
+  run(m, "SET SESSION sql_mode = ''");  // the default: backslash escapes, "..." is a string
+  check_row(c.select(R"(SELECT ?, 'what?', ? AS `x?`, "it's?", 'a\'?', ?)", params), "a'?");
+  CHECK_THROWS_AS(c.select("SELECT ?, ?", {1}), idem::UsageError);
+  CHECK_THROWS_AS(c.select("SELECT ?", {1, 2}), idem::UsageError);
+  CHECK_THROWS_AS(c.reconnect(), idem::UsageError);  // never reopened by idem
+}

@@ -365,20 +365,37 @@ class Connection {
     }
   }
 
-  // The statement as SQL text with every `?` replaced by its value as a literal (idem's SQL
-  // has no `?` inside quotes). Text and blobs become X'<hex>', never a quoted string, so no
-  // character set, sql_mode (NO_BACKSLASH_ESCAPES, ANSI_QUOTES) or byte can change them.
-  static std::string inline_params(const std::string& sql, const Param* params, std::size_t n) {
+  // The statement as SQL text with every `?` placeholder replaced by its value as a literal;
+  // a `?` inside '...', "..." or `...` is text, not a placeholder (a backslash escapes the
+  // next character in quotes unless the session's sql_mode has NO_BACKSLASH_ESCAPES, as the
+  // server reads it). Text and blobs become
+  // X'<hex>', never a quoted string, so no character set, sql_mode (NO_BACKSLASH_ESCAPES,
+  // ANSI_QUOTES) or byte can change them.
+  std::string inline_params(const std::string& sql, const Param* params, std::size_t n) const {
+    const bool backslash_escapes =
+        (mysql_->server_status & SERVER_STATUS_NO_BACKSLASH_ESCAPES) == 0;
     std::string out;
     out.reserve(sql.size() + 32 * n);
-    std::size_t used = 0;
-    for (const char c : sql) {
+    std::size_t placeholders = 0;
+    char quote = 0;  // the quote of the literal or identifier being copied, if any
+    for (std::size_t i = 0; i < sql.size(); ++i) {
+      const char c = sql[i];
+      if (quote != 0) {
+        out += c;
+        if (c == '\\' && backslash_escapes && quote != '`' && i + 1 < sql.size()) {
+          out += sql[++i];  // an escaped character, the closing quote included
+        } else if (c == quote) {
+          quote = 0;  // a doubled quote closes and reopens: the same text either way
+        }
+        continue;
+      }
+      if (c == '\'' || c == '"' || c == '`') quote = c;
       if (c != '?') {
         out += c;
         continue;
       }
-      if (used == n) break;
-      const Param& p = params[used++];
+      if (placeholders++ >= n) continue;  // counted, and refused below
+      const Param& p = params[placeholders - 1];
       switch (p.kind_) {
         case Param::Kind::null:
           out += "NULL";
@@ -403,7 +420,6 @@ class Connection {
         }
       }
     }
-    const auto placeholders = static_cast<std::size_t>(std::count(sql.begin(), sql.end(), '?'));
     if (placeholders != n) {
       throw UsageError(fmt::format("idem::mysql: statement takes {} parameters, {} given: {}",
                                    placeholders, n, sql));
