@@ -387,3 +387,23 @@ TEST_CASE("a borrowed handle's statements: placeholders outside quotes, values b
   CHECK_THROWS_AS(c.select("SELECT ?", {1, 2}), idem::UsageError);
   CHECK_THROWS_AS(c.reconnect(), idem::UsageError);  // never reopened by idem
 }
+
+TEST_CASE("a lender that never lends, or swallows a try's exception, is a UsageError") {
+  ServicePool service(1);
+  MYSQL* m = service.handles().front();
+  auto never = [](auto&&) {};
+  CHECK_THROWS_WITH(idem::mysql::with_transaction(never, [](idem::mysql::Connection&) {}),
+                    Catch::Contains("without calling use"));
+  auto swallowing = [&](auto&& use) {
+    try {
+      use(m);
+    } catch (...) {
+    }
+  };
+  CHECK_THROWS_WITH(idem::mysql::with_transaction(swallowing,
+                                                  [](idem::mysql::Connection&) -> int {
+                                                    throw std::runtime_error("business failed");
+                                                  }),
+                    Catch::Contains("swallowed"));
+  CHECK((m->server_status & SERVER_STATUS_IN_TRANS) == 0);  // the try was rolled back
+}

@@ -175,8 +175,13 @@ auto with_transaction(L&& lend, F&& body, TransactionParams params = {})
         result.emplace(detail::run_try(c, body, report));
       }
     });
-    if (!lent || !result) {
+    if (!lent) {
       throw UsageError("idem::mysql::with_transaction: the lender returned without calling use");
+    }
+    if (!result) {
+      throw UsageError(
+          "idem::mysql::with_transaction: the lender swallowed an exception of use (the try was "
+          "rolled back); let use's exceptions through");
     }
     if constexpr (!std::is_void_v<R>) return std::move(*result);
   });
