@@ -286,11 +286,17 @@ class Connection {
   };
   static constexpr unsigned char not_datetime = 255;
 
-  Prepared& prepared(const std::string& sql) {
+  // Nothing is sent on a connection known to be lost: its next user opens a new one.
+  void require_usable() const {
     if (broken()) {
-      throw StoreError("idem::mysql: the connection is broken; take another from the pool", true,
-                       Diagnostics{code::server_gone, "HY000", "connection marked broken", false});
+      throw StoreError(
+          "idem::mysql: the connection is broken; take another (from the pool, or a new handle)",
+          true, Diagnostics{code::server_gone, "HY000", "connection marked broken", false});
     }
+  }
+
+  Prepared& prepared(const std::string& sql) {
+    require_usable();
     if (auto it = statements_.find(sql); it != statements_.end()) return it->second;
     MYSQL_STMT* stmt = mysql_stmt_init(mysql_);
     if (stmt == nullptr) throw fail_connection("mysql_stmt_init");
@@ -429,10 +435,7 @@ class Connection {
 
   // Sends a statement as text and stores its result (null for a statement without one).
   MYSQL_RES* run_text(const std::string& sql, const Param* params, std::size_t n) {
-    if (broken()) {
-      throw StoreError("idem::mysql: the connection is broken", true,
-                       Diagnostics{code::server_gone, "HY000", "connection marked broken", false});
-    }
+    require_usable();
     const std::string text = inline_params(sql, params, n);
     if (mysql_real_query(mysql_, text.data(), static_cast<unsigned long>(text.size())) != 0) {
       throw fail_connection("query");
