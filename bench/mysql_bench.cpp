@@ -275,20 +275,23 @@ struct FloorStatements {
   bool returning;
   FloorStatements(RawConn& c, const idem::mysql::detail::RecordSql& sql, bool has_returning)
       : claim(c, has_returning ? sql.insert_returning : sql.insert, options),
-        complete(c, sql.complete,
-                 std::vector<Kind>{Kind::blob, Kind::text, Kind::text, Kind::int64, Kind::text}),
+        complete(c, sql.finish,
+                 std::vector<Kind>{Kind::int64, Kind::blob, Kind::int64, Kind::text, Kind::text,
+                                   Kind::int64, Kind::text}),
         returning(has_returning) {
-    complete[2].str = "BENCH";
-    complete[3].num = 1;                  // the fence of a fresh claim
-    complete[4].str = claim.stmt[2].str;  // its owner token
+    complete[0].num = static_cast<int>(idem::Status::succeeded);
+    complete[2].num = 0;  // not retryable
+    complete[4].str = "BENCH";
+    complete[5].num = 1;                  // the fence of a fresh claim
+    complete[6].str = claim.stmt[2].str;  // its owner token
   }
   void claim_fresh(const std::string& id) {
     if (claim.query(id) != (returning ? 1 : 0))
       throw std::runtime_error("the floor's claim found a row");
   }
   void complete_with(const std::string& id, std::string snapshot) {
-    complete[0].str = std::move(snapshot);
-    complete[1].str = id;
+    complete[1].str = std::move(snapshot);
+    complete[3].str = id;
     if (complete.execute() != 1) throw std::runtime_error("the floor's complete missed");
   }
 };

@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
-#include <random>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -43,6 +42,7 @@
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"
 #include "idem/store.hpp"
+#include "idem/store/retry.hpp"
 #include "idem/verdict.hpp"
 
 namespace idem {
@@ -75,16 +75,11 @@ ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerpri
 
   using steady = std::chrono::steady_clock;
   const auto deadline = steady::now() + options.wait;
-  thread_local std::minstd_rand jitter{std::random_device{}()};
-  Duration backoff{2};
+  Backoff backoff(Duration{2}, Duration{100});
   while (result.verdict == Verdict::in_progress) {
     const auto left = std::chrono::duration_cast<Duration>(deadline - steady::now());
     if (left <= Duration::zero()) break;
-    const Duration nap =
-        std::min(left, backoff + Duration{static_cast<Duration::rep>(
-                                     jitter() % static_cast<std::uint64_t>(backoff.count() + 1))});
-    std::this_thread::sleep_for(nap);
-    backoff = std::min(backoff * 2, Duration{100});
+    std::this_thread::sleep_for(std::min(left, backoff.next()));
     result = store.claim(key, fingerprint, options);
   }
   return result;

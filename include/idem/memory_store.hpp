@@ -1,7 +1,8 @@
 #pragma once
 // idem::MemoryStore: an in-process Store for unit tests of handlers and for single-process
 // services that can afford to forget on restart. It makes the same decisions as the SQL
-// backends, case for case (it calls the same decide()), and its clock is injectable so that
+// backends, case for case (it applies idem/store/record_rules.hpp directly), and its clock is
+// injectable so that
 // a test can move time past a lease or a ttl without sleeping.
 
 #include <algorithm>
@@ -18,7 +19,6 @@
 #include <vector>
 
 #include "idem/clock.hpp"
-#include "idem/decision.hpp"
 #include "idem/detail/checks.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
@@ -26,6 +26,7 @@
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/store.hpp"
+#include "idem/store/record_rules.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
@@ -59,26 +60,18 @@ class MemoryStore {
     std::lock_guard lock(shard.mutex);
     auto it = shard.records.find(key);
     if (it == shard.records.end()) {
-      Record r = detail::new_claim_record(key, detail::new_owner_token(), fingerprint, now,
-                                          now + options.lease, now + options.ttl);
-      it = shard.records.emplace(key, std::move(r)).first;
+      it =
+          shard.records
+              .emplace(key, claim_record(key, detail::new_owner_token(), fingerprint, now, options))
+              .first;
       return {Verdict::acquired, it->second};
     }
     Record& stored = it->second;
-    switch (const Decision d = decide(stored, fingerprint, now)) {
-      case Decision::take_over_expired:
-      case Decision::take_over_retry:
-        apply_takeover(stored, d, fingerprint, detail::new_owner_token(), now, options.lease,
-                       options.ttl);
-        return {Verdict::acquired, stored};
-      case Decision::replay:
-        return {Verdict::replayed, stored};
-      case Decision::in_progress:
-        return {Verdict::in_progress, stored};
-      case Decision::conflict:
-        return {Verdict::conflict, stored};
+    const Decision d = decide(stored, fingerprint, now);
+    if (is_takeover(d)) {
+      stored = take_over(stored, d, fingerprint, detail::new_owner_token(), now, options);
     }
-    throw Error("idem::MemoryStore: unreachable decision");
+    return {verdict_of(d), stored};
   }
 
   void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
@@ -110,7 +103,7 @@ class MemoryStore {
         std::size_t round = 0;
         for (auto it = shard.records.begin();
              it != shard.records.end() && round < batch && budget > 0;) {
-          if (it->second.expire_at <= now) {
+          if (is_expired(it->second, now)) {
             it = shard.records.erase(it);
             ++round, ++removed, --budget;
           } else {
@@ -125,21 +118,18 @@ class MemoryStore {
 
   std::size_t release_stale(std::size_t batch) {
     const TimePoint now = clock_();
-    std::size_t released = 0;
+    std::size_t count = 0;
     for (Shard& shard : shards_) {
       std::lock_guard lock(shard.mutex);
       for (auto& [key, r] : shard.records) {
-        if (released == batch) return released;
-        if (r.status == Status::processing && r.lease_until <= now && r.expire_at > now) {
-          r.status = Status::failed;
-          r.retryable = true;
-          r.snapshot = R"({"error":"idem.lease_expired","detail":"released by release_stale"})";
-          r.updated_at = now;
-          ++released;
+        if (count == batch) return count;
+        if (is_stale(r, now)) {
+          r = released(r, now);
+          ++count;
         }
       }
     }
-    return released;
+    return count;
   }
 
   // Number of records held, expired ones included (for tests and metrics).
@@ -172,18 +162,10 @@ class MemoryStore {
     Shard& shard = shard_for(key);
     std::lock_guard lock(shard.mutex);
     auto it = shard.records.find(key);
-    if (it == shard.records.end() || it->second.status != Status::processing ||
-        it->second.ticket != ticket) {
-      throw LeaseLost(fmt::format(
-          "idem: the claim on {}/{} (fence {}) is no longer held; the record was taken over, "
-          "released or purged",
-          key.biz_type(), detail::printable(key.id()), ticket.fence));
+    if (it == shard.records.end() || !holds(it->second, ticket)) {
+      throw lease_lost("idem::MemoryStore", key, ticket);
     }
-    Record& r = it->second;
-    r.status = to;
-    r.snapshot = std::string(snapshot);
-    r.retryable = retryable;
-    r.updated_at = now;
+    it->second = finished(it->second, to, snapshot, retryable, now);
   }
 
   std::function<TimePoint()> clock_;

@@ -36,24 +36,4 @@ struct Record {
   friend bool operator==(const Record&, const Record&) = default;
 };
 
-namespace detail {
-
-// The record a fresh claim writes, in every store: processing, fence 1, the first attempt,
-// no snapshot yet, updated when created.
-inline Record new_claim_record(Key key, std::string owner, std::string_view fingerprint,
-                               TimePoint created, TimePoint lease_until, TimePoint expire_at) {
-  return Record{.key = std::move(key),
-                .status = Status::processing,
-                .ticket = Ticket{1, std::move(owner)},
-                .fingerprint = std::string(fingerprint),
-                .snapshot = {},
-                .retryable = false,
-                .attempts = 1,
-                .created_at = created,
-                .updated_at = created,
-                .lease_until = lease_until,
-                .expire_at = expire_at};
-}
-
-}  // namespace detail
 }  // namespace idem

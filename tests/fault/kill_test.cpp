@@ -63,8 +63,8 @@ TEST_CASE(
       while (!stop.load()) {
         const auto rows = admin->select(
             "SELECT ID, CASE WHEN INFO LIKE 'INSERT%' THEN 'claim-insert' WHEN INFO LIKE "
-            "'SELECT%' THEN 'claim-read' WHEN INFO LIKE '%SET status = 1%' THEN 'complete' "
-            "WHEN INFO LIKE '%SET status = 2%' THEN 'fail' ELSE 'takeover' END "
+            "'SELECT%' THEN 'claim-read' WHEN INFO LIKE '%SET status = ?, response_snapshot%' THEN "
+            "'finish' ELSE 'takeover' END "
             "FROM information_schema.PROCESSLIST WHERE INSTR(INFO, ?) > 0 AND ID <> "
             "CONNECTION_ID()",
             {t.name});

@@ -37,7 +37,7 @@ struct Locker {
 TEST_CASE(
     "lock wait timeout - a row lock held elsewhere is a typed retryable error, and no dead state "
     "afterwards") {
-  idem_test::Table t(2, {.max_attempts = 2});
+  idem_test::Table t(2, {.retry = {.max_attempts = 2}});
   short_lock_waits(*t.pool, 2);
   const idem::Key key{"PAY", "locked"};
   const auto claim = t.store.claim(key, "fp-1", {});
@@ -101,7 +101,7 @@ TEST_CASE(
                                     }
                                     return 0;
                                   },
-                                  {.max_attempts = 2});
+                                  {.retry = {.max_attempts = 2}});
   } catch (const idem::StoreError& e) {
     timed_out = e.retryable() && e.diagnostics().code == idem::mysql::code::lock_wait_timeout;
   }

@@ -193,7 +193,7 @@ TEST_CASE("without the store's retry the same race surfaces 1213 - the retry is 
   // The control for the test above: with one try per call, the claims that lost certification
   // come back as retryable StoreErrors carrying 1213, and still nothing runs twice.
   galera_test::GlobalSetting no_server_retry("wsrep_retry_autocommit", "0");
-  Cluster cl(threads_per_node, idem::mysql::StoreParams{.max_attempts = 1});
+  Cluster cl(threads_per_node, idem::mysql::StoreParams{.retry = {.max_attempts = 1}});
   constexpr int rounds = 40;
   constexpr int threads = nodes * threads_per_node;
   std::vector<std::atomic<int>> executed(rounds);

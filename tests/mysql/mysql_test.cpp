@@ -333,7 +333,8 @@ TEST_CASE("KILL CONNECTION during complete - the outcome is reconciled, nothing 
                  {key.id(), key.biz_type()});
   bool killed = false;
   std::thread killer([&] {
-    killed = kill_when_running(*t.pool, "UPDATE " + t.store.table() + " SET status = 1%");
+    killed = kill_when_running(*t.pool,
+                               "UPDATE " + t.store.table() + " SET status = ?, response_snapshot%");
     std::this_thread::sleep_for(50ms);
     locker->query("COMMIT");
   });
@@ -375,7 +376,7 @@ TEST_CASE("KILL CONNECTION during a claim - the retry recognises its own row") {
 }
 
 TEST_CASE("a batch statement that fails is tried again at half its rows") {
-  Table t(4, {.backoff = 1ms, .max_backoff = 1ms});
+  Table t(4, {.retry = {.backoff = 1ms, .max_backoff = 1ms}});
   constexpr int keys = 300;
   std::vector<idem::ClaimRequest> batch;
   for (int i = 0; i < keys; ++i) {
@@ -571,7 +572,8 @@ TEST_CASE("duplicate claims leave the store's one connection usable") {
   params.read_timeout = std::chrono::seconds{5};
   auto pool = std::make_shared<idem::mysql::Pool>(params, idem::mysql::PoolParams{.size = 1});
   // One try: a timed-out statement must fail the test, not be retried on a new connection.
-  idem::mysql::Store store(pool, {.table = idem_test::unique_table(), .max_attempts = 1});
+  idem::mysql::Store store(pool,
+                           {.table = idem_test::unique_table(), .retry = {.max_attempts = 1}});
   store.ensure_schema();
   unsigned long id = 0;
   {
@@ -687,9 +689,9 @@ TEST_CASE(
 TEST_CASE("store parameters are validated") {
   auto pool = idem_test::make_pool(1);
   CHECK_THROWS_AS(idem::mysql::Store(nullptr), idem::InvalidArgument);
-  CHECK_THROWS_AS(idem::mysql::Store(pool, {.max_attempts = 0}), idem::InvalidArgument);
-  CHECK_THROWS_AS(idem::mysql::Store(pool, {.backoff = 0ms}), idem::InvalidArgument);
-  CHECK_THROWS_AS(idem::mysql::Store(pool, {.backoff = 10ms, .max_backoff = 5ms}),
+  CHECK_THROWS_AS(idem::mysql::Store(pool, {.retry = {.max_attempts = 0}}), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::mysql::Store(pool, {.retry = {.backoff = 0ms}}), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::mysql::Store(pool, {.retry = {.backoff = 10ms, .max_backoff = 5ms}}),
                   idem::InvalidArgument);
   CHECK_THROWS_AS(idem::mysql::Pool(idem_test::server(), {.size = 0}), idem::InvalidArgument);
 }

@@ -332,7 +332,7 @@ TEST_CASE("a lock wait in the service's own SQL is retried by with_transaction a
             },
             options);
       },
-      {.max_attempts = 5, .backoff = 50ms, .max_backoff = 500ms});
+      {.retry = {.max_attempts = 5, .backoff = 50ms, .max_backoff = 500ms}});
   release.join();
   CHECK(out.verdict() == idem::Verdict::acquired);
   CHECK(tries == 2);

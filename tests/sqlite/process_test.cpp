@@ -251,7 +251,7 @@ TEST_CASE("a child killed inside a same-transaction body leaves neither a record
 
   // While the child holds the write lock, a claim waits for it and gives up.
   idem::sqlite::Store store{file,
-                            {.busy_timeout = 100ms, .max_attempts = 1, .create_schema = false}};
+                            {.busy_timeout = 100ms, .retry = {.max_attempts = 1}, .create_schema = false}};
   try {
     store.claim(key, "", {});
     FAIL("claimed while another process held the write lock");

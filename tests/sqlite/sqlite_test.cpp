@@ -155,16 +155,16 @@ TEST_CASE("bad parameters are refused with InvalidArgument before anything is op
   CHECK_THROWS_AS(idem::sqlite::Store(":memory:"), idem::InvalidArgument);
   CHECK_THROWS_AS(idem::sqlite::Store(file, {.clock = nullptr}), idem::InvalidArgument);
   CHECK_THROWS_AS(idem::sqlite::Store(file, {.pool_size = 0}), idem::InvalidArgument);
-  CHECK_THROWS_AS(idem::sqlite::Store(file, {.max_attempts = 0}), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::sqlite::Store(file, {.retry = {.max_attempts = 0}}), idem::InvalidArgument);
   CHECK_THROWS_AS(idem::sqlite::Store(file, {.busy_timeout = -1ms}), idem::InvalidArgument);
-  CHECK_THROWS_AS(idem::sqlite::Store(file, {.backoff = 10ms, .max_backoff = 5ms}),
+  CHECK_THROWS_AS(idem::sqlite::Store(file, {.retry = {.backoff = 10ms, .max_backoff = 5ms}}),
                   idem::InvalidArgument);
   CHECK_FALSE(std::filesystem::exists(file));
 
   idem::sqlite::Store store{file};
   CHECK_THROWS_AS(store.bind(static_cast<sqlite3*>(nullptr)), idem::InvalidArgument);
   CHECK_THROWS_AS(idem::sqlite::with_transaction(store.pool(), [](idem::sqlite::Connection&) {},
-                                                 {.max_attempts = 0}),
+                                                 {.retry = {.max_attempts = 0}}),
                   idem::InvalidArgument);
 }
 
@@ -216,7 +216,7 @@ TEST_CASE(
   TempDir dir;
   const auto file = dir / "locked.db";
   idem::sqlite::Store store{
-      file, {.busy_timeout = 50ms, .max_attempts = 2, .backoff = 1ms, .max_backoff = 2ms}};
+      file, {.busy_timeout = 50ms, .retry = {.max_attempts = 2, .backoff = 1ms, .max_backoff = 2ms}}};
   const idem::Key done{"PAY", "before-the-lock"};
   store.complete(done, store.claim(done, "", {}).record.ticket, "1");
 
@@ -607,7 +607,7 @@ TEST_CASE("with_transaction refuses to nest, and runs again while the file is lo
   int runs = 0;
   CHECK_THROWS_AS(
       idem::sqlite::with_transaction(store.pool(), [&](idem::sqlite::Connection&) { ++runs; },
-                                     {.max_attempts = 2, .backoff = 1ms}),
+                                     {.retry = {.max_attempts = 2, .backoff = 1ms}}),
       idem::StoreError);
   CHECK(runs == 0);  // BEGIN IMMEDIATE itself waited and gave up
 
@@ -627,7 +627,7 @@ TEST_CASE("with_transaction refuses to nest, and runs again while the file is lo
           tx.complete(key, claimed.record.ticket, "1");
         return static_cast<int>(claimed.verdict == idem::Verdict::acquired);
       },
-      {.max_attempts = 100, .backoff = 5ms, .max_backoff = 20ms});
+      {.retry = {.max_attempts = 100, .backoff = 5ms, .max_backoff = 20ms}});
   releaser.join();
   CHECK(value == 1);
   CHECK(runs == 1);

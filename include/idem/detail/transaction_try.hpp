@@ -16,6 +16,7 @@
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
+#include "idem/store/retry.hpp"
 
 namespace idem::detail {
 
@@ -87,12 +88,31 @@ inline void after_failed_try(const StoreError& e, int attempt, int max_attempts,
     throw;
   }
   if (attempt >= max_attempts) {
-    const StoreError gave_up(fmt::format("{}: gave up after {} tries: {}", who, attempt, e.what()),
-                             true, e.diagnostics());
-    report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, gave_up);
-    throw gave_up;
+    const StoreError last = gave_up(who, "", attempt, e);
+    report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, last);
+    throw last;
   }
   report.send(EventKind::transaction_retried, std::chrono::nanoseconds{0}, e);
+}
+
+// Calls one_try(report) until it returns, rethrowing everything but a retryable StoreError,
+// and that too after params.retry.max_attempts tries; reports each retry and a StoreError
+// that leaves. `who` names the caller, e.g. "idem::mysql::with_transaction".
+template <class Try>
+auto retry_transaction(const TransactionParams& params, std::string_view who, Try&& one_try)
+    -> std::invoke_result_t<Try&, TryReport&> {
+  validate(params.retry, who);
+  const auto start = std::chrono::steady_clock::now();
+  TryReport report;
+  return retry(
+      params.retry, who, "",
+      [&](int) -> decltype(auto) {
+        report = TryReport{};
+        return one_try(report);
+      },
+      [&](const StoreError& e, int n) {
+        after_failed_try(e, n, params.retry.max_attempts, who, report, start);
+      });
 }
 
 }  // namespace idem::detail

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -36,6 +37,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/clock.hpp"
 #include "idem/errors.hpp"
 #include "idem/mysql/connection_params.hpp"
 #include "idem/mysql/errors.hpp"
@@ -45,7 +47,7 @@ namespace idem::mysql {
 // One value bound to a `?` placeholder.
 class Param {
  public:
-  enum class Kind { null, int64, uint64, text, blob };
+  enum class Kind { null, int64, uint64, text, blob, time };
 
   Param(std::nullptr_t) noexcept : kind_(Kind::null) {}  // NOLINT: implicit by design
   template <std::integral T>
@@ -67,6 +69,14 @@ class Param {
     return p;
   }
 
+  // A DATETIME value in UTC, to the millisecond (what idem's time columns hold).
+  static Param time(TimePoint t) noexcept {
+    Param p(nullptr);
+    p.kind_ = Kind::time;
+    p.i64_ = static_cast<std::int64_t>(t.time_since_epoch().count());
+    return p;
+  }
+
   Kind kind() const noexcept { return kind_; }
   std::int64_t int64() const noexcept { return i64_; }
   std::uint64_t uint64() const noexcept { return u64_; }
@@ -79,6 +89,7 @@ class Param {
   std::uint64_t u64_ = 0;
   std::string_view text_;
   mutable unsigned long length_ = 0;  // MYSQL_BIND points here during execute
+  mutable MYSQL_TIME time_{};         // ... and here, for a time
 };
 
 // One result row: each column as text (numbers and DATETIMEs as the server formats them), or
@@ -86,6 +97,23 @@ class Param {
 using Row = std::vector<std::optional<std::string>>;
 
 namespace detail {
+
+// A UTC time as the client library's MYSQL_TIME (a DATETIME to the millisecond).
+inline MYSQL_TIME to_mysql_time(TimePoint t) noexcept {
+  const auto day = std::chrono::floor<std::chrono::days>(t);
+  const std::chrono::year_month_day ymd{day};
+  const std::chrono::hh_mm_ss<Duration> tod{t - day};
+  MYSQL_TIME m{};
+  m.year = static_cast<unsigned>(static_cast<int>(ymd.year()));
+  m.month = static_cast<unsigned>(ymd.month());
+  m.day = static_cast<unsigned>(ymd.day());
+  m.hour = static_cast<unsigned>(tod.hours().count());
+  m.minute = static_cast<unsigned>(tod.minutes().count());
+  m.second = static_cast<unsigned>(tod.seconds().count());
+  m.second_part = static_cast<unsigned long>(tod.subseconds().count()) * 1000;
+  m.time_type = MYSQL_TIMESTAMP_DATETIME;
+  return m;
+}
 
 // my_bool in MariaDB Connector/C and older libmysqlclient, bool in MySQL 8.
 using driver_flag = std::remove_pointer_t<decltype(MYSQL_BIND::is_null)>;
@@ -368,6 +396,11 @@ class Connection {
         b.buffer_length = p.length_;
         b.length = &p.length_;
         break;
+      case Param::Kind::time:
+        p.time_ = detail::to_mysql_time(TimePoint{Duration{p.i64_}});
+        b.buffer_type = MYSQL_TYPE_DATETIME;
+        b.buffer = &p.time_;
+        break;
     }
   }
 
@@ -424,6 +457,11 @@ class Connection {
           out += '\'';
           break;
         }
+        case Param::Kind::time:
+          out += "TIMESTAMP'";
+          out += datetime_text(detail::to_mysql_time(TimePoint{Duration{p.i64_}}), 3);
+          out += '\'';
+          break;
       }
     }
     if (placeholders != n) {

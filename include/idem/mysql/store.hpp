@@ -1,7 +1,7 @@
 #pragma once
 // idem::mysql::Store: the idempotency record table on MySQL / MariaDB (InnoDB).
 //
-// Two modes, one decision table (idem/decision.hpp):
+// Two modes, one decision table (idem/store/record_rules.hpp):
 //  - standalone (Store): every operation is its own autocommit statement on a pooled
 //    connection. Use it when the business calls something outside this database (a payment
 //    channel): the claim must be durable before the call, and its result recorded after.
@@ -28,11 +28,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -41,7 +39,6 @@
 #include <fmt/format.h>
 
 #include "idem/batch.hpp"
-#include "idem/decision.hpp"
 #include "idem/detail/checks.hpp"
 #include "idem/detail/claim_ledger.hpp"
 #include "idem/detail/token.hpp"
@@ -55,6 +52,8 @@
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/store.hpp"
+#include "idem/store/record_rules.hpp"
+#include "idem/store/retry.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
@@ -63,11 +62,9 @@ namespace idem::mysql {
 struct StoreParams {
   // The record table; 1-64 characters of [A-Za-z0-9_$], optionally schema.table.
   std::string table = "idempotent_record";
-  // Tries per operation on transient failures (deadlock, lock wait timeout, lost connection).
-  int max_attempts = 8;
-  // First backoff between tries; doubles each time, with jitter, up to max_backoff.
-  std::chrono::milliseconds backoff{5};
-  std::chrono::milliseconds max_backoff{500};
+  // Tries per operation on transient failures (deadlock, lock wait timeout, lost
+  // connection), and the jittered backoff between them.
+  RetryPolicy retry{};
   // Claim with INSERT IGNORE ... RETURNING where the server has it (MariaDB 10.5 and later,
   // seen per connection), saving the read-back of a fresh claim; false always reads back
   // (for a proxy that cannot pass RETURNING through). Batch claims on a Galera node always
@@ -121,24 +118,18 @@ class RecordOps {
       Record& stored = row->record;
       if (stored.ticket.owner == token) return {Verdict::acquired, std::move(stored)};
       const Decision d = decide(stored, fp, row->now);
-      switch (d) {
-        case Decision::take_over_expired:
-        case Decision::take_over_retry: {
-          const std::string& sql =
-              d == Decision::take_over_expired ? sql_.take_over_expired : sql_.take_over_retry;
-          const auto changed =
-              c.execute(sql, {token, fp, micros(o.lease), micros(o.ttl), key.id(), key.biz_type(),
-                              stored.ticket.fence, stored.ticket.owner});
-          if (changed == 1) return acquired(c, key, token, locking);
-          continue;  // someone else moved the row on: read it again
-        }
-        case Decision::replay:
-          return {Verdict::replayed, std::move(stored)};
-        case Decision::in_progress:
-          return {Verdict::in_progress, std::move(stored)};
-        case Decision::conflict:
-          return {Verdict::conflict, std::move(stored)};
-      }
+      if (!is_takeover(d)) return {verdict_of(d), std::move(stored)};
+      Record next = take_over(stored, d, fp, token, row->now, o);
+      const std::string& sql =
+          d == Decision::take_over_expired ? sql_.take_over_expired : sql_.take_over_retry;
+      const auto changed =
+          c.execute(sql, {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
+                          next.fingerprint, next.attempts, Param::time(next.lease_until),
+                          Param::time(next.created_at), Param::time(next.updated_at),
+                          Param::time(next.expire_at), key.id(), key.biz_type(),
+                          stored.ticket.fence, stored.ticket.owner});
+      if (changed == 1) return {Verdict::acquired, std::move(next)};
+      // Someone else moved the row on: read it again.
     }
     throw StoreError(fmt::format("idem::mysql: the claim on {}/{} did not settle after {} rounds",
                                  key.biz_type(), idem::detail::printable(key.id()), rounds),
@@ -213,19 +204,10 @@ class RecordOps {
           out.push_back({Verdict::acquired, std::move(stored)});
           continue;
         }
-        switch (decide(stored, r.fingerprint, it->second.now)) {
-          case Decision::replay:
-            out.push_back({Verdict::replayed, std::move(stored)});
-            continue;
-          case Decision::in_progress:
-            out.push_back({Verdict::in_progress, std::move(stored)});
-            continue;
-          case Decision::conflict:
-            out.push_back({Verdict::conflict, std::move(stored)});
-            continue;
-          case Decision::take_over_expired:
-          case Decision::take_over_retry:
-            break;
+        const Decision d = decide(stored, r.fingerprint, it->second.now);
+        if (!is_takeover(d)) {
+          out.push_back({verdict_of(d), std::move(stored)});
+          continue;
         }
       }
       out.push_back(claim(c, r.key, r.fingerprint, o, tokens[i], false));
@@ -236,21 +218,16 @@ class RecordOps {
   // Runs the fenced UPDATE of complete/fail. Returns true if it changed the row.
   bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
               bool retryable) const {
-    if (to == Status::succeeded) {
-      return c.execute(sql_.complete,
-                       {Param::blob(snapshot), key.id(), key.biz_type(), t.fence, t.owner}) == 1;
-    }
-    return c.execute(sql_.fail, {Param::blob(snapshot), retryable, key.id(), key.biz_type(),
-                                 t.fence, t.owner}) == 1;
+    return c.execute(sql_.finish,
+                     {static_cast<int>(to), Param::blob(snapshot), stored_retryable(to, retryable),
+                      key.id(), key.biz_type(), t.fence, t.owner}) == 1;
   }
 
   // Whether the row already holds exactly what finish() would have written (a write whose
   // reply was lost with its connection).
   static bool finished_as(const std::optional<RowRead>& row, const Ticket& t,
                           std::string_view snapshot, Status to, bool retryable) {
-    return row && row->record.ticket == t && row->record.status == to &&
-           row->record.snapshot == snapshot &&
-           (to == Status::succeeded || row->record.retryable == retryable);
+    return row && idem::finished_as(row->record, t, to, snapshot, retryable);
   }
 
   std::size_t purge(Connection& c, std::size_t batch, std::size_t max_batches) const {
@@ -266,11 +243,9 @@ class RecordOps {
 
   std::size_t release(Connection& c, std::size_t batch) const {
     return static_cast<std::size_t>(c.execute(
-        sql_.release, {Param::blob(released_snapshot), static_cast<std::uint64_t>(batch)}));
+        sql_.release, {static_cast<int>(released_status), released_retryable,
+                       Param::blob(released_snapshot), static_cast<std::uint64_t>(batch)}));
   }
-
-  static constexpr std::string_view released_snapshot =
-      R"({"error":"idem.lease_expired","detail":"released by release_stale"})";
 
  private:
   ClaimResult acquired(Connection& c, const Key& key, const std::string& token,
@@ -287,10 +262,7 @@ class RecordOps {
 };
 
 [[noreturn]] inline void throw_lease_lost(const Key& key, const Ticket& t) {
-  throw LeaseLost(
-      fmt::format("idem::mysql: the claim on {}/{} (fence {}) is no longer held; the record was "
-                  "taken over, released or purged",
-                  key.biz_type(), idem::detail::printable(key.id()), t.fence));
+  throw lease_lost("idem::mysql", key, t);
 }
 
 }  // namespace detail
@@ -312,13 +284,7 @@ class Store {
         table_(quote_identifier(params_.table)),
         sql_(std::make_unique<detail::RecordSql>(detail::make_record_sql(table_))),
         ops_(*sql_, params_.insert_returning) {
-    if (params_.max_attempts < 1) {
-      throw InvalidArgument("idem::mysql::Store: max_attempts must be at least 1");
-    }
-    if (params_.backoff.count() < 1 || params_.max_backoff < params_.backoff) {
-      throw InvalidArgument(
-          "idem::mysql::Store: backoff must be at least 1 ms and max_backoff at least backoff");
-    }
+    validate(params_.retry, "idem::mysql::Store");
   }
 
   Store(const Store&) = delete;
@@ -491,34 +457,20 @@ class Store {
   template <class Op, class BeforeRetry>
   auto with_retries(std::string_view what, Op&& op, BeforeRetry&& before_retry)
       -> decltype(op(std::declval<Connection&>(), false)) {
-    thread_local std::minstd_rand jitter{std::random_device{}()};
     bool uncertain = false;
-    auto backoff = params_.backoff;
-    for (int attempt = 1;; ++attempt) {
-      try {
-        auto handle = pool().acquire();
-        return op(*handle, uncertain);
-      } catch (const StoreError& e) {
-        // Only the database's transient errors are retried here; a pool that has no connection
-        // free is reported at once (the caller decides whether to try again).
-        const bool transient = is_transient(e.diagnostics().code);
-        if (!transient || attempt >= params_.max_attempts) {
-          if (transient) {
-            throw StoreError(
-                fmt::format("idem::mysql: {} gave up after {} tries: {}", what, attempt, e.what()),
-                true, e.diagnostics());
-          }
-          throw;
-        }
-        if (is_connection_lost(e.diagnostics().code)) uncertain = true;
-      }
-      const auto nap =
-          backoff + std::chrono::milliseconds{static_cast<std::chrono::milliseconds::rep>(
-                        jitter() % static_cast<std::uint64_t>(backoff.count() + 1))};
-      std::this_thread::sleep_for(nap);
-      backoff = std::min(backoff * 2, params_.max_backoff);
-      before_retry();
-    }
+    return retry(
+        params_.retry, "idem::mysql", what,
+        [&](int) {
+          auto handle = pool().acquire();
+          return op(*handle, uncertain);
+        },
+        [&](const StoreError& e, int n) {
+          // Only the database's transient errors are retried here; a pool that has no
+          // connection free is reported at once (the caller decides whether to try again).
+          if (!is_transient(e.diagnostics().code)) throw;
+          if (is_connection_lost(e.diagnostics().code)) uncertain = true;
+          if (n < params_.retry.max_attempts) before_retry();
+        });
   }
 
   std::shared_ptr<Pool> pool_;

@@ -58,11 +58,7 @@
 
 namespace idem::mysql {
 
-struct TransactionParams {
-  int max_attempts = 5;
-  std::chrono::milliseconds backoff{5};
-  std::chrono::milliseconds max_backoff{500};
-};
+using TransactionParams = idem::TransactionParams;
 
 namespace detail {
 
@@ -107,47 +103,17 @@ std::invoke_result_t<F&, Connection&> run_try(Connection& c, F& body,
                                [&]() -> decltype(auto) { return body(c); });
 }
 
-// Runs one_try(report) until it returns, rethrowing everything but a retryable StoreError,
-// and that too after max_attempts tries; reports each retry and a StoreError that leaves.
-template <class Try>
-auto retry_transaction(const TransactionParams& params, Try&& one_try)
-    -> std::invoke_result_t<Try&, idem::detail::TryReport&> {
-  if (params.max_attempts < 1) {
-    throw InvalidArgument("idem::mysql::with_transaction: max_attempts must be at least 1");
-  }
-  if (params.backoff.count() < 1 || params.max_backoff < params.backoff) {
-    throw InvalidArgument(
-        "idem::mysql::with_transaction: backoff must be at least 1 ms and max_backoff at least "
-        "backoff");
-  }
-  thread_local std::minstd_rand jitter{std::random_device{}()};
-  const auto start = std::chrono::steady_clock::now();
-  auto backoff = params.backoff;
-  for (int attempt = 1;; ++attempt) {
-    idem::detail::TryReport report;
-    try {
-      return one_try(report);
-    } catch (const StoreError& e) {
-      idem::detail::after_failed_try(e, attempt, params.max_attempts,
-                                     "idem::mysql::with_transaction", report, start);
-    }
-    std::this_thread::sleep_for(
-        backoff + std::chrono::milliseconds{static_cast<std::chrono::milliseconds::rep>(
-                      jitter() % static_cast<std::uint64_t>(backoff.count() + 1))});
-    backoff = std::min(backoff * 2, params.max_backoff);
-  }
-}
-
 }  // namespace detail
 
 // On a connection of idem's pool, taken for each try.
 template <class F>
 auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
-  return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> decltype(auto) {
-    auto conn = pool.acquire();
-    return detail::run_try(*conn, body, report);
-  });
+  return idem::detail::retry_transaction(params, "idem::mysql::with_transaction",
+                                         [&](idem::detail::TryReport& report) -> decltype(auto) {
+                                           auto conn = pool.acquire();
+                                           return detail::run_try(*conn, body, report);
+                                         });
 }
 
 // On a handle lent by the caller's own connection source, taken for each try. The body gets
@@ -158,33 +124,36 @@ requires lends_connection<L>
 auto with_transaction(L&& lend, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
   using R = std::invoke_result_t<F&, Connection&>;
-  return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> R {
-    std::optional<std::conditional_t<std::is_void_v<R>, int, R>> result;
-    bool lent = false;
-    lend([&](MYSQL* mysql) {
-      lent = true;
-      Connection c(mysql);
-      if (c.in_transaction()) {
-        throw UsageError(
-            "idem::mysql::with_transaction: the lent handle already has a transaction open");
-      }
-      if constexpr (std::is_void_v<R>) {
-        detail::run_try(c, body, report);
-        result.emplace(0);
-      } else {
-        result.emplace(detail::run_try(c, body, report));
-      }
-    });
-    if (!lent) {
-      throw UsageError("idem::mysql::with_transaction: the lender returned without calling use");
-    }
-    if (!result) {
-      throw UsageError(
-          "idem::mysql::with_transaction: the lender swallowed an exception of use (the try was "
-          "rolled back); let use's exceptions through");
-    }
-    if constexpr (!std::is_void_v<R>) return std::move(*result);
-  });
+  return idem::detail::retry_transaction(
+      params, "idem::mysql::with_transaction", [&](idem::detail::TryReport& report) -> R {
+        std::optional<std::conditional_t<std::is_void_v<R>, int, R>> result;
+        bool lent = false;
+        lend([&](MYSQL* mysql) {
+          lent = true;
+          Connection c(mysql);
+          if (c.in_transaction()) {
+            throw UsageError(
+                "idem::mysql::with_transaction: the lent handle already has a transaction open");
+          }
+          if constexpr (std::is_void_v<R>) {
+            detail::run_try(c, body, report);
+            result.emplace(0);
+          } else {
+            result.emplace(detail::run_try(c, body, report));
+          }
+        });
+        if (!lent) {
+          throw UsageError(
+              "idem::mysql::with_transaction: the lender returned without calling use");
+        }
+        if (!result) {
+          throw UsageError(
+              "idem::mysql::with_transaction: the lender swallowed an exception of use (the try "
+              "was "
+              "rolled back); let use's exceptions through");
+        }
+        if constexpr (!std::is_void_v<R>) return std::move(*result);
+      });
 }
 
 }  // namespace idem::mysql

@@ -1,7 +1,7 @@
 #pragma once
 // idem::sqlite::Store: the idempotency record table in a SQLite database file.
 //
-// Two modes, one decision table (idem/decision.hpp), as on MySQL:
+// Two modes, one decision table (idem/store/record_rules.hpp), as on MySQL:
 //  - standalone (Store): every operation is its own autocommit statement on a pooled
 //    connection. Use it when the business calls something outside this file (a payment
 //    channel): the claim must be durable before the call, and its result recorded after.
@@ -14,7 +14,7 @@
 //
 // How a claim works: one INSERT on the primary key (never SELECT-then-INSERT). On
 // SQLITE_CONSTRAINT_PRIMARYKEY the row is read and decide() judges it with the same `now`; a
-// takeover is one UPDATE of the record apply_takeover() computed, guarded by the old fence
+// takeover is one UPDATE of the record take_over() computed, guarded by the old fence
 // and owner token and the re-checked takeover condition. Completions are UPDATEs guarded by
 // status, fence and owner. Every statement is atomic on its own, so many threads and several
 // processes can share the file.
@@ -30,16 +30,13 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "idem/clock.hpp"
-#include "idem/decision.hpp"
 #include "idem/detail/checks.hpp"
 #include "idem/detail/claim_ledger.hpp"
 #include "idem/detail/token.hpp"
@@ -53,6 +50,8 @@
 #include "idem/sqlite/pool.hpp"
 #include "idem/sqlite/schema.hpp"
 #include "idem/store.hpp"
+#include "idem/store/record_rules.hpp"
+#include "idem/store/retry.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
@@ -73,11 +72,9 @@ struct StoreParams {
   // Connections to the file at most (one per thread using the store at that moment).
   std::size_t pool_size = 8;
   // Tries per operation while the file stays locked (SQLITE_BUSY / SQLITE_LOCKED after the
-  // busy timeout); the last failure is thrown as a retryable StoreError.
-  int max_attempts = 4;
-  // First pause between tries; doubles each time, with jitter, up to max_backoff.
-  std::chrono::milliseconds backoff{5};
-  std::chrono::milliseconds max_backoff{500};
+  // busy timeout), and the jittered backoff between them; the last failure is thrown as a
+  // retryable StoreError.
+  RetryPolicy retry{.max_attempts = 4};
   // Create the table and its indexes (if missing) when the store is constructed.
   bool create_schema = true;
 };
@@ -107,33 +104,23 @@ class RecordOps {
           c.try_execute(sql_.insert, {key.id(), key.biz_type(), token, fp, millis(now + o.lease),
                                       millis(now), millis(now + o.ttl)});
       if (inserted.code == SQLITE_OK) {
-        return {Verdict::acquired,
-                idem::detail::new_claim_record(key, token, fp, now, now + o.lease, now + o.ttl)};
+        return {Verdict::acquired, claim_record(key, token, fp, now, o)};
       }
       if (inserted.code != SQLITE_CONSTRAINT_PRIMARYKEY) throw c.error("claim", inserted.code);
       std::optional<Record> stored = read(c, key);
       if (!stored) continue;  // purged between the INSERT and the read: insert again
-      switch (const Decision d = decide(*stored, fp, now)) {
-        case Decision::take_over_expired:
-        case Decision::take_over_retry: {
-          Record next = *stored;
-          apply_takeover(next, d, fp, token, now, o.lease, o.ttl);
-          const std::string& sql =
-              d == Decision::take_over_expired ? sql_.take_over_expired : sql_.take_over_retry;
-          const auto changed = c.execute(
-              sql, {next.ticket.fence, next.ticket.owner, next.fingerprint, next.attempts,
-                    millis(next.lease_until), millis(now), millis(next.expire_at), key.id(),
-                    key.biz_type(), stored->ticket.fence, stored->ticket.owner});
-          if (changed == 1) return {Verdict::acquired, std::move(next)};
-          continue;  // someone else moved the row on: look again
-        }
-        case Decision::replay:
-          return {Verdict::replayed, std::move(*stored)};
-        case Decision::in_progress:
-          return {Verdict::in_progress, std::move(*stored)};
-        case Decision::conflict:
-          return {Verdict::conflict, std::move(*stored)};
-      }
+      const Decision d = decide(*stored, fp, now);
+      if (!is_takeover(d)) return {verdict_of(d), std::move(*stored)};
+      Record next = take_over(*stored, d, fp, token, now, o);
+      const std::string& sql =
+          d == Decision::take_over_expired ? sql_.take_over_expired : sql_.take_over_retry;
+      const auto changed =
+          c.execute(sql, {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
+                          next.fingerprint, next.attempts, millis(next.lease_until),
+                          millis(next.created_at), millis(next.updated_at), millis(next.expire_at),
+                          key.id(), key.biz_type(), stored->ticket.fence, stored->ticket.owner});
+      if (changed == 1) return {Verdict::acquired, std::move(next)};
+      // Someone else moved the row on: look again.
     }
     throw StoreError(fmt::format("idem::sqlite: the claim on {}/{} did not settle after {} rounds",
                                  key.biz_type(), idem::detail::printable(key.id()), rounds),
@@ -143,13 +130,9 @@ class RecordOps {
   // The fenced UPDATE of complete/fail. Returns true if it changed the row.
   bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
               bool retryable) const {
-    const std::int64_t now = millis(clock_());
-    if (to == Status::succeeded) {
-      return c.execute(sql_.complete, {Value::blob(snapshot), now, key.id(), key.biz_type(),
-                                       t.fence, t.owner}) == 1;
-    }
-    return c.execute(sql_.fail, {Value::blob(snapshot), now, key.id(), key.biz_type(), t.fence,
-                                 t.owner, retryable}) == 1;
+    return c.execute(sql_.finish,
+                     {static_cast<int>(to), Value::blob(snapshot), stored_retryable(to, retryable),
+                      millis(clock_()), key.id(), key.biz_type(), t.fence, t.owner}) == 1;
   }
 
   std::size_t purge(Connection& c, std::size_t batch, std::size_t max_batches) const {
@@ -165,11 +148,9 @@ class RecordOps {
 
   std::size_t release(Connection& c, std::size_t batch) const {
     return static_cast<std::size_t>(
-        c.execute(sql_.release, {Value::blob(released_snapshot), millis(clock_()), limit(batch)}));
+        c.execute(sql_.release, {static_cast<int>(released_status), released_retryable,
+                                 Value::blob(released_snapshot), millis(clock_()), limit(batch)}));
   }
-
-  static constexpr std::string_view released_snapshot =
-      R"({"error":"idem.lease_expired","detail":"released by release_stale"})";
 
  private:
   const RecordSql& sql_;
@@ -177,10 +158,7 @@ class RecordOps {
 };
 
 [[noreturn]] inline void throw_lease_lost(const Key& key, const Ticket& t) {
-  throw LeaseLost(
-      fmt::format("idem::sqlite: the claim on {}/{} (fence {}) is no longer held; the record was "
-                  "taken over, released or purged",
-                  key.biz_type(), idem::detail::printable(key.id()), t.fence));
+  throw lease_lost("idem::sqlite", key, t);
 }
 
 }  // namespace detail
@@ -287,14 +265,9 @@ class Store {
     if (!p.clock) throw InvalidArgument("idem::sqlite::Store: clock must not be empty");
     if (p.pool_size == 0)
       throw InvalidArgument("idem::sqlite::Store: pool_size must be at least 1");
-    if (p.max_attempts < 1)
-      throw InvalidArgument("idem::sqlite::Store: max_attempts must be at least 1");
-    if (p.busy_timeout < std::chrono::milliseconds::zero() ||
-        p.backoff < std::chrono::milliseconds::zero() || p.max_backoff < p.backoff) {
-      throw InvalidArgument(
-          "idem::sqlite::Store: busy_timeout and backoff must not be negative, and max_backoff "
-          "must be at least backoff");
-    }
+    if (p.busy_timeout < std::chrono::milliseconds::zero())
+      throw InvalidArgument("idem::sqlite::Store: busy_timeout must not be negative");
+    validate(p.retry, "idem::sqlite::Store");
     return p;
   }
 
@@ -313,26 +286,15 @@ class Store {
   // the busy timeout), backs off and tries again, up to max_attempts.
   template <class Op>
   auto with_retries(std::string_view what, Op&& op) -> decltype(op(std::declval<Connection&>())) {
-    thread_local std::minstd_rand jitter{std::random_device{}()};
-    auto backoff = params_.backoff;
-    for (int attempt = 1;; ++attempt) {
-      try {
-        auto handle = pool_.acquire();
-        return op(*handle);
-      } catch (const StoreError& e) {
-        if (!e.retryable()) throw;
-        if (attempt >= params_.max_attempts) {
-          throw StoreError(
-              fmt::format("idem::sqlite: {} gave up after {} tries: {}", what, attempt, e.what()),
-              true, e.diagnostics());
-        }
-      }
-      const auto nap =
-          backoff + std::chrono::milliseconds{static_cast<std::chrono::milliseconds::rep>(
-                        jitter() % static_cast<std::uint64_t>(backoff.count() + 1))};
-      std::this_thread::sleep_for(nap);
-      backoff = std::min(backoff * 2, params_.max_backoff);
-    }
+    return retry(
+        params_.retry, "idem::sqlite", what,
+        [&](int) {
+          auto handle = pool_.acquire();
+          return op(*handle);
+        },
+        [](const StoreError& e, int) {
+          if (!e.retryable()) throw;
+        });
   }
 
   StoreParams params_;

@@ -50,11 +50,7 @@
 
 namespace idem::sqlite {
 
-struct TransactionParams {
-  int max_attempts = 5;
-  std::chrono::milliseconds backoff{5};
-  std::chrono::milliseconds max_backoff{500};
-};
+using TransactionParams = idem::TransactionParams;
 
 namespace detail {
 
@@ -95,32 +91,6 @@ std::invoke_result_t<Fn&> in_transaction(sqlite3* db, idem::detail::TryReport& r
   return idem::detail::run_try(tx, "idem::sqlite::with_transaction", report, fn);
 }
 
-// Calls one_try(report) until it returns, rethrowing everything but a retryable StoreError,
-// and that too after max_attempts tries; reports each retry and a StoreError that leaves.
-template <class Try>
-auto retry_transaction(const TransactionParams& params, Try&& one_try)
-    -> std::invoke_result_t<Try&, idem::detail::TryReport&> {
-  if (params.max_attempts < 1) {
-    throw InvalidArgument("idem::sqlite::with_transaction: max_attempts must be at least 1");
-  }
-  thread_local std::minstd_rand jitter{std::random_device{}()};
-  const auto start = std::chrono::steady_clock::now();
-  auto backoff = std::max(params.backoff, std::chrono::milliseconds::zero());
-  for (int attempt = 1;; ++attempt) {
-    idem::detail::TryReport report;
-    try {
-      return one_try(report);
-    } catch (const StoreError& e) {
-      idem::detail::after_failed_try(e, attempt, params.max_attempts,
-                                     "idem::sqlite::with_transaction", report, start);
-    }
-    std::this_thread::sleep_for(
-        backoff + std::chrono::milliseconds{static_cast<std::chrono::milliseconds::rep>(
-                      jitter() % static_cast<std::uint64_t>(backoff.count() + 1))});
-    backoff = std::min(backoff * 2, std::max(params.max_backoff, backoff));
-  }
-}
-
 }  // namespace detail
 
 // On your own connection handle (give it a busy timeout: sqlite3_busy_timeout).
@@ -128,30 +98,36 @@ template <class F>
 auto with_transaction(sqlite3* db, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, sqlite3*> {
   if (db == nullptr) throw InvalidArgument("idem::sqlite::with_transaction: db is null");
-  return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> decltype(auto) {
-    return detail::in_transaction(db, report, [&]() -> decltype(auto) { return body(db); });
-  });
+  return idem::detail::retry_transaction(
+      params, "idem::sqlite::with_transaction",
+      [&](idem::detail::TryReport& report) -> decltype(auto) {
+        return detail::in_transaction(db, report, [&]() -> decltype(auto) { return body(db); });
+      });
 }
 
 // On one of idem's connections.
 template <class F>
 auto with_transaction(Connection& connection, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
-  return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> decltype(auto) {
-    return detail::in_transaction(connection.native(), report,
-                                  [&]() -> decltype(auto) { return body(connection); });
-  });
+  return idem::detail::retry_transaction(
+      params, "idem::sqlite::with_transaction",
+      [&](idem::detail::TryReport& report) -> decltype(auto) {
+        return detail::in_transaction(connection.native(), report,
+                                      [&]() -> decltype(auto) { return body(connection); });
+      });
 }
 
 // On a connection from the pool (e.g. store.pool()), taken for each try.
 template <class F>
 auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
-  return detail::retry_transaction(params, [&](idem::detail::TryReport& report) -> decltype(auto) {
-    auto connection = pool.acquire();
-    return detail::in_transaction(connection->native(), report,
-                                  [&]() -> decltype(auto) { return body(*connection); });
-  });
+  return idem::detail::retry_transaction(
+      params, "idem::sqlite::with_transaction",
+      [&](idem::detail::TryReport& report) -> decltype(auto) {
+        auto connection = pool.acquire();
+        return detail::in_transaction(connection->native(), report,
+                                      [&]() -> decltype(auto) { return body(*connection); });
+      });
 }
 
 }  // namespace idem::sqlite

@@ -22,6 +22,8 @@
 #include "idem/mysql/connection.hpp"
 #include "idem/record.hpp"
 #include "idem/status.hpp"
+#include "idem/store/record_rules.hpp"
+#include "idem/store/sql_guards.hpp"
 
 namespace idem::mysql::detail {
 
@@ -48,8 +50,7 @@ struct RecordSql {
   std::string select_locking;  // shared-locking read: inside a caller's transaction, the latest row
   std::string take_over_retry;
   std::string take_over_expired;
-  std::string complete;
-  std::string fail;
+  std::string finish;  // complete and fail
   std::string purge;
   std::string release;
 };
@@ -59,6 +60,7 @@ inline RecordSql make_record_sql(const std::string& t) {
       "idempotent_key, biz_type, status, fence, owner_token, request_hash, response_snapshot, "
       "retryable, "
       "attempts, lease_until, created_at, updated_at, expire_at";
+  constexpr std::string_view now = "UTC_TIMESTAMP(3)";
   RecordSql s;
   const std::string into = fmt::format(
       " INTO {} ({}) VALUES (?, ?, 0, 1, ?, ?, NULL, 0, 1, UTC_TIMESTAMP(3) + INTERVAL ? "
@@ -96,50 +98,28 @@ inline RecordSql make_record_sql(const std::string& t) {
     s.select_batch[c] =
         fmt::format("SELECT {}, UTC_TIMESTAMP(3) FROM {} WHERE {}", columns, t, keys);
   }
-  // Takeovers are guarded by the old fence and owner token (so a purge and re-insert in
-  // between cannot be mistaken for the row that was read) and re-check their condition
-  // against the server's clock (so a completion in between is never overwritten).
-  s.take_over_retry = fmt::format(
-      "UPDATE {} SET status = 0, fence = fence + 1, owner_token = ?, "
-      "request_hash = IF(request_hash = '', ?, request_hash), response_snapshot = NULL, retryable "
-      "= 0, "
-      "attempts = attempts + 1, lease_until = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, "
-      "updated_at = "
-      "UTC_TIMESTAMP(3), "
-      "expire_at = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND "
-      "WHERE idempotent_key = ? AND biz_type = ? AND fence = ? AND owner_token = ? AND expire_at > "
-      "UTC_TIMESTAMP(3) "
-      "AND ((status = 0 AND lease_until <= UTC_TIMESTAMP(3)) OR (status = 2 AND retryable = 1))",
+  // A takeover writes the record take_over() computed from the row that was read, guarded
+  // by the rule it was decided on, re-checked against the server's clock (so a completion in
+  // between is never overwritten) and by the ticket read.
+  const std::string take_over = fmt::format(
+      "UPDATE {} SET status = ?, fence = ?, owner_token = ?, request_hash = ?, "
+      "response_snapshot = NULL, retryable = 0, attempts = ?, lease_until = ?, created_at = ?, "
+      "updated_at = ?, expire_at = ? WHERE idempotent_key = ? AND biz_type = ? AND ",
       t);
-  s.take_over_expired = fmt::format(
-      "UPDATE {} SET status = 0, fence = fence + 1, owner_token = ?, request_hash = ?, "
-      "response_snapshot = NULL, retryable = 0, attempts = 1, lease_until = UTC_TIMESTAMP(3) + "
-      "INTERVAL ? "
-      "MICROSECOND, "
-      "created_at = UTC_TIMESTAMP(3), updated_at = UTC_TIMESTAMP(3), expire_at = UTC_TIMESTAMP(3) "
-      "+ INTERVAL ? MICROSECOND "
-      "WHERE idempotent_key = ? AND biz_type = ? AND fence = ? AND owner_token = ? AND expire_at "
-      "<= UTC_TIMESTAMP(3)",
-      t);
-  s.complete = fmt::format(
-      "UPDATE {} SET status = 1, response_snapshot = ?, retryable = 0, updated_at = "
-      "UTC_TIMESTAMP(3) "
-      "WHERE idempotent_key = ? AND biz_type = ? AND status = 0 AND fence = ? AND owner_token = ?",
-      t);
-  s.fail = fmt::format(
-      "UPDATE {} SET status = 2, response_snapshot = ?, retryable = ?, updated_at = "
-      "UTC_TIMESTAMP(3) "
-      "WHERE idempotent_key = ? AND biz_type = ? AND status = 0 AND fence = ? AND owner_token = ?",
-      t);
-  s.purge = fmt::format(
-      "DELETE FROM {} WHERE expire_at <= UTC_TIMESTAMP(3) ORDER BY expire_at LIMIT ?", t);
+  s.take_over_retry =
+      take_over + idem::detail::sql_guard::takeover_holds(Decision::take_over_retry, now, "?", "?");
+  s.take_over_expired = take_over + idem::detail::sql_guard::takeover_holds(
+                                        Decision::take_over_expired, now, "?", "?");
+  s.finish = fmt::format(
+      "UPDATE {} SET status = ?, response_snapshot = ?, retryable = ?, updated_at = {} "
+      "WHERE idempotent_key = ? AND biz_type = ? AND {}",
+      t, now, idem::detail::sql_guard::holds("?", "?"));
+  s.purge = fmt::format("DELETE FROM {} WHERE {} ORDER BY expire_at LIMIT ?", t,
+                        idem::detail::sql_guard::is_expired(now));
   s.release = fmt::format(
-      "UPDATE {} SET status = 2, retryable = 1, response_snapshot = ?, updated_at = "
-      "UTC_TIMESTAMP(3) "
-      "WHERE status = 0 AND lease_until <= UTC_TIMESTAMP(3) AND expire_at > UTC_TIMESTAMP(3) ORDER "
-      "BY lease_until "
-      "LIMIT ?",
-      t);
+      "UPDATE {} SET status = ?, retryable = ?, response_snapshot = ?, updated_at = {} WHERE {} "
+      "ORDER BY lease_until LIMIT ?",
+      t, now, idem::detail::sql_guard::is_stale(now));
   return s;
 }
 
@@ -228,9 +208,8 @@ inline RowRead decode_record(const Row& row) {
 inline Record fresh_record(const Row& row, const Key& key, const std::string& token,
                            std::string_view fingerprint) {
   if (row.size() != 3) throw CorruptRecord("idem::mysql: unexpected column count from RETURNING");
-  return idem::detail::new_claim_record(
-      key, token, fingerprint, parse_datetime(row[1], "created_at"),
-      parse_datetime(row[0], "lease_until"), parse_datetime(row[2], "expire_at"));
+  return claim_record(key, token, fingerprint, parse_datetime(row[1], "created_at"),
+                      parse_datetime(row[0], "lease_until"), parse_datetime(row[2], "expire_at"));
 }
 
 }  // namespace idem::mysql::detail

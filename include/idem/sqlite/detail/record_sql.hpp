@@ -1,7 +1,7 @@
 #pragma once
 // The SQL idem::sqlite issues against the record table, and the decoding of its rows. The
 // statements are those of idem::mysql with the clock's `now` bound as a parameter instead of
-// NOW(3): every single-row statement works on the primary key; the housekeeping ones walk
+// UTC_TIMESTAMP(3): every single-row statement works on the primary key; the housekeeping ones walk
 // the expire / stale indexes in LIMITed batches (DELETE/UPDATE ... LIMIT is an optional
 // SQLite feature, so they pick their rowids in a subquery).
 
@@ -20,6 +20,8 @@
 #include "idem/sqlite/connection.hpp"
 #include "idem/sqlite/schema.hpp"
 #include "idem/status.hpp"
+#include "idem/store/record_rules.hpp"
+#include "idem/store/sql_guards.hpp"
 
 namespace idem::sqlite::detail {
 
@@ -28,8 +30,7 @@ struct RecordSql {
   std::string select;
   std::string take_over_retry;
   std::string take_over_expired;
-  std::string complete;
-  std::string fail;
+  std::string finish;  // complete and fail
   std::string purge;
   std::string release;
 };
@@ -47,49 +48,35 @@ inline RecordSql make_record_sql(const TableName& name) {
                   t, record_columns);
   s.select = fmt::format("SELECT {} FROM {} WHERE idempotent_key = ?1 AND biz_type = ?2",
                          record_columns, t);
-  // Takeovers write the record apply_takeover() computed from the row that was read
-  // (?1 fence, ?2 owner, ?3 fingerprint, ?4 attempts, ?5 lease_until, ?6 now, ?7 expire_at),
-  // guarded by the old fence and owner token (?10, ?11) - so a purge and re-insert in between
-  // cannot be mistaken for the row that was read - and by the takeover condition re-checked
-  // at `now`, so a completion in between is never overwritten. The WHERE clauses are those of
-  // idem::mysql's take_over_retry / take_over_expired.
-  s.take_over_retry = fmt::format(
-      "UPDATE {} SET status = 0, fence = ?1, owner_token = ?2, request_hash = ?3, "
-      "response_snapshot = NULL, retryable = 0, attempts = ?4, lease_until = ?5, updated_at = ?6, "
-      "expire_at = ?7 "
-      "WHERE idempotent_key = ?8 AND biz_type = ?9 AND fence = ?10 AND owner_token = ?11 "
-      "AND expire_at > ?6 AND ((status = 0 AND lease_until <= ?6) OR (status = 2 AND retryable = "
-      "1))",
+  // A takeover writes the record take_over() computed from the row that was read
+  // (?1 status, ?2 fence, ?3 owner, ?4 fingerprint, ?5 attempts, ?6 lease_until, ?7 created_at,
+  // ?8 now, ?9 expire_at), guarded by the rule it was decided on, re-checked at `now`, and by
+  // the ticket read (?12, ?13): see idem/store/sql_guards.hpp.
+  const std::string take_over = fmt::format(
+      "UPDATE {} SET status = ?1, fence = ?2, owner_token = ?3, request_hash = ?4, "
+      "response_snapshot = NULL, retryable = 0, attempts = ?5, lease_until = ?6, "
+      "created_at = ?7, updated_at = ?8, expire_at = ?9 "
+      "WHERE idempotent_key = ?10 AND biz_type = ?11 AND ",
       t);
-  s.take_over_expired = fmt::format(
-      "UPDATE {} SET status = 0, fence = ?1, owner_token = ?2, request_hash = ?3, "
-      "response_snapshot = NULL, retryable = 0, attempts = ?4, lease_until = ?5, created_at = ?6, "
-      "updated_at = ?6, expire_at = ?7 "
-      "WHERE idempotent_key = ?8 AND biz_type = ?9 AND fence = ?10 AND owner_token = ?11 "
-      "AND expire_at <= ?6",
-      t);
-  // ?1 snapshot, ?2 now, ?3 key, ?4 biz_type, ?5 fence, ?6 owner token (, ?7 retryable).
-  s.complete = fmt::format(
-      "UPDATE {} SET status = 1, response_snapshot = ?1, retryable = 0, updated_at = ?2 "
-      "WHERE idempotent_key = ?3 AND biz_type = ?4 AND status = 0 AND fence = ?5 AND "
-      "owner_token = ?6",
-      t);
-  s.fail = fmt::format(
-      "UPDATE {} SET status = 2, response_snapshot = ?1, retryable = ?7, updated_at = ?2 "
-      "WHERE idempotent_key = ?3 AND biz_type = ?4 AND status = 0 AND fence = ?5 AND "
-      "owner_token = ?6",
-      t);
+  s.take_over_retry = take_over + idem::detail::sql_guard::takeover_holds(Decision::take_over_retry,
+                                                                          "?8", "?12", "?13");
+  s.take_over_expired = take_over + idem::detail::sql_guard::takeover_holds(
+                                        Decision::take_over_expired, "?8", "?12", "?13");
+  // ?1 status, ?2 snapshot, ?3 retryable, ?4 now, ?5 key, ?6 biz_type, ?7 fence, ?8 owner.
+  s.finish = fmt::format(
+      "UPDATE {} SET status = ?1, response_snapshot = ?2, retryable = ?3, updated_at = ?4 "
+      "WHERE idempotent_key = ?5 AND biz_type = ?6 AND {}",
+      t, idem::detail::sql_guard::holds("?7", "?8"));
   // ?1 now, ?2 batch.
   s.purge = fmt::format(
       "DELETE FROM {0} WHERE rowid IN "
-      "(SELECT rowid FROM {0} WHERE expire_at <= ?1 ORDER BY expire_at LIMIT ?2)",
-      t);
-  // ?1 snapshot, ?2 now, ?3 batch.
+      "(SELECT rowid FROM {0} WHERE {1} ORDER BY expire_at LIMIT ?2)",
+      t, idem::detail::sql_guard::is_expired("?1"));
+  // ?1 status, ?2 retryable, ?3 snapshot, ?4 now, ?5 batch.
   s.release = fmt::format(
-      "UPDATE {0} SET status = 2, retryable = 1, response_snapshot = ?1, updated_at = ?2 "
-      "WHERE rowid IN (SELECT rowid FROM {0} WHERE status = 0 AND lease_until <= ?2 "
-      "AND expire_at > ?2 ORDER BY lease_until LIMIT ?3)",
-      t);
+      "UPDATE {0} SET status = ?1, retryable = ?2, response_snapshot = ?3, updated_at = ?4 "
+      "WHERE rowid IN (SELECT rowid FROM {0} WHERE {1} ORDER BY lease_until LIMIT ?5)",
+      t, idem::detail::sql_guard::is_stale("?4"));
   return s;
 }
 

@@ -1,0 +1,217 @@
+#pragma once
+// The rules of an idempotency record, without I/O: the decision table and every transition
+// (claim, takeover, complete, fail, release, expiry) as pure functions of a Record, the
+// request and `now`. Every store takes its verdicts and the values it writes from here; an
+// SQL store may also guard its statement in SQL, with each guard named after the function
+// below that it re-checks on the server (see idem/store/sql_guards.hpp). docs/design.md
+// explains each row; tests/store/record_rules_test.cpp pins each one.
+//
+// The decision table: what a claim does when a record for the key already exists.
+//
+//   stored record                     | decision            | the claim
+//   ----------------------------------+---------------------+-------------------------------------
+//   expire_at <= now (any status)     | take_over_expired   | writes take_over(): a brand-new claim
+//   fingerprint differs               | conflict            | answers conflict, writes nothing
+//   succeeded                         | replay              | answers replayed
+//   failed, not retryable             | replay (a failure)  | answers replayed
+//   failed, retryable                 | take_over_retry     | writes take_over(): fence + 1,
+//   attempts + 1 processing, lease_until > now     | in_progress         | answers in_progress
+//   processing, lease_until <= now    | take_over_retry     | writes take_over(): fence + 1,
+//   attempts + 1
+//
+// (No record at all: write claim_record(), a processing claim with fence 1.)
+
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "idem/clock.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/status.hpp"
+#include "idem/ticket.hpp"
+#include "idem/verdict.hpp"
+
+namespace idem {
+
+enum class Decision {
+  take_over_expired,  // the old record no longer counts: start afresh with this request
+  take_over_retry,    // the previous attempt failed retryably or its worker's lease ran out
+  replay,             // answer with the stored result (success or permanent failure)
+  in_progress,        // a live claim holds the key
+  conflict,           // same key, different request
+};
+
+constexpr std::string_view to_string(Decision d) noexcept {
+  switch (d) {
+    case Decision::take_over_expired:
+      return "take_over_expired";
+    case Decision::take_over_retry:
+      return "take_over_retry";
+    case Decision::replay:
+      return "replay";
+    case Decision::in_progress:
+      return "in_progress";
+    case Decision::conflict:
+      return "conflict";
+  }
+  return "unknown";
+}
+
+// Fingerprints are compared only when both sides have one: an empty fingerprint means the
+// caller opted out of payload checks.
+constexpr bool fingerprints_match(std::string_view stored, std::string_view request) noexcept {
+  return stored.empty() || request.empty() || stored == request;
+}
+
+// Past expire_at a record no longer counts: a claim starts afresh and purge_expired may
+// delete it.
+constexpr bool is_expired(const Record& r, TimePoint now) noexcept {
+  return r.expire_at <= now;
+}
+
+// A processing record whose worker's lease ran out (the worker is presumed dead), not yet
+// expired: release_stale() may fail it retryably, a claim may take it over.
+constexpr bool is_stale(const Record& r, TimePoint now) noexcept {
+  return r.status == Status::processing && r.lease_until <= now && !is_expired(r, now);
+}
+
+// A live record a new attempt may take over: stale, or failed retryably.
+constexpr bool is_retry_due(const Record& r, TimePoint now) noexcept {
+  return is_stale(r, now) || (r.status == Status::failed && r.retryable && !is_expired(r, now));
+}
+
+inline Decision decide(const Record& stored, std::string_view fingerprint, TimePoint now) noexcept {
+  if (is_expired(stored, now)) return Decision::take_over_expired;
+  if (!fingerprints_match(stored.fingerprint, fingerprint)) return Decision::conflict;
+  if (is_retry_due(stored, now)) return Decision::take_over_retry;
+  return stored.status == Status::processing ? Decision::in_progress : Decision::replay;
+}
+
+constexpr bool is_takeover(Decision d) noexcept {
+  return d == Decision::take_over_expired || d == Decision::take_over_retry;
+}
+
+// The verdict a claim answers with once its decision held (a takeover acquires).
+constexpr Verdict verdict_of(Decision d) noexcept {
+  switch (d) {
+    case Decision::take_over_expired:
+    case Decision::take_over_retry:
+      return Verdict::acquired;
+    case Decision::replay:
+      return Verdict::replayed;
+    case Decision::in_progress:
+      return Verdict::in_progress;
+    case Decision::conflict:
+      return Verdict::conflict;
+  }
+  return Verdict::in_progress;
+}
+
+// Whether a takeover decided on an earlier read may still be written at `now`: the guard of
+// a takeover's write (the ticket read must also still be the stored one).
+constexpr bool takeover_holds(const Record& r, Decision d, TimePoint now) noexcept {
+  return d == Decision::take_over_expired ? is_expired(r, now) : is_retry_due(r, now);
+}
+
+// The record a fresh claim writes: processing, fence 1, the first attempt, no snapshot yet,
+// updated when created.
+inline Record claim_record(Key key, std::string owner, std::string_view fingerprint,
+                           TimePoint created, TimePoint lease_until, TimePoint expire_at) {
+  return Record{.key = std::move(key),
+                .status = Status::processing,
+                .ticket = Ticket{1, std::move(owner)},
+                .fingerprint = std::string(fingerprint),
+                .snapshot = {},
+                .retryable = false,
+                .attempts = 1,
+                .created_at = created,
+                .updated_at = created,
+                .lease_until = lease_until,
+                .expire_at = expire_at};
+}
+
+inline Record claim_record(Key key, std::string owner, std::string_view fingerprint, TimePoint now,
+                           const Options& o) {
+  return claim_record(std::move(key), std::move(owner), fingerprint, now, now + o.lease,
+                      now + o.ttl);
+}
+
+// The record a takeover writes over `stored`. take_over_retry keeps the stored fingerprint
+// unless it was empty; take_over_expired replaces everything with this request's. Both push
+// expire_at to now + ttl, so a renewed attempt can never expire under its own lease.
+inline Record take_over(const Record& stored, Decision d, std::string_view fingerprint,
+                        std::string owner, TimePoint now, const Options& o) {
+  Record r = stored;
+  if (d == Decision::take_over_expired) {
+    r.fingerprint = std::string(fingerprint);
+    r.attempts = 1;
+    r.created_at = now;
+  } else {
+    if (r.fingerprint.empty()) r.fingerprint = std::string(fingerprint);
+    r.attempts += 1;
+  }
+  r.status = Status::processing;
+  r.ticket = Ticket{stored.ticket.fence + 1, std::move(owner)};
+  r.snapshot.clear();
+  r.retryable = false;
+  r.updated_at = now;
+  r.lease_until = now + o.lease;
+  r.expire_at = now + o.ttl;
+  return r;
+}
+
+// Whether the holder of `t` may still complete or fail the record: it is processing under
+// that very claim (fence and owner). Anything else is LeaseLost, and nothing is written.
+inline bool holds(const Record& r, const Ticket& t) noexcept {
+  return r.status == Status::processing && r.ticket == t;
+}
+
+// Only a failure carries the retryable flag; a success never runs again.
+constexpr bool stored_retryable(Status to, bool retryable) noexcept {
+  return to == Status::failed && retryable;
+}
+
+// The record complete() (to = succeeded) or fail() (to = failed) writes over a held claim.
+inline Record finished(const Record& held, Status to, std::string_view snapshot, bool retryable,
+                       TimePoint now) {
+  Record r = held;
+  r.status = to;
+  r.snapshot = std::string(snapshot);
+  r.retryable = stored_retryable(to, retryable);
+  r.updated_at = now;
+  return r;
+}
+
+// Whether `r` already holds what finished() would write for `t` (the write of an earlier try
+// whose reply was lost with its connection).
+inline bool finished_as(const Record& r, const Ticket& t, Status to, std::string_view snapshot,
+                        bool retryable) noexcept {
+  return r.ticket == t && r.status == to && r.snapshot == snapshot &&
+         r.retryable == stored_retryable(to, retryable);
+}
+
+// What release_stale() writes over a stale record: a retryable failure, so that the next
+// duplicate runs again; the stale worker's later complete or fail no longer holds().
+inline constexpr Status released_status = Status::failed;
+inline constexpr bool released_retryable = true;
+inline constexpr std::string_view released_snapshot =
+    R"({"error":"idem.lease_expired","detail":"released by release_stale"})";
+
+inline Record released(const Record& stale, TimePoint now) {
+  return finished(stale, released_status, released_snapshot, released_retryable, now);
+}
+
+// The LeaseLost a store throws when a complete or fail does not hold(); `who` names the store.
+inline LeaseLost lease_lost(std::string_view who, const Key& key, const Ticket& t) {
+  return LeaseLost(
+      fmt::format("{}: the claim on {}/{} (fence {}) is no longer held; the record was taken "
+                  "over, released or purged",
+                  who, key.biz_type(), detail::printable(key.id()), t.fence));
+}
+
+}  // namespace idem
