@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 
@@ -99,34 +100,13 @@ struct Statement {
 
 namespace detail {
 
-// The identifier rule shared with idem::mysql::quote_identifier: 1-64 characters of
-// [A-Za-z0-9_$]. Deliberately narrower than what MySQL accepts in backticks, so that a
-// quoted name can never carry a backtick, a dot or anything that needs escaping.
-inline bool is_plain_identifier(std::string_view part) noexcept {
-  if (part.empty() || part.size() > 64) return false;
-  for (char c : part) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '$';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 // Returns `name` quoted with backticks; with `qualified`, also accepts schema.name (quoted as
 // `schema`.`name`). Throws InvalidArgument that starts with `what` otherwise.
 inline std::string quote_identifier(std::string_view name, std::string_view what,
                                     bool qualified = false) {
-  if (is_plain_identifier(name)) return fmt::format("`{}`", name);
-  if (qualified) {
-    const auto dot = name.find('.');
-    if (dot != std::string_view::npos && is_plain_identifier(name.substr(0, dot)) &&
-        is_plain_identifier(name.substr(dot + 1))) {
-      return fmt::format("`{}`.`{}`", name.substr(0, dot), name.substr(dot + 1));
-    }
-  }
-  throw InvalidArgument(
-      fmt::format("{} \"{}\" is not a valid identifier (1-64 characters of [A-Za-z0-9_$]{})", what,
-                  printable(name), qualified ? ", optionally schema.table" : ""));
+  const IdentifierParts parts = split_identifier(name, what, qualified);
+  if (parts.schema.empty()) return fmt::format("`{}`", parts.name);
+  return fmt::format("`{}`.`{}`", parts.schema, parts.name);
 }
 
 }  // namespace detail
