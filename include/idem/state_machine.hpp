@@ -196,11 +196,11 @@ class StateMachine {
  public:
   StateMachine(StateMachineParams<E> params, std::vector<Transition<E>> transitions)
       : params_(std::move(params)), transitions_(std::move(transitions)) {
-    detail::split_identifier(params_.table, "idem::StateMachine: table", true);
-    detail::split_identifier(params_.key_column, "idem::StateMachine: key column");
-    detail::split_identifier(params_.status_column, "idem::StateMachine: status column");
+    detail::split_identifier(params_.table, "idem::StateMachine", "table", true);
+    detail::split_identifier(params_.key_column, "idem::StateMachine", "key column");
+    detail::split_identifier(params_.status_column, "idem::StateMachine", "status column");
     if (versioned())
-      detail::split_identifier(params_.version_column, "idem::StateMachine: version column");
+      detail::split_identifier(params_.version_column, "idem::StateMachine", "version column");
     check_columns();
     check_transitions();
   }

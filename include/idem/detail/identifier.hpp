@@ -32,9 +32,9 @@ struct IdentifierParts {
 };
 
 // Validates `name` (with `qualified`, schema.name is accepted too) and splits it. Throws
-// InvalidArgument whose message starts with `what` ("idem::mysql: table name").
-inline IdentifierParts split_identifier(std::string_view name, std::string_view what,
-                                        bool qualified = false) {
+// InvalidArgument naming who refused which name: `owner` ("idem::mysql"), `role` ("table").
+inline IdentifierParts split_identifier(std::string_view name, std::string_view owner,
+                                        std::string_view role, bool qualified = false) {
   if (is_plain_identifier(name)) return {{}, name};
   if (qualified) {
     const auto dot = name.find('.');
@@ -44,8 +44,8 @@ inline IdentifierParts split_identifier(std::string_view name, std::string_view 
     }
   }
   throw InvalidArgument(
-      fmt::format("{} \"{}\" is not a valid identifier (1-64 characters of [A-Za-z0-9_$]{})", what,
-                  printable(name), qualified ? ", optionally schema.table" : ""));
+      fmt::format("{}: {} \"{}\" is not a valid identifier (1-64 characters of [A-Za-z0-9_$]{})",
+                  owner, role, printable(name), qualified ? ", optionally schema.table" : ""));
 }
 
 }  // namespace idem::detail

@@ -25,13 +25,11 @@ struct TransitionNames {
 
   template <class Quote>
   TransitionNames(const GuardedTransition& t, std::string_view backend, Quote&& quote)
-      : table(quote(split_identifier(t.table, fmt::format("{}: table", backend), true))),
-        key(quote(split_identifier(t.key_column, fmt::format("{}: key column", backend)))),
-        status(
-            quote(split_identifier(t.status_column, fmt::format("{}: status column", backend)))) {
+      : table(quote(split_identifier(t.table, backend, "table", true))),
+        key(quote(split_identifier(t.key_column, backend, "key column"))),
+        status(quote(split_identifier(t.status_column, backend, "status column"))) {
     if (t.versioned())
-      version =
-          quote(split_identifier(t.version_column, fmt::format("{}: version column", backend)));
+      version = quote(split_identifier(t.version_column, backend, "version column"));
   }
 };
 

@@ -29,7 +29,7 @@ inline std::string quoted(const idem::detail::IdentifierParts& parts) {
 // A table name by idem's identifier rule (idem/detail/identifier.hpp), optionally qualified
 // as schema.table. Returns it quoted with backticks; throws InvalidArgument otherwise.
 inline std::string quote_identifier(std::string_view name) {
-  return detail::quoted(idem::detail::split_identifier(name, "idem::mysql: table name", true));
+  return detail::quoted(idem::detail::split_identifier(name, "idem::mysql", "table name", true));
 }
 
 // CREATE TABLE IF NOT EXISTS for the record table under the given (already quoted) name.

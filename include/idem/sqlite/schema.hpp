@@ -40,7 +40,7 @@ struct TableName {
 // A table name by idem's identifier rule (idem/detail/identifier.hpp), optionally qualified
 // as schema.table. Throws InvalidArgument otherwise.
 inline TableName parse_table_name(std::string_view name) {
-  const auto parts = idem::detail::split_identifier(name, "idem::sqlite: table name", true);
+  const auto parts = idem::detail::split_identifier(name, "idem::sqlite", "table name", true);
   return TableName{std::string(parts.schema), std::string(parts.name)};
 }
 

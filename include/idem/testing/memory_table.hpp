@@ -57,7 +57,7 @@ struct MemoryTableParams {
 class MemoryTable {
  public:
   explicit MemoryTable(MemoryTableParams params) : table_(std::move(params.table)) {
-    idem::detail::split_identifier(table_, "idem::testing::MemoryTable: table", true);
+    idem::detail::split_identifier(table_, "idem::testing::MemoryTable", "table", true);
     key_ = add_column(params.key_column);
     for (const auto& c : params.columns)
       add_column(c);
@@ -187,7 +187,7 @@ class MemoryTable {
   }
 
   std::string add_column(const std::string& name) {
-    idem::detail::split_identifier(name, "idem::testing::MemoryTable: column");
+    idem::detail::split_identifier(name, "idem::testing::MemoryTable", "column");
     for (const auto& c : columns_) {
       if (same_name(c, name)) {
         throw InvalidArgument(
