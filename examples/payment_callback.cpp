@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -34,6 +35,7 @@
 
 #include <idem/idem.hpp>
 #include <idem/mysql.hpp>
+#include <idem/testing/memory_table.hpp>
 
 namespace {
 
@@ -128,6 +130,8 @@ class Backend {
   virtual Answer handle(const Callback& cb) = 0;
   virtual std::vector<std::pair<std::string, OrderStatus>> orders() = 0;
   virtual const idem::StateMachine<OrderStatus>& machine() const = 0;
+  // How this backend runs a transition (the SQL it sends, or what the memory table applies).
+  virtual std::string rendered(const idem::GuardedTransition& t) const = 0;
 };
 
 class MemoryBackend : public Backend {
@@ -150,11 +154,16 @@ class MemoryBackend : public Backend {
     return out;
   }
   const idem::StateMachine<OrderStatus>& machine() const override { return machine_; }
+  std::string rendered(const idem::GuardedTransition& t) const override {
+    std::ostringstream os;
+    os << t;
+    return os.str();
+  }
 
  private:
   idem::StateMachine<OrderStatus> machine_ = order_machine("t_order");
   idem::MemoryStore store_;
-  idem::MemoryTable table_{machine_};
+  idem::testing::MemoryTable table_{machine_};
 };
 
 class MysqlBackend : public Backend {
@@ -166,17 +175,18 @@ class MysqlBackend : public Backend {
         // Tables of this run only, dropped at the end.
         orders_table_("t_order_example_" + std::to_string(::getpid())),
         store_(pool_, {.table = "idempotent_record_example_" + std::to_string(::getpid())}),
-        machine_(order_machine(orders_table_)) {
+        machine_(order_machine(orders_table_)),
+        orders_(idem::mysql::quote_identifier(orders_table_)) {
     store_.ensure_schema();
     auto c = pool_->acquire();
-    c->query("CREATE TABLE " + machine_.quoted_table() +
+    c->query("CREATE TABLE " + orders_ +
              " (order_no VARCHAR(32) NOT NULL PRIMARY KEY, status TINYINT NOT NULL, "
              "version INT NOT NULL DEFAULT 0) ENGINE=InnoDB");
   }
   ~MysqlBackend() override {
     try {
       auto c = pool_->acquire();
-      c->query("DROP TABLE IF EXISTS " + machine_.quoted_table() + ", " + store_.table());
+      c->query("DROP TABLE IF EXISTS " + orders_ + ", " + store_.table());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cleanup failed: %s\n", e.what());
     }
@@ -184,17 +194,16 @@ class MysqlBackend : public Backend {
   std::string describe() const override { return "MySQL at " + socket_ + ", one transaction"; }
   void add_order(const std::string& order_no, OrderStatus status) override {
     auto c = pool_->acquire();
-    idem::mysql::execute(
-        *c, {"INSERT INTO " + machine_.quoted_table() + " (order_no, status) VALUES (?, ?)",
-             {order_no, machine_.stored(status)}});
+    idem::mysql::execute(*c, {"INSERT INTO " + orders_ + " (order_no, status) VALUES (?, ?)",
+                              {order_no, machine_.stored(status)}});
   }
   Answer handle(const Callback& cb) override {
     // Claim, order update and record commit or roll back together; a deadlock re-runs all.
     return idem::mysql::with_transaction(*pool_, [&](idem::mysql::Connection& c) {
       auto tx = store_.bind(c);
       return on_pay_result(tx, cb, [&](const std::string& order_no) {
-        const auto rows = c.select(
-            "SELECT version FROM " + machine_.quoted_table() + " WHERE order_no = ?", {order_no});
+        const auto rows =
+            c.select("SELECT version FROM " + orders_ + " WHERE order_no = ?", {order_no});
         const std::int64_t version = rows.empty() ? 0 : std::stoll(rows[0][0].value_or("0"));
         return idem::mysql::apply(c, machine_, order_no, pending, paid, version, {.explain = true});
       });
@@ -203,11 +212,14 @@ class MysqlBackend : public Backend {
   std::vector<std::pair<std::string, OrderStatus>> orders() override {
     auto c = pool_->acquire();
     std::vector<std::pair<std::string, OrderStatus>> out;
-    for (const auto& row : c->select("SELECT order_no, status FROM " + machine_.quoted_table(), {}))
+    for (const auto& row : c->select("SELECT order_no, status FROM " + orders_, {}))
       out.emplace_back(*row[0], machine_.status_of(row[1].value_or("")).value_or(pending));
     return out;
   }
   const idem::StateMachine<OrderStatus>& machine() const override { return machine_; }
+  std::string rendered(const idem::GuardedTransition& t) const override {
+    return idem::mysql::update_statement(t).sql;
+  }
 
  private:
   static idem::mysql::ConnectionParams params(const std::string& socket,
@@ -223,6 +235,7 @@ class MysqlBackend : public Backend {
   std::string orders_table_;
   idem::mysql::Store store_;
   idem::StateMachine<OrderStatus> machine_;
+  std::string orders_;  // the orders table, quoted for MySQL
 };
 
 int run(Backend& backend) {
@@ -302,8 +315,8 @@ int run(Backend& backend) {
   }
 
   std::printf("idem payment callback: guard + state machine (%s)\n", backend.describe().c_str());
-  std::printf("  transition SQL: %s\n",
-              backend.machine().transition("A1", pending, paid, 0).sql.c_str());
+  std::printf("  transition:     %s\n",
+              backend.rendered(backend.machine().transition("A1", pending, paid, 0)).c_str());
   std::printf("  orders:         %d (1 closed by the timeout job before its callbacks)\n", orders);
   std::printf("  callbacks:      %zu (%d gateway retries, 1 second payment), %d threads\n",
               callbacks.size(), duplicates, threads);

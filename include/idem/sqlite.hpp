@@ -2,6 +2,7 @@
 // idem on SQLite: the embedded store that survives restarts. Link the CMake target idem::sqlite.
 
 #include "idem/idem.hpp"
+#include "idem/sqlite/apply.hpp"
 #include "idem/sqlite/connection.hpp"
 #include "idem/sqlite/errors.hpp"
 #include "idem/sqlite/janitor.hpp"

@@ -3,28 +3,31 @@
 //
 // A dedup record stops a repeated *execution*; it cannot stop a repeated or illegal *state
 // change*, such as a duplicate callback moving an already paid order to "refunded" a second
-// time. The machine declares the legal moves once and turns each move into one guarded UPDATE
-// (compare-and-set on the status, and on a version column when the table has one):
+// time. The machine declares the legal moves once and turns each move into a
+// GuardedTransition: a compare-and-set on the status (and on a version column when the table
+// has one), as a value that names the row, the columns and the stored values:
 //
 //   enum class OrderStatus { pending = 0, paid = 1, completed = 2, refunded = 3 };
 //   using enum OrderStatus;
 //   const idem::StateMachine<OrderStatus> orders{
 //       {.table = "t_order", .key_column = "order_no", .version_column = "version"},
 //       {{pending, paid}, {paid, completed}, {paid, refunded}}};
-//   orders.transition("A1001", paid, refunded, 7).sql ==
-//       "UPDATE `t_order` SET `status` = ?, `version` = `version` + 1 "
-//       "WHERE `order_no` = ? AND `status` = ? AND `version` = ?"   // params: 3, "A1001", 1, 7
+//   const idem::GuardedTransition t = orders.transition("A1001", paid, refunded, 7);
+//   // t.table "t_order", t.key "A1001", t.from 1, t.to 3, t.expected_version 7
 //
-// 1 row changed: transitioned. 0 rows: rejected (the status or the version moved on, or no
-// such row); a rejection is an expected outcome, a value (TransitionResult), not an error.
-// An undeclared move throws IllegalTransition before any SQL exists. Run the statement with
-// idem::mysql::apply / execute, or against an idem::MemoryTable in unit tests.
+// A backend renders it in its own dialect and runs it (idem::mysql::apply,
+// idem::sqlite::apply, idem::testing::MemoryTable::apply): 1 row changed is transitioned;
+// 0 rows is rejected (the status or the version moved on, or no such row), an expected
+// outcome and so a value (TransitionResult), not an error. An undeclared move throws
+// IllegalTransition before anything reaches a table. The core holds no SQL.
 
 #include <charconv>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -34,17 +37,18 @@
 
 #include <fmt/format.h>
 
+#include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
-#include "idem/statement.hpp"
+#include "idem/sql_value.hpp"
 
 namespace idem {
 
 template <class E>
 concept StatusEnum = std::is_enum_v<E>;
 
-// A move that was not declared. Thrown by StateMachine::transition before any SQL exists,
-// so an illegal move never costs a database round trip.
+// A move that was not declared. Thrown by StateMachine::transition before anything reaches a
+// table, so an illegal move never costs a database round trip.
 class IllegalTransition : public InvalidArgument {
  public:
   IllegalTransition(const std::string& what, std::string from, std::string to)
@@ -146,29 +150,59 @@ struct TransitionResult {
   static TransitionResult rejection() { return TransitionResult{}; }
 };
 
-// What the follow-up read found, in text form (as a database returns it).
+// What the explaining read found, in text form (as a database returns it).
 struct ProbeRow {
   std::optional<std::string> status{};
   std::optional<std::string> version{};  // absent for machines without a version column
+};
+
+// One guarded move, as data: which row, which columns, and the values the status column
+// stores (the enum's integer, or its mapped name). A backend renders it in its dialect as
+//   UPDATE table SET status = to[, version = version + 1]
+//    WHERE key_column = key AND status = from[ AND version = expected_version]
+// with every value a bound parameter, and reads the row (status[, version]) to explain a
+// rejection.
+struct GuardedTransition {
+  std::string table;       // t_order, or schema.t_order
+  std::string key_column;  // names one row: a primary or unique key
+  SqlValue key;            // never NULL
+  std::string status_column;
+  SqlValue from;
+  SqlValue to;
+  std::string version_column{};                    // empty: compare-and-set on the status alone
+  std::optional<std::int64_t> expected_version{};  // set exactly when version_column is
+
+  bool versioned() const noexcept { return !version_column.empty(); }
+
+  friend bool operator==(const GuardedTransition&, const GuardedTransition&) = default;
+  // For logs and test failure messages: t_order[order_no = "A1"]: status 1 -> 3, version 7
+  friend std::ostream& operator<<(std::ostream& os, const GuardedTransition& t) {
+    os << t.table << '[' << t.key_column << " = " << t.key << "]: " << t.status_column << ' '
+       << t.from << " -> " << t.to;
+    if (t.versioned()) {
+      os << ", " << t.version_column << ' ';
+      if (t.expected_version) {
+        os << *t.expected_version;
+      } else {
+        os << "(none)";
+      }
+    }
+    return os;
+  }
 };
 
 template <StatusEnum E>
 class StateMachine {
  public:
   StateMachine(StateMachineParams<E> params, std::vector<Transition<E>> transitions)
-      : params_(std::move(params)),
-        transitions_(std::move(transitions)),
-        table_(detail::quote_identifier(params_.table, "idem::StateMachine: table", true)),
-        key_(detail::quote_identifier(params_.key_column, "idem::StateMachine: key column")),
-        status_(
-            detail::quote_identifier(params_.status_column, "idem::StateMachine: status column")) {
-    if (!params_.version_column.empty()) {
-      version_ =
-          detail::quote_identifier(params_.version_column, "idem::StateMachine: version column");
-    }
+      : params_(std::move(params)), transitions_(std::move(transitions)) {
+    detail::split_identifier(params_.table, "idem::StateMachine", "table", true);
+    detail::split_identifier(params_.key_column, "idem::StateMachine", "key column");
+    detail::split_identifier(params_.status_column, "idem::StateMachine", "status column");
+    if (versioned())
+      detail::split_identifier(params_.version_column, "idem::StateMachine", "version column");
     check_columns();
     check_transitions();
-    build_sql();
   }
 
   // Whether `from -> to` was declared.
@@ -178,53 +212,49 @@ class StateMachine {
     return false;
   }
 
-  // The guarded UPDATE for a machine without a version column:
-  //   UPDATE t SET status = ? WHERE key = ? AND status = ?          params: to, id, from
+  // The guarded move of row `id` from `from` to `to`, for a machine without a version column.
   // Throws IllegalTransition if from -> to was not declared, InvalidArgument for a NULL id or
   // when the machine has a version column (pass the version then).
-  Statement transition(const SqlValue& id, E from, E to) const {
+  GuardedTransition transition(const SqlValue& id, E from, E to) const {
     return make(id, from, to, std::nullopt);
   }
 
-  // The guarded UPDATE for a machine with a version column:
-  //   UPDATE t SET status = ?, version = version + 1 WHERE key = ? AND status = ? AND version = ?
-  //   params: to, id, from, version
-  Statement transition(const SqlValue& id, E from, E to, std::int64_t version) const {
+  // The same for a machine with a version column: `version` is the one the caller read; the
+  // move checks it and bumps it.
+  GuardedTransition transition(const SqlValue& id, E from, E to, std::int64_t version) const {
     return make(id, from, to, version);
   }
 
   // Either form, chosen by whether `version` holds a value.
-  Statement transition(const SqlValue& id, E from, E to,
-                       std::optional<std::int64_t> version) const {
+  GuardedTransition transition(const SqlValue& id, E from, E to,
+                               std::optional<std::int64_t> version) const {
     return make(id, from, to, version);
   }
 
-  // The read that explains a rejection: SELECT status[, version] FROM t WHERE key = ?
-  // (a backend may add a locking clause so that it sees the latest committed row).
-  Statement probe(const SqlValue& id) const {
-    check_id(id);
-    return Statement{probe_sql_, {id}};
+  // How a backend turns the rows its guarded UPDATE changed into the result, the same for
+  // every backend: 1 is transitioned; 0 is rejected, explained only when options.explain asks,
+  // by calling read_row() (the row's status and version as text; nullopt when no row has the
+  // key); more than 1 means the key column is not unique: UsageError (inside a transaction,
+  // roll it back).
+  template <std::invocable ReadRow>
+  TransitionResult<E> conclude(const GuardedTransition& t, std::uint64_t changed,
+                               TransitionOptions options, ReadRow&& read_row) const {
+    if (changed == 1) return TransitionResult<E>::success();
+    if (changed > 1) {
+      throw UsageError(fmt::format(
+          "idem::StateMachine: a transition changed {} rows of {}; the key column {} must be a "
+          "primary or unique key",
+          changed, t.table, t.key_column));
+    }
+    if (!options.explain) return TransitionResult<E>::rejection();
+    const std::optional<ProbeRow> row = read_row();
+    return explain_stored(t.from.text().value_or(""), t.expected_version, row);
   }
 
-  // Turns what probe() found (nullopt: no row) into the explained rejection.
+  // Turns what the explaining read found (nullopt: no row) into the explained rejection.
   TransitionResult<E> explain(E from, std::optional<std::int64_t> expected_version,
                               const std::optional<ProbeRow>& row) const {
-    TransitionResult<E> r = TransitionResult<E>::rejection();
-    if (!row) {
-      r.reason = RejectReason::not_found;
-      return r;
-    }
-    r.stored_status = row->status;
-    if (row->status) r.status = status_of(*row->status);
-    if (versioned() && row->version) r.version = parse_int64(*row->version);
-    if (r.status != from) {
-      r.reason = RejectReason::status_moved_on;
-    } else if (versioned() && r.version != expected_version) {
-      r.reason = RejectReason::version_moved_on;
-    } else {
-      r.reason = RejectReason::indeterminate;
-    }
-    return r;
+    return explain_stored(text_of(from), expected_version, row);
   }
 
   // What the status column stores for `status`: its integer value, or its mapped name.
@@ -240,14 +270,9 @@ class StateMachine {
     return std::nullopt;
   }
 
-  bool versioned() const noexcept { return !version_.empty(); }
+  bool versioned() const noexcept { return !params_.version_column.empty(); }
   const std::vector<Transition<E>>& transitions() const noexcept { return transitions_; }
   const StateMachineParams<E>& params() const noexcept { return params_; }
-  // The names as they appear in the SQL, quoted with backticks.
-  const std::string& quoted_table() const noexcept { return table_; }
-  const std::string& quoted_key_column() const noexcept { return key_; }
-  const std::string& quoted_status_column() const noexcept { return status_; }
-  const std::string& quoted_version_column() const noexcept { return version_; }
 
  private:
   static std::optional<std::int64_t> parse_int64(std::string_view s) {
@@ -259,8 +284,30 @@ class StateMachine {
 
   std::string text_of(E status) const { return *stored(status).text(); }
 
+  TransitionResult<E> explain_stored(std::string_view from,
+                                     std::optional<std::int64_t> expected_version,
+                                     const std::optional<ProbeRow>& row) const {
+    TransitionResult<E> r = TransitionResult<E>::rejection();
+    if (!row) {
+      r.reason = RejectReason::not_found;
+      return r;
+    }
+    r.stored_status = row->status;
+    if (row->status) r.status = status_of(*row->status);
+    if (versioned() && row->version) r.version = parse_int64(*row->version);
+    if (row->status != from) {
+      r.reason = RejectReason::status_moved_on;
+    } else if (versioned() && r.version != expected_version) {
+      r.reason = RejectReason::version_moved_on;
+    } else {
+      r.reason = RejectReason::indeterminate;
+    }
+    return r;
+  }
+
   void check_columns() const {
-    auto same = [](std::string_view a, std::string_view b) {  // MySQL column names ignore case
+    // MySQL and SQLite both compare column names without case.
+    auto same = [](std::string_view a, std::string_view b) {
       if (a.size() != b.size()) return false;
       for (std::size_t i = 0; i < a.size(); ++i) {
         auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
@@ -273,8 +320,8 @@ class StateMachine {
         (versioned() &&
          (same(p.version_column, p.key_column) || same(p.version_column, p.status_column)))) {
       throw InvalidArgument(fmt::format(
-          "idem::StateMachine: key, status and version columns must differ (got {}, {}, {})", key_,
-          status_, versioned() ? version_ : std::string("none")));
+          "idem::StateMachine: key, status and version columns must differ (got {}, {}, {})",
+          p.key_column, p.status_column, versioned() ? p.version_column : std::string("none")));
     }
   }
 
@@ -295,8 +342,7 @@ class StateMachine {
       for (std::size_t j = 0; j < i; ++j) {
         if (transitions_[j] == t) {
           throw InvalidArgument(
-              fmt::format("idem::StateMachine: transition {} -> {} is declared "
-                          "twice",
+              fmt::format("idem::StateMachine: transition {} -> {} is declared twice",
                           describe(t.from), describe(t.to)));
         }
       }
@@ -310,8 +356,7 @@ class StateMachine {
     if (params_.status_name) {
       if (text.empty()) {
         throw InvalidArgument(
-            fmt::format("idem::StateMachine: status_name gives status {} an "
-                        "empty name",
+            fmt::format("idem::StateMachine: status_name gives status {} an empty name",
                         static_cast<long long>(static_cast<std::underlying_type_t<E>>(state))));
       }
       for (const auto& s : states_) {
@@ -330,30 +375,17 @@ class StateMachine {
     return text_of(status);
   }
 
-  void build_sql() {
-    if (versioned()) {
-      update_sql_ = fmt::format(
-          "UPDATE {0} SET {1} = ?, {2} = {2} + 1 WHERE {3} = ? AND {1} = ? "
-          "AND {2} = ?",
-          table_, status_, version_, key_);
-      probe_sql_ =
-          fmt::format("SELECT {}, {} FROM {} WHERE {} = ?", status_, version_, table_, key_);
-    } else {
-      update_sql_ =
-          fmt::format("UPDATE {0} SET {1} = ? WHERE {2} = ? AND {1} = ?", table_, status_, key_);
-      probe_sql_ = fmt::format("SELECT {} FROM {} WHERE {} = ?", status_, table_, key_);
-    }
-  }
-
   void check_id(const SqlValue& id) const {
     // `key = NULL` matches no row: every transition would read as rejected.
     if (id.is_null()) {
-      throw InvalidArgument(
-          fmt::format("idem::StateMachine: the {} of a transition must not be NULL", key_));
+      throw InvalidArgument(fmt::format(
+          "idem::StateMachine: the {} of a transition must not be NULL", params_.key_column));
     }
   }
 
-  Statement make(const SqlValue& id, E from, E to, std::optional<std::int64_t> version) const {
+  GuardedTransition make(const SqlValue& id, E from, E to,
+                         std::optional<std::int64_t> version) const {
+    const auto& p = params_;
     if (!can(from, to)) {
       std::string declared;
       for (const auto& t : transitions_)
@@ -362,34 +394,33 @@ class StateMachine {
       throw IllegalTransition(
           fmt::format("idem::StateMachine: transition {} -> {} is not declared for {}.{} "
                       "(declared: {})",
-                      describe(from), describe(to), table_, status_, declared),
+                      describe(from), describe(to), p.table, p.status_column, declared),
           text_of(from), text_of(to));
     }
     check_id(id);
     if (versioned() && !version) {
       throw InvalidArgument(fmt::format(
           "idem::StateMachine: {} has a version column ({}): pass the version the caller read",
-          table_, version_));
+          p.table, p.version_column));
     }
     if (!versioned() && version) {
       throw InvalidArgument(fmt::format(
           "idem::StateMachine: {} has no version column; call transition() without a version",
-          table_));
+          p.table));
     }
-    Statement s{update_sql_, {stored(to), id, stored(from)}};
-    if (version) s.params.emplace_back(*version);
-    return s;
+    return GuardedTransition{.table = p.table,
+                             .key_column = p.key_column,
+                             .key = id,
+                             .status_column = p.status_column,
+                             .from = stored(from),
+                             .to = stored(to),
+                             .version_column = p.version_column,
+                             .expected_version = version};
   }
 
   StateMachineParams<E> params_;
   std::vector<Transition<E>> transitions_;
-  std::string table_;
-  std::string key_;
-  std::string status_;
-  std::string version_;
   std::vector<std::pair<E, std::string>> states_;  // every declared state and its stored text
-  std::string update_sql_;
-  std::string probe_sql_;
 };
 
 }  // namespace idem

@@ -1,87 +1,18 @@
 #pragma once
-// idem::Statement: SQL text with `?` placeholders plus its typed parameters, in placeholder
-// order. The core builds statements (idem::StateMachine) without depending on any database
-// driver; a backend runs them (idem::mysql::execute) and idem::MemoryTable interprets them.
+// idem::Statement: SQL text with `?` placeholders plus its parameters, in placeholder order.
+// The backends render what they send as statements (idem::mysql::update_statement,
+// idem::sqlite::update_statement, ...) and run them; the core produces none.
 //
-// Values never travel inside the SQL text: identifiers are validated and quoted when the
-// statement is built, and every value is a parameter.
+// Values never travel inside the SQL text: every value is a parameter.
 
-#include <concepts>
 #include <cstddef>
-#include <cstdint>
-#include <optional>
 #include <ostream>
 #include <string>
-#include <string_view>
-#include <type_traits>
-#include <utility>
-#include <variant>
 #include <vector>
 
-#include <fmt/format.h>
-
-#include "idem/errors.hpp"
-#include "idem/key.hpp"
+#include "idem/sql_value.hpp"
 
 namespace idem {
-
-// One value bound to a `?` placeholder: NULL, a signed or unsigned 64-bit integer, or text.
-class SqlValue {
- public:
-  using Variant = std::variant<std::nullptr_t, std::int64_t, std::uint64_t, std::string>;
-
-  SqlValue() noexcept : value_(nullptr) {}
-  SqlValue(std::nullptr_t) noexcept : value_(nullptr) {}  // NOLINT: implicit by design
-  // One template instead of int64/uint64 overloads, so that a plain `42` is not ambiguous.
-  template <std::integral T>
-  SqlValue(T v) noexcept : value_(widen(v)) {}                // NOLINT
-  SqlValue(std::string s) noexcept : value_(std::move(s)) {}  // NOLINT
-  SqlValue(std::string_view s) : value_(std::string(s)) {}    // NOLINT
-  SqlValue(const char* s) : value_(std::string(s)) {}         // NOLINT
-
-  const Variant& value() const noexcept { return value_; }
-  bool is_null() const noexcept { return std::holds_alternative<std::nullptr_t>(value_); }
-  bool is_integer() const noexcept {
-    return std::holds_alternative<std::int64_t>(value_) ||
-           std::holds_alternative<std::uint64_t>(value_);
-  }
-  bool is_text() const noexcept { return std::holds_alternative<std::string>(value_); }
-
-  // The value as a database returns it in text form: integers in decimal, text as is;
-  // nullopt for NULL.
-  std::optional<std::string> text() const {
-    if (const auto* i = std::get_if<std::int64_t>(&value_)) return std::to_string(*i);
-    if (const auto* u = std::get_if<std::uint64_t>(&value_)) return std::to_string(*u);
-    if (const auto* s = std::get_if<std::string>(&value_)) return *s;
-    return std::nullopt;
-  }
-
-  // Same alternative and same value (int64 5 and uint64 5 differ here; SQL equality is the
-  // memory table's business, see idem::MemoryTable).
-  friend bool operator==(const SqlValue&, const SqlValue&) = default;
-
-  // For logs and test failure messages: NULL, 42, 42u, "text".
-  friend std::ostream& operator<<(std::ostream& os, const SqlValue& v) {
-    if (v.is_null()) return os << "NULL";
-    if (const auto* i = std::get_if<std::int64_t>(&v.value_)) return os << *i;
-    if (const auto* u = std::get_if<std::uint64_t>(&v.value_)) return os << *u << 'u';
-    return os << '"' << detail::printable(std::get<std::string>(v.value_)) << '"';
-  }
-
- private:
-  // Built in the initialiser, not assigned: GCC 12 at -O2 warns (falsely) that assigning
-  // over the default alternative may read an uninitialised string.
-  template <std::integral T>
-  static constexpr auto widen(T v) noexcept {
-    if constexpr (std::is_signed_v<T> || std::is_same_v<T, bool>) {
-      return static_cast<std::int64_t>(v);
-    } else {
-      return static_cast<std::uint64_t>(v);
-    }
-  }
-
-  Variant value_;
-};
 
 // SQL text with `?` placeholders and one parameter per placeholder, in order.
 struct Statement {
@@ -96,39 +27,5 @@ struct Statement {
     return os << ']';
   }
 };
-
-namespace detail {
-
-// The identifier rule shared with idem::mysql::quote_identifier: 1-64 characters of
-// [A-Za-z0-9_$]. Deliberately narrower than what MySQL accepts in backticks, so that a
-// quoted name can never carry a backtick, a dot or anything that needs escaping.
-inline bool is_plain_identifier(std::string_view part) noexcept {
-  if (part.empty() || part.size() > 64) return false;
-  for (char c : part) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '$';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-// Returns `name` quoted with backticks; with `qualified`, also accepts schema.name (quoted as
-// `schema`.`name`). Throws InvalidArgument that starts with `what` otherwise.
-inline std::string quote_identifier(std::string_view name, std::string_view what,
-                                    bool qualified = false) {
-  if (is_plain_identifier(name)) return fmt::format("`{}`", name);
-  if (qualified) {
-    const auto dot = name.find('.');
-    if (dot != std::string_view::npos && is_plain_identifier(name.substr(0, dot)) &&
-        is_plain_identifier(name.substr(dot + 1))) {
-      return fmt::format("`{}`.`{}`", name.substr(0, dot), name.substr(dot + 1));
-    }
-  }
-  throw InvalidArgument(
-      fmt::format("{} \"{}\" is not a valid identifier (1-64 characters of [A-Za-z0-9_$]{})", what,
-                  printable(name), qualified ? ", optionally schema.table" : ""));
-}
-
-}  // namespace detail
 
 }  // namespace idem

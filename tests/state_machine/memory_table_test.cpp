@@ -1,7 +1,9 @@
-// idem::MemoryTable: the machine's statements with MySQL's WHERE semantics, in memory, and a
-// handler built on guard + state machine unit-tested without a database.
+// idem::testing::MemoryTable: the machine's transitions applied in memory with the backends'
+// answers, its comparison rules, and a handler built on guard + state machine unit-tested
+// without a database.
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 #include <idem/idem.hpp>
+#include <idem/testing/memory_table.hpp>
 
 #include "../support/threads.hpp"
 
@@ -20,6 +23,7 @@ using idem_test::run_threads;
 enum class OrderStatus { pending = 0, paid = 1, completed = 2, refunded = 3 };
 using enum OrderStatus;
 using idem::RejectReason;
+using idem::testing::MemoryTable;
 
 const std::vector<idem::Transition<OrderStatus>> order_moves = {
     {pending, paid}, {paid, completed}, {paid, refunded}};
@@ -32,7 +36,7 @@ idem::StateMachine<OrderStatus> versioned() {
 
 TEST_CASE("memory table: a transition, then its duplicate is rejected with the reason") {
   const auto m = versioned();
-  idem::MemoryTable orders{m};
+  MemoryTable orders{m};
   orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});
 
   const auto first = orders.apply(m, "A1", pending, paid, 0);
@@ -65,24 +69,24 @@ TEST_CASE("memory table: a transition, then its duplicate is rejected with the r
 
 TEST_CASE("memory table: the explaining read happens only on the rejection path") {
   const auto m = versioned();
-  idem::MemoryTable orders{m};
+  MemoryTable orders{m};
   orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});
   CHECK(orders.apply(m, "A1", pending, paid, 0, {.explain = true}));
-  CHECK(orders.statements() == 1);  // the UPDATE only
+  CHECK(orders.operations() == 1);  // the update only
   CHECK(orders.apply(m, "A1", pending, paid, 0, {.explain = true}).rejected());
-  CHECK(orders.statements() == 3);  // UPDATE + one SELECT
+  CHECK(orders.operations() == 3);  // update + one read
   CHECK(orders.apply(m, "A1", pending, paid, 0).rejected());
-  CHECK(orders.statements() == 4);  // not asked: no SELECT
+  CHECK(orders.operations() == 4);  // not asked: no read
 }
 
 TEST_CASE("memory table: illegal transitions never reach the table") {
   const auto m = versioned();
-  idem::MemoryTable orders{m};
+  MemoryTable orders{m};
   orders.insert({{"order_no", "A1"}, {"status", 3}, {"version", 2}});
   CHECK_THROWS_AS(orders.apply(m, "A1", refunded, refunded, 2), idem::IllegalTransition);
   CHECK_THROWS_AS(orders.apply(m, "A1", refunded, paid, 2), idem::IllegalTransition);
   CHECK_THROWS_AS(orders.apply(m, "A1", paid, refunded), idem::InvalidArgument);  // no version
-  CHECK(orders.statements() == 0);
+  CHECK(orders.operations() == 0);
   CHECK(orders.find("A1")->at("status") == idem::SqlValue(3));
 }
 
@@ -95,7 +99,7 @@ TEST_CASE("memory table: machines without a version column and with status names
              return std::string(s == pending ? "PENDING" : s == paid ? "PAID" : "OTHER");
            }},
       {{pending, paid}}};
-  idem::MemoryTable orders{m, {"amount"}};
+  MemoryTable orders{m, {"amount"}};
   orders.insert({{"order_no", "A1"}, {"status", "PENDING"}, {"amount", 29900}});
   CHECK(orders.apply(m, "A1", pending, paid));
   const auto again = orders.apply(m, "A1", pending, paid, std::nullopt, {.explain = true});
@@ -106,53 +110,77 @@ TEST_CASE("memory table: machines without a version column and with status names
   CHECK(orders.find("A1")->at("amount") == idem::SqlValue(29900));
 }
 
-TEST_CASE("memory table: WHERE semantics follow SQL") {
+TEST_CASE("memory table: its comparisons") {
   const auto m = versioned();
-  idem::MemoryTable t{m};
+  MemoryTable t{m};
   t.insert({{"order_no", "N"}, {"status", 1}});  // version NULL
   t.insert({{"order_no", "U"}, {"status", std::uint64_t{1}}, {"version", std::uint64_t{5}}});
-  t.insert({{"order_no", "S"}, {"status", "1"}, {"version", 5}});
+  t.insert({{"order_no", "S"}, {"status", "1"}, {"version", "5"}});
   t.insert({{"order_no", 7}, {"status", 0}, {"version", 0}});
+  t.insert({{"order_no", "paid"}, {"status", 0}, {"version", 0}});
 
-  // NULL equals nothing, not even NULL: a row without a version never transitions.
+  // NULL equals nothing: a row without a version never transitions, and neither does a
+  // hand-made versioned transition without an expected version.
   CHECK(t.apply(m, "N", paid, refunded, 0, {.explain = true}).reason ==
         RejectReason::version_moved_on);
-  CHECK(t.execute({"UPDATE `t_order` SET `status` = ? WHERE `version` = ?", {2, nullptr}}) == 0);
+  auto no_version = m.transition("U", paid, refunded, 5);
+  no_version.expected_version.reset();
+  CHECK(t.execute(no_version) == 0);
   // Integers compare by value whatever their signedness; a text matches its decimal form.
   CHECK(t.apply(m, "U", paid, refunded, 5));
   CHECK(t.apply(m, "S", paid, refunded, 5));
+  CHECK(t.find("S")->at("version") == idem::SqlValue(6));
   CHECK(t.apply(m, "7", pending, paid, 0));  // text key, integer column
   CHECK(t.find(7)->at("status") == idem::SqlValue(1));
-  // Text compares byte for byte.
-  CHECK(t.select({"SELECT `status` FROM `t_order` WHERE `order_no` = ?", {"n"}}).empty());
-  // An UPDATE counts changed rows only, like MySQL's affected rows.
-  CHECK(t.execute({"UPDATE `t_order` SET `status` = ? WHERE `order_no` = ?", {3, "U"}}) == 0);
-  CHECK(t.execute({"UPDATE t_order SET STATUS = ? WHERE Order_No = ?", {2, "U"}}) == 1);
-  // NULL + 1 stays NULL.
-  CHECK(t.execute({"UPDATE `t_order` SET `version` = `version` + 1 WHERE `order_no` = ?", {"N"}}) ==
-        0);
-  CHECK(t.find("N")->at("version").is_null());
+  // Text compares byte for byte: no collation folds case or trailing spaces.
+  CHECK_FALSE(t.find("PAID").has_value());
+  CHECK_FALSE(t.find("paid ").has_value());
+  CHECK(t.apply(m, "PAID", pending, paid, 0, {.explain = true}).reason == RejectReason::not_found);
+  // An unversioned update that leaves the status as it was changes no row, as in MySQL.
+  const idem::StateMachine<OrderStatus> plain{{.table = "t_order", .key_column = "order_no"},
+                                              order_moves};
+  auto same = plain.transition("paid", pending, paid);
+  same.to = same.from;
+  CHECK(t.execute(same) == 0);
+  // The version is bumped, not overflowed.
+  t.put(
+      {{"order_no", "MAX"}, {"status", 0}, {"version", std::numeric_limits<std::int64_t>::max()}});
+  CHECK_THROWS_AS(t.apply(m, "MAX", pending, paid, std::numeric_limits<std::int64_t>::max()),
+                  idem::InvalidArgument);
+  CHECK(t.find("MAX")->at("status") == idem::SqlValue(0));
 }
 
-TEST_CASE("memory table: statements it does not understand are refused") {
+TEST_CASE("memory table: transitions for another table, or with other columns, are refused") {
   const auto m = versioned();
-  idem::MemoryTable t{m};
-  using idem::Statement;
-  CHECK_THROWS_AS(t.execute({"DELETE FROM `t_order` WHERE `order_no` = ?", {"A"}}),
-                  idem::InvalidArgument);
-  CHECK_THROWS_AS(t.execute({"UPDATE `t_order` SET `status` = 1 WHERE `order_no` = ?", {"A"}}),
-                  idem::InvalidArgument);  // values only as parameters
-  CHECK_THROWS_AS(
-      t.execute({"UPDATE `t_order` SET `status` = ? WHERE `order_no` = ? OR 1", {1, "A"}}),
-      idem::InvalidArgument);
-  CHECK_THROWS_AS(t.execute({"UPDATE `other` SET `status` = ? WHERE `order_no` = ?", {1, "A"}}),
-                  idem::InvalidArgument);
-  CHECK_THROWS_AS(t.execute({"UPDATE `t_order` SET `nope` = ? WHERE `order_no` = ?", {1, "A"}}),
-                  idem::InvalidArgument);
-  CHECK_THROWS_AS(t.execute(m.probe("A")), idem::InvalidArgument);  // a SELECT
-  CHECK_THROWS_AS(t.select(m.transition("A", pending, paid, 0)), idem::InvalidArgument);
-  CHECK_THROWS_AS(t.execute({"UPDATE `t_order` SET `status` = ? WHERE `order_no` = ?", {1}}),
-                  idem::UsageError);
+  MemoryTable t{m};
+  t.insert({{"order_no", "A"}, {"status", 0}, {"version", 0}});
+  auto other = m.transition("A", pending, paid, 0);
+  other.table = "other";
+  CHECK_THROWS_AS(t.execute(other), idem::InvalidArgument);
+  auto unknown = m.transition("A", pending, paid, 0);
+  unknown.status_column = "nope";
+  CHECK_THROWS_AS(t.execute(unknown), idem::InvalidArgument);
+  auto wrong_key = m.transition("A", pending, paid, 0);
+  wrong_key.key_column = "status";
+  CHECK_THROWS_AS(t.execute(wrong_key), idem::InvalidArgument);
+  auto writes_key = m.transition("A", pending, paid, 0);
+  writes_key.version_column = "ORDER_NO";
+  CHECK_THROWS_AS(t.execute(writes_key), idem::InvalidArgument);
+  // Column names ignore case, as in MySQL and SQLite.
+  auto shouting = m.transition("A", pending, paid, 0);
+  shouting.status_column = "STATUS";
+  CHECK(t.execute(shouting) == 1);
+  CHECK(t.find("A")->at("status") == idem::SqlValue(1));
+
+  const idem::StateMachine<OrderStatus> elsewhere{
+      {.table = "shop.t_order", .key_column = "order_no"}, order_moves};
+  CHECK_THROWS_AS(t.apply(elsewhere, "A", paid, completed), idem::InvalidArgument);
+  CHECK(t.find("A")->at("status") == idem::SqlValue(1));
+}
+
+TEST_CASE("memory table: rows") {
+  const auto m = versioned();
+  MemoryTable t{m};
   CHECK_THROWS_AS(t.insert({{"status", 1}}), idem::InvalidArgument);  // no key
   CHECK_THROWS_AS(t.insert({{"order_no", "A"}, {"colour", 1}}), idem::InvalidArgument);
   t.insert({{"order_no", "A"}, {"status", 0}});
@@ -160,17 +188,18 @@ TEST_CASE("memory table: statements it does not understand are refused") {
   t.put({{"order_no", "A"}, {"status", 1}, {"version", 4}});
   CHECK(t.find("A")->at("version") == idem::SqlValue(4));
   CHECK(t.size() == 1);
+  CHECK(t.rows().size() == 1);
   CHECK(t.erase("A"));
   CHECK_FALSE(t.erase("A"));
-
-  const idem::StateMachine<OrderStatus> elsewhere{
-      {.table = "shop.t_order", .key_column = "order_no"}, order_moves};
-  CHECK_THROWS_AS(t.apply(elsewhere, "A", pending, paid), idem::InvalidArgument);
+  CHECK(t.table() == "t_order");
+  CHECK_THROWS_AS(MemoryTable({.table = "t", .key_column = "k", .columns = {"a", "A"}}),
+                  idem::InvalidArgument);
+  CHECK_THROWS_AS(MemoryTable({.table = "t`x", .key_column = "k"}), idem::InvalidArgument);
 }
 
 TEST_CASE("memory table: 50 threads race one legal transition, exactly one wins") {
   const auto m = versioned();
-  idem::MemoryTable orders{m};
+  MemoryTable orders{m};
   orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});
   std::mutex mutex;
   std::vector<idem::TransitionResult<OrderStatus>> results;
@@ -200,7 +229,7 @@ struct PayResult {
 };
 
 template <class S>
-PayResult on_paid(S& store, idem::MemoryTable& orders, const idem::StateMachine<OrderStatus>& m,
+PayResult on_paid(S& store, MemoryTable& orders, const idem::StateMachine<OrderStatus>& m,
                   const std::string& trade_no, const std::string& order_no) {
   idem::IdempotencyGuard guard{store, idem::Key{"PAY", trade_no}, "",
                                idem::Options{.wait = std::chrono::seconds{5}}};
@@ -217,7 +246,7 @@ PayResult on_paid(S& store, idem::MemoryTable& orders, const idem::StateMachine<
 TEST_CASE("a guarded handler is unit-testable on MemoryStore + MemoryTable") {
   const auto m = versioned();
   idem::MemoryStore store;
-  idem::MemoryTable orders{m};
+  MemoryTable orders{m};
   orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});
   orders.insert({{"order_no", "A2"}, {"status", 0}, {"version", 0}});
 

@@ -1,6 +1,7 @@
-// StateMachine transitions on a real MariaDB: the emitted SQL in every configuration, what
-// reaches the server, a 50-thread race on one row, and the articles' incident replayed through
-// guard + state machine in one transaction (and without the state machine, where it fails).
+// StateMachine transitions on a real MariaDB: the SQL idem::mysql renders for them, every
+// configuration run on the server, idem's connections and a caller's MYSQL*, what reaches the
+// server, a 50-thread race on one row, and the articles' incident replayed through guard +
+// state machine in one transaction (and without the state machine, where it fails).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -117,7 +118,46 @@ long long statements_sent(Connection& c) {
 
 }  // namespace
 
-TEST_CASE("the emitted SQL runs on MariaDB: with a version column") {
+TEST_CASE("the SQL rendered for MySQL: backticks, every value a parameter") {
+  const idem::StateMachine<OrderStatus> versioned{
+      {.table = "t_order", .key_column = "order_no", .version_column = "version"}, order_moves};
+  const auto t = versioned.transition("A1001", paid, refunded, 7);
+  CHECK(idem::mysql::update_statement(t) ==
+        idem::Statement{"UPDATE `t_order` SET `status` = ?, `version` = `version` + 1 WHERE "
+                        "`order_no` = ? AND `status` = ? AND `version` = ?",
+                        {3, "A1001", 1, std::int64_t{7}}});
+  CHECK(idem::mysql::probe_statement(t) ==
+        idem::Statement{
+            "SELECT `status`, `version` FROM `t_order` WHERE `order_no` = ? LOCK IN SHARE MODE",
+            {"A1001"}});
+
+  const idem::StateMachine<OrderStatus> plain{{.table = "shop.t_order",
+                                               .key_column = "id",
+                                               .status_column = "state",
+                                               .status_name = order_name},
+                                              order_moves};
+  const auto p = plain.transition(42, pending, paid);
+  CHECK(idem::mysql::update_statement(p) ==
+        idem::Statement{"UPDATE `shop`.`t_order` SET `state` = ? WHERE `id` = ? AND `state` = ?",
+                        {"PAID", 42, "PENDING"}});
+  CHECK(idem::mysql::probe_statement(p).sql ==
+        "SELECT `state` FROM `shop`.`t_order` WHERE `id` = ? LOCK IN SHARE MODE");
+
+  // A hand-made transition is held to the identifier rule too: nothing unquotable reaches SQL.
+  auto bad = t;
+  bad.key_column = "order_no` = 1 OR `x";
+  CHECK_THROWS_AS(idem::mysql::update_statement(bad), idem::InvalidArgument);
+  bad = t;
+  bad.table = "a.b.c";
+  CHECK_THROWS_WITH(idem::mysql::probe_statement(bad),
+                    Catch::Contains("idem::mysql: table \"a.b.c\" is not a valid identifier"));
+  // Without its expected version it compares the version with NULL, which matches nothing.
+  bad = t;
+  bad.expected_version.reset();
+  CHECK(idem::mysql::update_statement(bad).params.back().is_null());
+}
+
+TEST_CASE("transitions on MariaDB: with a version column") {
   auto pool = idem_test::make_pool(2);
   Shop shop(pool);
   const auto m = shop.machine();
@@ -144,14 +184,15 @@ TEST_CASE("the emitted SQL runs on MariaDB: with a version column") {
 
   CHECK(idem::mysql::apply(*c, m, "A1", paid, refunded, 1));
   CHECK(shop.row("A1") == std::pair<std::string, long long>{"3", 2});
-  // idem::mysql::execute runs any Statement; the probe is an ordinary one.
-  const auto rows = idem::mysql::select(*c, m.probe("A1"));
+  // The rendered statements are ordinary ones: idem::mysql::execute / select run them.
+  const auto t = m.transition("A1", paid, completed, 2);
+  const auto rows = idem::mysql::select(*c, idem::mysql::probe_statement(t));
   REQUIRE(rows.size() == 1);
   CHECK(rows[0][0] == "3");
-  CHECK(idem::mysql::execute(*c, m.transition("A1", paid, completed, 2)) == 0);
+  CHECK(idem::mysql::execute(*c, idem::mysql::update_statement(t)) == 0);
 }
 
-TEST_CASE("the emitted SQL runs on MariaDB: status only, names, qualified table") {
+TEST_CASE("transitions on MariaDB: status only, names, qualified table") {
   auto pool = idem_test::make_pool(2);
   auto c = pool->acquire();
 
@@ -254,6 +295,58 @@ TEST_CASE("a transition rolls back with the transaction it ran in") {
                                     }),
       std::runtime_error);
   CHECK(shop.row("G1") == std::pair<std::string, long long>{"0", 0});
+}
+
+TEST_CASE("on a caller's own MYSQL*: the same answers, its session left alone") {
+  auto pool = idem_test::make_pool(2);
+  Shop shop(pool);
+  const auto m = shop.machine();
+  shop.add_order("H1");
+  const auto params = idem_test::server();
+  MYSQL* mysql = mysql_init(nullptr);
+  REQUIRE(mysql != nullptr);
+  struct Close {
+    MYSQL* m;
+    ~Close() { mysql_close(m); }
+  } close{mysql};
+  REQUIRE(mysql_real_connect(mysql, "localhost", params.user.c_str(), nullptr,
+                             params.database.c_str(), 0, params.unix_socket.c_str(), 0) != nullptr);
+  // A service's session: backticks still quote names under ANSI_QUOTES.
+  REQUIRE(mysql_query(mysql, "SET sql_mode = 'ANSI_QUOTES,NO_BACKSLASH_ESCAPES'") == 0);
+
+  CHECK(idem::mysql::apply(mysql, m, "H1", pending, paid, 0));
+  const auto dup = idem::mysql::apply(mysql, m, "H1", pending, paid, 0, {.explain = true});
+  CHECK(dup.reason == RejectReason::status_moved_on);
+  CHECK(dup.status == paid);
+  CHECK(dup.version == 1);
+  CHECK_THROWS_AS(idem::mysql::apply(mysql, m, "H1", paid, pending, 1), idem::IllegalTransition);
+  CHECK(shop.row("H1") == std::pair<std::string, long long>{"1", 1});
+  REQUIRE(mysql_query(mysql, "SELECT @@SESSION.sql_mode") == 0);
+  MYSQL_RES* res = mysql_store_result(mysql);
+  REQUIRE(res != nullptr);
+  MYSQL_ROW row = mysql_fetch_row(res);
+  const std::string mode = row != nullptr && row[0] != nullptr ? row[0] : "";
+  mysql_free_result(res);
+  CHECK(mode == "ANSI_QUOTES,NO_BACKSLASH_ESCAPES");
+}
+
+TEST_CASE("a key column that is not unique is a UsageError, inside the transaction") {
+  auto pool = idem_test::make_pool(2);
+  const std::string table = idem_test::unique_table("t_dup");
+  auto c = pool->acquire();
+  c->query("CREATE TABLE `" + table +
+           "` (order_no VARCHAR(32) NOT NULL, status TINYINT NOT NULL) ENGINE=InnoDB");
+  c->query("INSERT INTO `" + table + "` VALUES ('X', 0), ('X', 0)");
+  const idem::StateMachine<OrderStatus> m{{.table = table, .key_column = "order_no"}, order_moves};
+  CHECK_THROWS_WITH(idem::mysql::with_transaction(
+                        *pool,
+                        [&](Connection& tx) {
+                          return idem::mysql::apply(tx, m, "X", pending, paid).transitioned();
+                        }),
+                    Catch::Contains("must be a primary or unique key"));
+  CHECK(c->select("SELECT COUNT(*) FROM `" + table + "` WHERE status = 0", {}).at(0).at(0) ==
+        "2");  // rolled back
+  c->query("DROP TABLE `" + table + "`");
 }
 
 TEST_CASE("50 threads race the same legal transition on one row: exactly one wins") {

@@ -1,5 +1,6 @@
-// idem::StateMachine and idem::Statement: the SQL and parameters each configuration emits,
-// and every bad input refused with a typed error before any SQL exists.
+// idem::StateMachine without a database: the GuardedTransition each configuration yields,
+// every bad input refused with a typed error before anything reaches a table, how a
+// backend's row count becomes the result, and idem::SqlValue / idem::Statement.
 #include <cstdint>
 #include <optional>
 #include <sstream>
@@ -9,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 #include <idem/state_machine.hpp>
+#include <idem/statement.hpp>
 
 namespace {
 
@@ -45,32 +47,42 @@ using V = std::vector<idem::SqlValue>;
 
 }  // namespace
 
-TEST_CASE("with a version column: compare-and-set on status and version, version bumped") {
+TEST_CASE("with a version column: compare-and-set on status and version") {
   const auto m = versioned();
-  const idem::Statement s = m.transition("A1001", paid, refunded, 7);
-  CHECK(s.sql ==
-        "UPDATE `t_order` SET `status` = ?, `version` = `version` + 1 WHERE `order_no` = ? AND "
-        "`status` = ? AND `version` = ?");
-  // Placeholder order: to, key, from, version.
-  CHECK(s.params == V{3, "A1001", 1, std::int64_t{7}});
-  CHECK(std::holds_alternative<std::int64_t>(s.params[0].value()));
-  CHECK(std::holds_alternative<std::string>(s.params[1].value()));
+  const idem::GuardedTransition t = m.transition("A1001", paid, refunded, 7);
+  CHECK(t == idem::GuardedTransition{.table = "t_order",
+                                     .key_column = "order_no",
+                                     .key = "A1001",
+                                     .status_column = "status",
+                                     .from = 1,
+                                     .to = 3,
+                                     .version_column = "version",
+                                     .expected_version = 7});
+  CHECK(t.versioned());
   CHECK(m.versioned());
-  CHECK(
-      m.probe("A1001") ==
-      idem::Statement{"SELECT `status`, `version` FROM `t_order` WHERE `order_no` = ?", {"A1001"}});
+  // The stored values keep their types: integers for an integer status, text for the key.
+  CHECK(std::holds_alternative<std::int64_t>(t.from.value()));
+  CHECK(std::holds_alternative<std::string>(t.key.value()));
   // The optional overload picks the same form.
-  CHECK(m.transition("A1001", paid, refunded, std::optional<std::int64_t>{7}) == s);
+  CHECK(m.transition("A1001", paid, refunded, std::optional<std::int64_t>{7}) == t);
+  std::ostringstream os;
+  os << t;
+  CHECK(os.str() == "t_order[order_no = \"A1001\"]: status 1 -> 3, version 7");
 }
 
 TEST_CASE("without a version column: compare-and-set on the status alone") {
   const idem::StateMachine<OrderStatus> m{{.table = "t_order", .key_column = "order_no"},
                                           order_moves};
-  const idem::Statement s = m.transition("A1001", pending, paid);
-  CHECK(s.sql == "UPDATE `t_order` SET `status` = ? WHERE `order_no` = ? AND `status` = ?");
-  CHECK(s.params == V{1, "A1001", 0});
+  const idem::GuardedTransition t = m.transition("A1001", pending, paid);
+  CHECK(t.from == idem::SqlValue(0));
+  CHECK(t.to == idem::SqlValue(1));
+  CHECK_FALSE(t.versioned());
+  CHECK(t.version_column.empty());
+  CHECK_FALSE(t.expected_version.has_value());
   CHECK_FALSE(m.versioned());
-  CHECK(m.probe("A1001").sql == "SELECT `status` FROM `t_order` WHERE `order_no` = ?");
+  std::ostringstream os;
+  os << t;
+  CHECK(os.str() == "t_order[order_no = \"A1001\"]: status 0 -> 1");
 }
 
 TEST_CASE("custom columns, a qualified table and an integer key") {
@@ -79,19 +91,21 @@ TEST_CASE("custom columns, a qualified table and an integer key") {
                                            .status_column = "order_state",
                                            .version_column = "rev"},
                                           order_moves};
-  const idem::Statement s = m.transition(std::uint64_t{42}, paid, completed, 0);
-  CHECK(s.sql ==
-        "UPDATE `shop`.`t_order` SET `order_state` = ?, `rev` = `rev` + 1 WHERE `id` = ? AND "
-        "`order_state` = ? AND `rev` = ?");
-  CHECK(s.params == V{2, std::uint64_t{42}, 1, std::int64_t{0}});
-  CHECK(m.quoted_table() == "`shop`.`t_order`");
+  const idem::GuardedTransition t = m.transition(std::uint64_t{42}, paid, completed, 0);
+  CHECK(t.table == "shop.t_order");  // as declared: each backend quotes it in its dialect
+  CHECK(t.key_column == "id");
+  CHECK(t.status_column == "order_state");
+  CHECK(t.version_column == "rev");
+  CHECK(t.key == idem::SqlValue(std::uint64_t{42}));
+  CHECK(t.expected_version == 0);
 }
 
 TEST_CASE("a string mapping stores names instead of integers") {
   const idem::StateMachine<OrderStatus> m{
       {.table = "t_order", .key_column = "order_no", .status_name = order_name}, order_moves};
-  const idem::Statement s = m.transition("A1", paid, refunded);
-  CHECK(s.params == V{"REFUNDED", "A1", "PAID"});
+  const idem::GuardedTransition t = m.transition("A1", paid, refunded);
+  CHECK(t.from == idem::SqlValue("PAID"));
+  CHECK(t.to == idem::SqlValue("REFUNDED"));
   CHECK(m.stored(completed) == idem::SqlValue("COMPLETED"));
   CHECK(m.status_of("PAID") == paid);
   CHECK_FALSE(m.status_of("1").has_value());
@@ -100,8 +114,10 @@ TEST_CASE("a string mapping stores names instead of integers") {
 
 TEST_CASE("an enum on an unsigned type is stored as an unsigned integer") {
   const idem::StateMachine<Flag> m{{.table = "t", .key_column = "k"}, {{Flag::off, Flag::on}}};
-  const auto s = m.transition(1, Flag::off, Flag::on);
-  CHECK(s.params == V{std::uint64_t{200}, 1, std::uint64_t{0}});
+  const auto t = m.transition(1, Flag::off, Flag::on);
+  CHECK(t.from == idem::SqlValue(std::uint64_t{0}));
+  CHECK(t.to == idem::SqlValue(std::uint64_t{200}));
+  CHECK(t.key == idem::SqlValue(1));
   CHECK(m.status_of("200") == Flag::on);
 }
 
@@ -117,11 +133,11 @@ TEST_CASE("can() answers exactly the declared moves") {
   CHECK(m.transitions().size() == 3);
 }
 
-TEST_CASE("an illegal transition is a typed error and no statement exists") {
+TEST_CASE("an illegal transition is a typed error and no transition exists") {
   const auto m = versioned();
   try {
     (void)m.transition("A1", refunded, refunded, 3);
-    FAIL("an undeclared transition produced a statement");
+    FAIL("an undeclared transition produced a transition");
   } catch (const idem::IllegalTransition& e) {
     CHECK(e.from() == "3");
     CHECK(e.to() == "3");
@@ -139,7 +155,7 @@ TEST_CASE("an illegal transition is a typed error and no statement exists") {
                     Catch::Contains("\"REFUNDED\" -> \"PAID\" is not declared"));
 }
 
-TEST_CASE("identifiers are validated and quoted, anything else is refused up front") {
+TEST_CASE("identifiers are validated, anything else is refused up front") {
   using P = idem::StateMachineParams<OrderStatus>;
   auto make = [](P p) { return idem::StateMachine<OrderStatus>(std::move(p), order_moves); };
   const std::vector<std::string> bad = {"",
@@ -168,7 +184,7 @@ TEST_CASE("identifiers are validated and quoted, anything else is refused up fro
                     Catch::Contains("key column \"t.k\" is not a valid identifier"));
   CHECK_NOTHROW(make({.table = "db.t", .key_column = "k"}));
   CHECK_NOTHROW(make({.table = std::string(64, 't'), .key_column = "$k_1"}));
-  // Columns must differ (MySQL compares column names without case).
+  // Columns must differ (MySQL and SQLite compare column names without case).
   CHECK_THROWS_AS(make({.table = "t", .key_column = "status"}), idem::InvalidArgument);
   CHECK_THROWS_AS(make({.table = "t", .key_column = "k", .version_column = "STATUS"}),
                   idem::InvalidArgument);
@@ -200,7 +216,7 @@ TEST_CASE("a NULL key or a version that does not fit the table is refused") {
   CHECK_THROWS_WITH(m.transition("A1", pending, paid), Catch::Contains("pass the version"));
   const idem::StateMachine<OrderStatus> plain{{.table = "t", .key_column = "k"}, order_moves};
   CHECK_THROWS_WITH(plain.transition("A1", pending, paid, 0), Catch::Contains("no version column"));
-  CHECK_THROWS_AS(plain.probe(nullptr), idem::InvalidArgument);
+  CHECK_THROWS_AS(plain.transition(nullptr, pending, paid), idem::InvalidArgument);
 }
 
 TEST_CASE("explain() reads a rejection from what the row holds now") {
@@ -239,6 +255,45 @@ TEST_CASE("explain() reads a rejection from what the row holds now") {
   CHECK(idem::TransitionResult<OrderStatus>::success().transitioned());
   CHECK(idem::TransitionResult<OrderStatus>::success().reason == RejectReason::none);
   CHECK(idem::TransitionResult<OrderStatus>::rejection().reason == RejectReason::not_explained);
+}
+
+TEST_CASE("conclude(): how every backend reads the rows its UPDATE changed") {
+  const auto m = versioned();
+  const auto t = m.transition("A1", pending, paid, 0);
+  int reads = 0;
+  auto read = [&](std::optional<idem::ProbeRow> row) {
+    return [&reads, row] {
+      ++reads;
+      return row;
+    };
+  };
+  CHECK(m.conclude(t, 1, {.explain = true}, read(std::nullopt)).transitioned());
+  CHECK(m.conclude(t, 0, {}, read(std::nullopt)).reason == idem::RejectReason::not_explained);
+  CHECK(reads == 0);  // the read runs only for a rejection that should be explained
+
+  const auto why = m.conclude(t, 0, {.explain = true}, read(idem::ProbeRow{"1", "1"}));
+  CHECK(reads == 1);
+  CHECK(why.reason == idem::RejectReason::status_moved_on);
+  CHECK(why.status == paid);
+  CHECK(why.version == 1);
+  CHECK(m.conclude(t, 0, {.explain = true}, read(idem::ProbeRow{"0", "3"})).reason ==
+        idem::RejectReason::version_moved_on);
+  CHECK(m.conclude(t, 0, {.explain = true}, read(std::nullopt)).reason ==
+        idem::RejectReason::not_found);
+
+  // More than one row: the key column does not name one row.
+  CHECK_THROWS_WITH(m.conclude(t, 2, {}, read(std::nullopt)),
+                    Catch::Contains("key column order_no must be a primary or unique key"));
+
+  // Named statuses are compared as stored.
+  const idem::StateMachine<OrderStatus> named{
+      {.table = "t_order", .key_column = "order_no", .status_name = order_name}, order_moves};
+  const auto n = named.transition("A1", pending, paid);
+  CHECK(named.conclude(n, 0, {.explain = true}, read(idem::ProbeRow{"PENDING", std::nullopt}))
+            .reason == idem::RejectReason::indeterminate);
+  CHECK(
+      named.conclude(n, 0, {.explain = true}, read(idem::ProbeRow{"PAID", std::nullopt})).status ==
+      paid);
 }
 
 TEST_CASE("SqlValue: integers keep their signedness, text and NULL print readably") {

@@ -1,5 +1,6 @@
 #pragma once
-// Running idem::Statement and idem::StateMachine transitions on MySQL / MariaDB.
+// Running idem::Statement and idem::StateMachine transitions on MySQL / MariaDB: the guarded
+// UPDATE and the explaining read rendered with MySQL's quoting (backticks).
 //
 //   idem::mysql::with_transaction(pool, [&](idem::mysql::Connection& c) {
 //     auto tx = store.bind(c);                                  // the guard, same transaction
@@ -10,8 +11,9 @@
 //     guard.commit(...);                                         // transitioned or rejected
 //   });
 //
-// Every statement is a prepared statement on the caller's connection, so it joins whatever
-// transaction is open there (or autocommits when none is).
+// Every statement runs on the caller's connection (a prepared statement on idem's connections,
+// SQL text with hex literals on a borrowed MYSQL*), so it joins whatever transaction is open
+// there (or autocommits when none is).
 
 #include <cstdint>
 #include <optional>
@@ -23,8 +25,10 @@
 
 #include <fmt/format.h>
 
+#include "idem/detail/transition_sql.hpp"
 #include "idem/errors.hpp"
 #include "idem/mysql/connection.hpp"
+#include "idem/mysql/schema.hpp"
 #include "idem/state_machine.hpp"
 #include "idem/statement.hpp"
 
@@ -61,36 +65,70 @@ inline std::vector<Row> select(Connection& c, const Statement& s) {
   return c.select(s.sql, to_params(s));
 }
 
+namespace detail {
+
+inline idem::detail::TransitionNames names(const GuardedTransition& t) {
+  return {t, "idem::mysql", [](const auto& parts) { return quoted(parts); }};
+}
+
+}  // namespace detail
+
+// The guarded UPDATE of a transition, in MySQL's dialect:
+//   UPDATE `t` SET `status` = ?, `version` = `version` + 1
+//    WHERE `key` = ? AND `status` = ? AND `version` = ?      params: to, key, from, version
+// (without the version parts for an unversioned transition). Throws InvalidArgument for a
+// name that breaks idem's identifier rule.
+inline Statement update_statement(const GuardedTransition& t) {
+  return idem::detail::transition_update(t, detail::names(t));
+}
+
+// The read that explains a rejection: SELECT `status`[, `version`] FROM `t` WHERE `key` = ?
+// LOCK IN SHARE MODE. Locking, so that inside a REPEATABLE READ transaction it sees the
+// latest committed row, the one the UPDATE compared against, rather than the transaction's
+// old snapshot.
+inline Statement probe_statement(const GuardedTransition& t) {
+  return idem::detail::transition_probe(t, detail::names(t), " LOCK IN SHARE MODE");
+}
+
+namespace detail {
+
+template <StatusEnum E>
+TransitionResult<E> apply(Connection& c, const StateMachine<E>& machine, const GuardedTransition& t,
+                          TransitionOptions options) {
+  const std::uint64_t changed = execute(c, update_statement(t));
+  return machine.conclude(t, changed, options, [&]() -> std::optional<ProbeRow> {
+    const auto rows = select(c, probe_statement(t));
+    if (rows.empty()) return std::nullopt;
+    ProbeRow row{rows.front().at(0), std::nullopt};
+    if (t.versioned()) row.version = rows.front().at(1);
+    return row;
+  });
+}
+
+}  // namespace detail
+
 // The machine's guarded transition on this connection (and its open transaction, if any).
 // Throws IllegalTransition for an undeclared move before anything is sent. One UPDATE; with
-// options.explain, a rejection costs one more statement, a locking read of the row (LOCK IN
-// SHARE MODE, so that inside a REPEATABLE READ transaction it sees the latest committed row,
-// the one the UPDATE compared against, rather than the transaction's old snapshot). Throws
-// UsageError if the UPDATE changed more than one row (the key column is not unique; inside
-// a transaction, roll it back).
+// options.explain, a rejection costs one more statement, probe_statement's locking read.
+// After a rejected UPDATE on a unique key InnoDB already holds that row's lock, so the read
+// adds no new waits. Throws UsageError if the UPDATE changed more than one row (the key
+// column is not unique), StoreError for the database's failures.
 template <StatusEnum E>
 TransitionResult<E> apply(Connection& c, const StateMachine<E>& machine, const SqlValue& id, E from,
                           E to, std::optional<std::int64_t> version = std::nullopt,
                           TransitionOptions options = {}) {
-  const Statement update = machine.transition(id, from, to, version);
-  const std::uint64_t changed = execute(c, update);
-  if (changed == 1) return TransitionResult<E>::success();
-  if (changed > 1) {
-    throw UsageError(fmt::format(
-        "idem::mysql::apply: a transition changed {} rows of {}; the key column {} must be a "
-        "primary or unique key",
-        changed, machine.quoted_table(), machine.quoted_key_column()));
-  }
-  if (!options.explain) return TransitionResult<E>::rejection();
-  Statement probe = machine.probe(id);
-  probe.sql += " LOCK IN SHARE MODE";
-  const auto rows = select(c, probe);
-  std::optional<ProbeRow> row;
-  if (!rows.empty()) {
-    row = ProbeRow{rows.front().at(0), std::nullopt};
-    if (machine.versioned()) row->version = rows.front().at(1);
-  }
-  return machine.explain(from, version, row);
+  return detail::apply(c, machine, machine.transition(id, from, to, version), options);
+}
+
+// The same on your own handle, borrowed for the call (see Connection(MYSQL*)) and left as it
+// was.
+template <StatusEnum E>
+TransitionResult<E> apply(MYSQL* mysql, const StateMachine<E>& machine, const SqlValue& id, E from,
+                          E to, std::optional<std::int64_t> version = std::nullopt,
+                          TransitionOptions options = {}) {
+  const GuardedTransition t = machine.transition(id, from, to, version);  // before any I/O
+  Connection c(mysql);
+  return detail::apply(c, machine, t, options);
 }
 
 }  // namespace idem::mysql

@@ -10,16 +10,26 @@
 
 #include <fmt/format.h>
 
+#include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
-#include "idem/statement.hpp"
 
 namespace idem::mysql {
 
-// A table name: 1-64 characters of [A-Za-z0-9_$], optionally qualified as schema.table.
-// Returns it quoted with backticks; throws InvalidArgument otherwise.
+namespace detail {
+
+// A name that idem::detail::split_identifier accepted, quoted with backticks.
+inline std::string quoted(const idem::detail::IdentifierParts& parts) {
+  if (parts.schema.empty()) return fmt::format("`{}`", parts.name);
+  return fmt::format("`{}`.`{}`", parts.schema, parts.name);
+}
+
+}  // namespace detail
+
+// A table name by idem's identifier rule (idem/detail/identifier.hpp), optionally qualified
+// as schema.table. Returns it quoted with backticks; throws InvalidArgument otherwise.
 inline std::string quote_identifier(std::string_view name) {
-  return idem::detail::quote_identifier(name, "idem::mysql: table name", true);
+  return detail::quoted(idem::detail::split_identifier(name, "idem::mysql", "table name", true));
 }
 
 // CREATE TABLE IF NOT EXISTS for the record table under the given (already quoted) name.

@@ -12,10 +12,20 @@
 
 #include <fmt/format.h>
 
+#include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
-#include "idem/key.hpp"
 
 namespace idem::sqlite {
+
+namespace detail {
+
+// A name that idem::detail::split_identifier accepted, quoted with double quotes.
+inline std::string quoted(const idem::detail::IdentifierParts& parts) {
+  if (parts.schema.empty()) return fmt::format("\"{}\"", parts.name);
+  return fmt::format("\"{}\".\"{}\"", parts.schema, parts.name);
+}
+
+}  // namespace detail
 
 // A table name split into its optional schema (the database name: main, temp or an ATTACHed
 // one) and the table.
@@ -24,34 +34,14 @@ struct TableName {
   std::string table;
 
   // "schema"."table" or "table".
-  std::string quoted() const {
-    return schema.empty() ? fmt::format("\"{}\"", table)
-                          : fmt::format("\"{}\".\"{}\"", schema, table);
-  }
+  std::string quoted() const { return detail::quoted({schema, table}); }
 };
 
-// The rule of idem::mysql::quote_identifier: 1-64 characters of [A-Za-z0-9_$], optionally
-// qualified as schema.table. Throws InvalidArgument otherwise.
+// A table name by idem's identifier rule (idem/detail/identifier.hpp), optionally qualified
+// as schema.table. Throws InvalidArgument otherwise.
 inline TableName parse_table_name(std::string_view name) {
-  auto part_ok = [](std::string_view part) {
-    if (part.empty() || part.size() > 64) return false;
-    for (char c : part) {
-      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '_' || c == '$';
-      if (!ok) return false;
-    }
-    return true;
-  };
-  const auto dot = name.find('.');
-  if (dot == std::string_view::npos) {
-    if (part_ok(name)) return TableName{"", std::string(name)};
-  } else if (part_ok(name.substr(0, dot)) && part_ok(name.substr(dot + 1))) {
-    return TableName{std::string(name.substr(0, dot)), std::string(name.substr(dot + 1))};
-  }
-  throw InvalidArgument(fmt::format(
-      "idem::sqlite: \"{}\" is not a valid table name (1-64 characters of [A-Za-z0-9_$], "
-      "optionally schema.table)",
-      idem::detail::printable(name)));
+  const auto parts = idem::detail::split_identifier(name, "idem::sqlite", "table name", true);
+  return TableName{std::string(parts.schema), std::string(parts.name)};
 }
 
 // The table name quoted with double quotes ("schema"."table"); throws InvalidArgument when it

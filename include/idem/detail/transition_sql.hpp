@@ -1,0 +1,59 @@
+#pragma once
+// The SQL of a GuardedTransition for the backends, written once: each backend passes its own
+// quoting of names (and the MySQL read its locking clause). The core never includes this.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/detail/identifier.hpp"
+#include "idem/sql_value.hpp"
+#include "idem/state_machine.hpp"
+#include "idem/statement.hpp"
+
+namespace idem::detail {
+
+// The names of a transition, validated again (a hand-made GuardedTransition must not carry
+// SQL into the text) and quoted by `quote(IdentifierParts)`.
+struct TransitionNames {
+  std::string table;
+  std::string key;
+  std::string status;
+  std::string version;  // empty: not versioned
+
+  template <class Quote>
+  TransitionNames(const GuardedTransition& t, std::string_view backend, Quote&& quote)
+      : table(quote(split_identifier(t.table, backend, "table", true))),
+        key(quote(split_identifier(t.key_column, backend, "key column"))),
+        status(quote(split_identifier(t.status_column, backend, "status column"))) {
+    if (t.versioned())
+      version = quote(split_identifier(t.version_column, backend, "version column"));
+  }
+};
+
+//   UPDATE t SET status = ?[, version = version + 1] WHERE key = ? AND status = ?[ AND version = ?]
+// with the parameters to, key, from[, expected version]. A versioned transition without an
+// expected version compares the version with NULL, which matches no row.
+inline Statement transition_update(const GuardedTransition& t, const TransitionNames& n) {
+  if (n.version.empty()) {
+    return Statement{
+        fmt::format("UPDATE {0} SET {1} = ? WHERE {2} = ? AND {1} = ?", n.table, n.status, n.key),
+        {t.to, t.key, t.from}};
+  }
+  return Statement{
+      fmt::format("UPDATE {0} SET {1} = ?, {2} = {2} + 1 WHERE {3} = ? AND {1} = ? AND {2} = ?",
+                  n.table, n.status, n.version, n.key),
+      {t.to, t.key, t.from, t.expected_version ? SqlValue(*t.expected_version) : SqlValue()}};
+}
+
+//   SELECT status[, version] FROM t WHERE key = ?   (plus `suffix`, a locking clause)
+inline Statement transition_probe(const GuardedTransition& t, const TransitionNames& n,
+                                  std::string_view suffix = {}) {
+  const std::string columns = n.version.empty() ? n.status : n.status + ", " + n.version;
+  return Statement{fmt::format("SELECT {} FROM {} WHERE {} = ?{}", columns, n.table, n.key, suffix),
+                   {t.key}};
+}
+
+}  // namespace idem::detail
