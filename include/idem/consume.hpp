@@ -51,6 +51,7 @@
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
 #include "idem/options.hpp"
+#include "idem/permanent_failure.hpp"
 #include "idem/status.hpp"
 #include "idem/store.hpp"
 #include "idem/verdict.hpp"

@@ -16,6 +16,7 @@
 #include "idem/observer.hpp"
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
+#include "idem/permanent_failure.hpp"
 #include "idem/record.hpp"
 #include "idem/run_once.hpp"
 #include "idem/status.hpp"

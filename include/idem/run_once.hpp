@@ -25,6 +25,7 @@
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
+#include "idem/permanent_failure.hpp"
 #include "idem/store.hpp"
 
 namespace idem {
