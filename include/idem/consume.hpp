@@ -45,13 +45,13 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/batch.hpp"
-#include "idem/detail/snapshot.hpp"
 #include "idem/errors.hpp"
 #include "idem/guard.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
 #include "idem/options.hpp"
 #include "idem/permanent_failure.hpp"
+#include "idem/serializable.hpp"
 #include "idem/status.hpp"
 #include "idem/store.hpp"
 #include "idem/verdict.hpp"

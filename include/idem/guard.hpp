@@ -42,6 +42,7 @@
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"
+#include "idem/serializable.hpp"
 #include "idem/store.hpp"
 #include "idem/verdict.hpp"
 

@@ -19,6 +19,7 @@
 #include "idem/permanent_failure.hpp"
 #include "idem/record.hpp"
 #include "idem/run_once.hpp"
+#include "idem/serializable.hpp"
 #include "idem/status.hpp"
 #include "idem/store.hpp"
 #include "idem/ticket.hpp"

@@ -26,6 +26,7 @@
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/permanent_failure.hpp"
+#include "idem/serializable.hpp"
 #include "idem/store.hpp"
 
 namespace idem {
