@@ -6,28 +6,22 @@
 //   // results[i] is what store.claim(batch[i].key, batch[i].fingerprint, options) would have
 //   // answered had the requests been claimed one after another, in order.
 //
-// A store that can do better than one claim per request provides a member
-//   std::vector<ClaimResult> claim_batch(std::span<const ClaimRequest>, const Options&)
-// with exactly those per-request semantics (idem::mysql::Store does: one multi-row INSERT and
-// one read of the rows that were not its own per 128 requests). Every other store is claimed
-// one request at a time. Either way options and fingerprints are all validated before the
-// first write, so a bad request in a batch changes nothing.
+// A store that can do better than one claim per request has its own claim_batch with exactly
+// those per-request semantics (idem::BatchClaimingStore in idem/store/abilities.hpp;
+// idem::mysql::Store sends one multi-row INSERT and one read per chunk of keys).
+// Every other store is claimed one request at a time. Either way options and fingerprints are
+// all validated before the first write, so a bad request in a batch changes nothing.
 
 #include <span>
-#include <string>
 #include <vector>
 
 #include "idem/detail/checks.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
 
 namespace idem {
-
-struct ClaimRequest {
-  Key key;
-  std::string fingerprint;  // as for Store::claim; empty opts out of the payload check
-};
 
 namespace detail {
 
@@ -42,11 +36,7 @@ inline void validate_batch(std::span<const ClaimRequest> requests, const Options
 template <Store S>
 std::vector<ClaimResult> claim_batch(S& store, std::span<const ClaimRequest> requests,
                                      const Options& options = {}) {
-  if constexpr (requires {
-                  {
-                    store.claim_batch(requests, options)
-                    } -> std::same_as<std::vector<ClaimResult>>;
-                }) {
+  if constexpr (BatchClaimingStore<S>) {
     return store.claim_batch(requests, options);
   } else {
     detail::validate_batch(requests, options);

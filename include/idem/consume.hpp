@@ -45,14 +45,16 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/batch.hpp"
-#include "idem/detail/snapshot.hpp"
 #include "idem/errors.hpp"
 #include "idem/guard.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
 #include "idem/options.hpp"
+#include "idem/permanent_failure.hpp"
+#include "idem/serializable.hpp"
 #include "idem/status.hpp"
 #include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
 #include "idem/verdict.hpp"
 
 namespace idem {
@@ -214,7 +216,7 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
     if (!guards[i]) continue;
     auto run = [&fn, i]() -> decltype(auto) { return std::invoke(fn, i); };
     acks[i] = detail::run_acquired(*guards[i], run);
-    if constexpr (requires { store.set_rollback_only(); }) {
+    if constexpr (RollbackOnlyStore<S>) {
       if (acks[i] == Ack::retry_later) {
         detail::roll_back_batch(store, guards, acks, i);
         break;

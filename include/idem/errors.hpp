@@ -11,12 +11,11 @@
 //   ├── idem::StoreError             the store failed; retryable() says if a retry may succeed
 //   │   └── idem::CorruptRecord      a stored record cannot be decoded
 //   └── idem::PermanentFailure       thrown by business code to record a non-retryable failure
+//                                    (in idem/permanent_failure.hpp: it carries a JSON error)
 
 #include <stdexcept>
 #include <string>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 namespace idem {
 
@@ -70,26 +69,6 @@ class StoreError : public Error {
 class CorruptRecord : public StoreError {
  public:
   explicit CorruptRecord(const std::string& what) : StoreError(what, false) {}
-};
-
-// Throw from a business function run by idem::run_once to record a failure that must not be
-// retried (e.g. "card declined"); every later duplicate replays this error instead of running.
-class PermanentFailure : public Error {
- public:
-  explicit PermanentFailure(nlohmann::json error)
-      : Error(describe(error)), error_(std::move(error)) {}
-  // Lets `throw PermanentFailure({{"error", "card_declined"}})` pick this class's JSON.
-  explicit PermanentFailure(nlohmann::json::initializer_list_t error)
-      : PermanentFailure(nlohmann::json(error)) {}
-
-  const nlohmann::json& error() const noexcept { return error_; }
-
- private:
-  static std::string describe(const nlohmann::json& error) {
-    return "permanent failure: " +
-           error.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
-  nlohmann::json error_;
 };
 
 }  // namespace idem

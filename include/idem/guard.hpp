@@ -41,7 +41,9 @@
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"
+#include "idem/serializable.hpp"
 #include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
 #include "idem/store/retry.hpp"
 #include "idem/verdict.hpp"
 
@@ -52,24 +54,14 @@ namespace detail {
 // Claims; while the answer is in_progress and options.wait allows, sleeps with jittered
 // exponential backoff and claims again (so a finished claim turns into a replay, and a claim
 // whose lease ran out meanwhile is taken over by the decision table).
-// A store can declare `static constexpr bool supports_wait = false;` when polling it would
-// hurt (a claim inside a transaction holds row locks until the transaction ends).
-template <class S>
-constexpr bool supports_wait() {
-  if constexpr (requires { S::supports_wait; }) {
-    return S::supports_wait;
-  } else {
-    return true;
-  }
-}
-
+// A store may forbid the wait (idem::supports_wait_v, idem/store/abilities.hpp).
 template <Store S>
 ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerprint,
                             const Options& options) {
   validate(options);
   ClaimResult result = store.claim(key, fingerprint, options);
   if (result.verdict != Verdict::in_progress || options.wait <= Duration::zero() ||
-      !supports_wait<S>()) {
+      !supports_wait_v<S>) {
     return result;
   }
 
@@ -85,17 +77,11 @@ ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerpri
   return result;
 }
 
-// A store that runs inside the caller's transaction declares
-// `static constexpr bool in_caller_transaction = true;`: its failures roll that transaction
-// back, and only the transaction's runner knows whether it runs again, so the guard reports
-// them as transaction_error rather than store_error.
+// How a store failure is reported: a bound store's failure has rolled back the caller's
+// transaction (idem::in_caller_transaction_v, idem/store/abilities.hpp).
 template <class S>
 constexpr EventKind store_failure_event() {
-  if constexpr (requires { S::in_caller_transaction; }) {
-    return S::in_caller_transaction ? EventKind::transaction_error : EventKind::store_error;
-  } else {
-    return EventKind::store_error;
-  }
+  return in_caller_transaction_v<S> ? EventKind::transaction_error : EventKind::store_error;
 }
 
 inline constexpr std::string_view abandoned_snapshot =
@@ -171,9 +157,9 @@ class IdempotencyGuard {
     if (!open_) return;
     // On failure the lease will run out and the next duplicate takes over; nothing else to do.
     try {
-      // A store that must know a claim was abandoned (not failed on purpose) says so with
-      // abandon(); it records the same retryable failure.
-      if constexpr (requires { store_.abandon(claim_.record.key, claim_.record.ticket, ""); }) {
+      // A store may need to know that the claim was abandoned, not failed on purpose
+      // (idem::AbandoningStore); it records the same retryable failure.
+      if constexpr (AbandoningStore<S>) {
         store_.abandon(claim_.record.key, claim_.record.ticket, detail::abandoned_snapshot);
       } else {
         store_.fail(claim_.record.key, claim_.record.ticket, detail::abandoned_snapshot, true);

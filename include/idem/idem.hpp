@@ -1,24 +1,54 @@
 #pragma once
-// The whole core of idem. Backends have their own headers: idem/mysql.hpp, idem/sqlite.hpp.
+// idem: do it once. This header is the whole core; every header below also compiles alone.
+//
+// Start here, by job:
+//   run_once.hpp       one call claims the key, runs the business once and records its result
+//   guard.hpp          IdempotencyGuard: the same steps by hand (commit, fail, replay)
+//   consume.hpp        message consumers: consume, consume_batch and the Ack they answer
+//   batch.hpp          claim_batch: many keys at once
+//   memory_store.hpp   MemoryStore, the in-process store (unit tests, single-process services)
+//   key.hpp, fingerprint.hpp, options.hpp            what every call takes
+//   outcome.hpp, permanent_failure.hpp, errors.hpp   what comes back, and what is thrown
+//   state_machine.hpp  guarded status transitions, which stop a duplicate state change
+//   observer.hpp, metrics.hpp, janitor.hpp           running it: hooks, counters, housekeeping
+//
+// Not in here: the backends (idem/mysql.hpp, idem/sqlite.hpp, each of which includes this
+// header) and HTTP (idem/http.hpp). For writing a store of your own: store.hpp (the contract),
+// store/record_rules.hpp (the decision table and every transition, without I/O),
+// store/retry.hpp, store/abilities.hpp (what a store may add to the contract) and
+// testing/conformance.hpp (the suite that checks it); testing/memory_table.hpp is a business
+// table in memory for unit tests of state machines.
 
+// Running an action once
 #include "idem/batch.hpp"
-#include "idem/clock.hpp"
 #include "idem/consume.hpp"
-#include "idem/errors.hpp"
-#include "idem/fingerprint.hpp"
 #include "idem/guard.hpp"
-#include "idem/janitor.hpp"
-#include "idem/key.hpp"
-#include "idem/memory_store.hpp"
-#include "idem/metrics.hpp"
-#include "idem/observer.hpp"
-#include "idem/options.hpp"
-#include "idem/outcome.hpp"
-#include "idem/record.hpp"
 #include "idem/run_once.hpp"
-#include "idem/state_machine.hpp"
+
+// What a call takes
+#include "idem/clock.hpp"
+#include "idem/fingerprint.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+
+// What comes back, and what is thrown
+#include "idem/errors.hpp"
+#include "idem/outcome.hpp"
+#include "idem/permanent_failure.hpp"
+#include "idem/record.hpp"
+#include "idem/serializable.hpp"
 #include "idem/status.hpp"
-#include "idem/store.hpp"
-#include "idem/store/record_rules.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
+
+// Stores: the in-process one, and the contract every store keeps
+#include "idem/memory_store.hpp"
+#include "idem/store.hpp"
+
+// Guarded state changes
+#include "idem/state_machine.hpp"
+
+// Running it: hooks, counters, housekeeping
+#include "idem/janitor.hpp"
+#include "idem/metrics.hpp"
+#include "idem/observer.hpp"

@@ -25,6 +25,8 @@
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
+#include "idem/permanent_failure.hpp"
+#include "idem/serializable.hpp"
 #include "idem/store.hpp"
 
 namespace idem {

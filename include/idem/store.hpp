@@ -37,19 +37,14 @@
 //   workers are presumed dead), so that the next duplicate runs again without waiting for a
 //   claim. The stale workers' later complete()/fail() get LeaseLost. Returns rows changed.
 //
-// Optional abilities, found by the code that uses a store (guard, consume_batch) when declared:
-//   static constexpr bool supports_wait = false;  do not poll an in-progress claim (Options::wait)
-//   static constexpr bool in_caller_transaction = true;  failures roll back the caller's
-//     transaction: the guard reports them as EventKind::transaction_error
-//   void abandon(key, ticket, error)  what a guard destroyed without a result calls instead of
-//     fail(key, ticket, error, true), so the store can refuse to let the transaction commit
-//   void set_rollback_only()  consume_batch asks a bound store to roll its whole batch back
-//   std::vector<ClaimResult> claim_batch(requests, options)  many claims in few round trips
-//     (idem::claim_batch, idem/batch.hpp, falls back to one claim() each)
+// Optional abilities beyond this contract (not waiting, running inside the caller's
+// transaction, abandon, set_rollback_only, claim_batch) are named, each with what it changes,
+// in idem/store/abilities.hpp.
 
 #include <concepts>
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "idem/key.hpp"
@@ -65,6 +60,12 @@ struct ClaimResult {
   // acquired: the new claim (its ticket is the caller's to complete or fail).
   // replayed / in_progress / conflict: the stored record the verdict was read from.
   Record record;
+};
+
+// One claim of idem::claim_batch (idem/batch.hpp) and of a store's own claim_batch.
+struct ClaimRequest {
+  Key key;
+  std::string fingerprint;  // as for Store::claim; empty opts out of the payload check
 };
 
 template <class S>

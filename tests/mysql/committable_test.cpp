@@ -13,11 +13,21 @@
 #include <idem/consume.hpp>
 #include <idem/http/handle.hpp>
 #include <idem/run_once.hpp>
+#include <idem/store/abilities.hpp>
 
 #include "support.hpp"
 
 using idem_test::BusinessTable;
 using idem_test::Table;
+
+// The abilities these tests rely on (idem/store/abilities.hpp): a signature that drifted would
+// silently fall back to the plain contract.
+static_assert(idem::AbandoningStore<idem::mysql::BoundStore>);
+static_assert(idem::RollbackOnlyStore<idem::mysql::BoundStore>);
+static_assert(idem::in_caller_transaction_v<idem::mysql::BoundStore>);
+static_assert(!idem::supports_wait_v<idem::mysql::BoundStore>);
+static_assert(idem::BatchClaimingStore<idem::mysql::Store>);
+static_assert(!idem::in_caller_transaction_v<idem::mysql::Store>);
 
 namespace {
 

@@ -11,12 +11,20 @@
 #include <idem/consume.hpp>
 #include <idem/http/handle.hpp>
 #include <idem/run_once.hpp>
+#include <idem/store/abilities.hpp>
 
 #include "support.hpp"
 
 using idem_test::insert_business_row;
 using idem_test::RawConnection;
 using idem_test::TempDir;
+
+// The abilities these tests rely on (idem/store/abilities.hpp): a signature that drifted would
+// silently fall back to the plain contract.
+static_assert(idem::AbandoningStore<idem::sqlite::BoundStore>);
+static_assert(idem::RollbackOnlyStore<idem::sqlite::BoundStore>);
+static_assert(idem::in_caller_transaction_v<idem::sqlite::BoundStore>);
+static_assert(!idem::in_caller_transaction_v<idem::sqlite::Store>);
 
 namespace {
 

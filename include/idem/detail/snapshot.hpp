@@ -1,7 +1,6 @@
 #pragma once
 // Encoding and decoding of response / error snapshots (JSON text in the store).
 
-#include <concepts>
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -15,20 +14,9 @@
 
 #include "idem/detail/checks.hpp"
 #include "idem/errors.hpp"
+#include "idem/serializable.hpp"
 
-namespace idem {
-
-// A response type idem can record: anything nlohmann_json can serialise (to_json / adl_serializer).
-template <class T>
-concept Serializable = std::constructible_from<nlohmann::json, const T&>;
-
-// A response type idem can replay: nlohmann_json can read it back (from_json / adl_serializer).
-template <class T>
-concept Deserializable = requires(const nlohmann::json& j) {
-  j.template get<T>();
-};
-
-namespace detail {
+namespace idem::detail {
 
 template <Serializable T>
 std::string encode_snapshot(const T& value) {
@@ -102,5 +90,4 @@ T decode_snapshot(std::string_view text) {
   }
 }
 
-}  // namespace detail
-}  // namespace idem
+}  // namespace idem::detail

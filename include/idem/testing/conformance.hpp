@@ -37,6 +37,7 @@
 #include "idem/guard.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
+#include "idem/permanent_failure.hpp"
 #include "idem/record.hpp"
 #include "idem/run_once.hpp"
 #include "idem/store.hpp"

@@ -1,0 +1,76 @@
+#pragma once
+// The optional abilities of an idem::Store (idem/store.hpp), for whoever writes a store. A store
+// has an ability when it declares the member on the left; the guard, claim_batch and
+// consume_batch test for it by the name on the right and otherwise keep to the plain contract.
+//
+//   static constexpr bool supports_wait = false;         supports_wait_v<S> is false
+//   static constexpr bool in_caller_transaction = true;  in_caller_transaction_v<S> is true
+//   void abandon(const Key&, const Ticket&, std::string_view error)  AbandoningStore<S>
+//   void set_rollback_only()                                         RollbackOnlyStore<S>
+//   std::vector<ClaimResult> claim_batch(std::span<const ClaimRequest>, const Options&)
+//                                                                    BatchClaimingStore<S>
+//
+// idem::mysql::BoundStore (same-transaction mode) has the first four, idem::mysql::Store the
+// last.
+
+#include <concepts>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/store.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem {
+
+// Whether a guard may poll an in-progress claim (Options::wait). A store says false when
+// polling would hurt: a claim inside a transaction holds row locks that block the very claim it
+// waits for, so the guard answers in_progress at once instead.
+template <class S>
+inline constexpr bool supports_wait_v = true;
+template <class S>
+requires requires {
+  S::supports_wait;
+}
+inline constexpr bool supports_wait_v<S> = static_cast<bool>(S::supports_wait);
+
+// Whether the store runs inside the caller's transaction. Its failures roll that transaction
+// back and only the transaction's runner knows whether it runs again, so the guard reports them
+// as EventKind::transaction_error instead of store_error.
+template <class S>
+inline constexpr bool in_caller_transaction_v = false;
+template <class S>
+requires requires {
+  S::in_caller_transaction;
+}
+inline constexpr bool in_caller_transaction_v<S> = static_cast<bool>(S::in_caller_transaction);
+
+// A store that must know that a guard was destroyed without a result (a forgotten commit, an
+// exception) rather than failed on purpose, e.g. to refuse to let the transaction commit. The
+// guard calls abandon() instead of fail(key, ticket, error, true); it records the same failure.
+template <class S>
+concept AbandoningStore = Store<S> &&
+    requires(S& store, const Key& key, const Ticket& ticket, std::string_view error) {
+  store.abandon(key, ticket, error);
+};
+
+// A store whose whole transaction can be marked to roll back whatever its claims say.
+// consume_batch does so when one message of a bound batch fails retryably, because the
+// messages before it were written in the same transaction and must run again with it.
+template <class S>
+concept RollbackOnlyStore = Store<S> && requires(S& store) {
+  store.set_rollback_only();
+};
+
+// A store that claims many keys in fewer round trips than one claim() each. idem::claim_batch
+// uses it; results[i] must be what claim() would have answered for requests[i] had the
+// requests been claimed one after another.
+template <class S>
+concept BatchClaimingStore = Store<S> &&
+    requires(S& store, std::span<const ClaimRequest> requests, const Options& options) {
+  { store.claim_batch(requests, options) } -> std::same_as<std::vector<ClaimResult>>;
+};
+
+}  // namespace idem
