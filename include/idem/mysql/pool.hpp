@@ -11,18 +11,15 @@
 //   it surfaces after acquire_timeout, so an overloaded service fails fast.
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <memory>
-#include <mutex>
+#include <string>
 #include <utility>
-#include <vector>
 
-#include <fmt/format.h>
-
-#include "idem/errors.hpp"
+#include "idem/clock.hpp"
 #include "idem/mysql/connection.hpp"
 #include "idem/mysql/connection_params.hpp"
+#include "idem/store/pool.hpp"
 
 namespace idem::mysql {
 
@@ -32,110 +29,46 @@ struct PoolParams {
   std::chrono::milliseconds ping_after_idle{5'000};
 };
 
-class Pool {
- public:
-  class Handle {
-   public:
-    Handle(Handle&& other) noexcept
-        : pool_(std::exchange(other.pool_, nullptr)), conn_(std::move(other.conn_)) {}
-    Handle& operator=(Handle&&) = delete;
-    Handle(const Handle&) = delete;
-    ~Handle() {
-      if (pool_ != nullptr) pool_->release(std::move(conn_));
-    }
-    Connection& operator*() const noexcept { return *conn_; }
-    Connection* operator->() const noexcept { return conn_.get(); }
+namespace detail {
 
-   private:
-    friend class Pool;
-    Handle(Pool* pool, std::unique_ptr<Connection> conn) : pool_(pool), conn_(std::move(conn)) {}
-    Pool* pool_;
-    std::unique_ptr<Connection> conn_;
-  };
+// How idem::mysql::Pool opens, readies and takes back its connections (see BasicPool).
+struct PoolDriver {
+  using Connection = mysql::Connection;
+  ConnectionParams params;
+  std::chrono::milliseconds ping_after_idle;
 
-  explicit Pool(ConnectionParams params, PoolParams pool = {})
-      : params_(std::move(params)), pool_(pool) {
-    if (pool_.size == 0) throw InvalidArgument("idem::mysql::Pool: size must be at least 1");
+  // thread_init: the driver's per-thread state, for every thread that uses a connection.
+  std::unique_ptr<Connection> open() const {
+    thread_init();
+    return std::make_unique<Connection>(params);
   }
-  Pool(const Pool&) = delete;
-  Pool& operator=(const Pool&) = delete;
-
-  // A healthy connection for this thread's exclusive use. Throws StoreError (retryable) when
-  // none frees up within acquire_timeout or a new connection cannot be opened.
-  Handle acquire() {
-    detail::thread_init();  // the driver's per-thread state, for every thread that uses a
-                            // connection
-    std::unique_ptr<Connection> conn;
-    Clock::time_point idle_since{};
-    {
-      std::unique_lock lock(mutex_);
-      if (!cv_.wait_for(lock, pool_.acquire_timeout,
-                        [&] { return !idle_.empty() || open_ < pool_.size; })) {
-        throw StoreError(fmt::format("idem::mysql::Pool: no connection free within {} ms (size {})",
-                                     pool_.acquire_timeout.count(), pool_.size),
-                         true);
-      }
-      if (!idle_.empty()) {
-        conn = std::move(idle_.back().conn);
-        idle_since = idle_.back().since;
-        idle_.pop_back();
-      } else {
-        ++open_;  // reserve the slot; opened below, outside the lock
-      }
-    }
-    try {
-      if (!conn) {
-        conn = std::make_unique<Connection>(params_);
-      } else if (conn->broken() ||
-                 (Clock::now() - idle_since > pool_.ping_after_idle && !conn->ping())) {
-        conn->reconnect();
-      }
-    } catch (...) {
-      std::lock_guard lock(mutex_);
-      --open_;
-      cv_.notify_one();
-      throw;
-    }
-    return Handle(this, std::move(conn));
+  void ready(Connection& c, Duration idle_for) const {
+    thread_init();
+    if (c.broken() || (idle_for > ping_after_idle && !c.ping())) c.reconnect();
   }
-
-  const ConnectionParams& params() const noexcept { return params_; }
-  std::size_t size() const noexcept { return pool_.size; }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  struct Idle {
-    std::unique_ptr<Connection> conn;
-    Clock::time_point since;
-  };
-
-  void release(std::unique_ptr<Connection> conn) noexcept {
-    // A transaction left open by the last user must not leak into the next one.
-    if (conn && !conn->broken() && conn->in_transaction()) {
+  // A transaction left open by the last user must not leak into the next one.
+  static bool reusable(Connection& c) noexcept {
+    if (!c.broken() && c.in_transaction()) {
       try {
-        conn->query("ROLLBACK");
+        c.query("ROLLBACK");
       } catch (...) {
-        conn->mark_broken();
+        c.mark_broken();
       }
     }
-    std::unique_lock lock(mutex_);
-    if (conn && !conn->broken()) {
-      idle_.push_back(Idle{std::move(conn), Clock::now()});
-      conn = nullptr;
-    } else {
-      --open_;
-    }
-    cv_.notify_one();
-    lock.unlock();
-    conn.reset();  // closing a broken connection may wait on the network: not under the lock
+    return !c.broken();
   }
+  static std::string where() { return {}; }
+};
 
-  ConnectionParams params_;
-  PoolParams pool_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::vector<Idle> idle_;
-  std::size_t open_ = 0;  // connections that exist: idle + handed out + being opened
+}  // namespace detail
+
+class Pool : public BasicPool<detail::PoolDriver> {
+ public:
+  explicit Pool(ConnectionParams params, PoolParams pool = {})
+      : BasicPool(detail::PoolDriver{std::move(params), pool.ping_after_idle}, pool.size,
+                  pool.acquire_timeout, "idem::mysql::Pool") {}
+
+  const ConnectionParams& params() const noexcept { return driver().params; }
 };
 
 }  // namespace idem::mysql

@@ -1,0 +1,396 @@
+// The SQL store skeleton (idem/store/sql_store.hpp) on a scripted backend, without a server:
+// the claim loop, the reconciliation of a write whose reply was lost, retries and giving up,
+// the halving of a failed batch, and the bound store's checks. The server suites run the
+// same skeleton on MariaDB and SQLite.
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <idem/store/pool.hpp>
+#include <idem/store/sql_store.hpp>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr unsigned transient_code = 1;
+constexpr unsigned reply_lost_code = 2;
+constexpr unsigned fatal_code = 3;
+
+idem::StoreError failure(unsigned code) {
+  idem::Diagnostics d;
+  d.code = code;
+  return idem::StoreError("scripted failure " + std::to_string(code), code != fatal_code, d);
+}
+
+// The "server": one table of records, a clock, and the calls made, with failures scripted per
+// operation. A scripted failure can strike before the statement (it did not happen) or after
+// it (it happened, and only its reply was lost).
+struct Server {
+  std::map<idem::Key, idem::Record> rows;
+  idem::TimePoint now{1'700'000'000'000ms};
+  std::vector<std::string> calls;
+  struct Fault {
+    std::string op;
+    unsigned code;
+    bool after;  // the statement happened before the failure
+  };
+  std::vector<Fault> faults;
+  // Runs between a claim's read and its takeover write: another caller acting meanwhile.
+  std::function<void()> before_takeover;
+  std::size_t chunk_fail_above = 0;  // claim_chunk fails (transient) for chunks wider than this
+  std::vector<std::size_t> chunk_sizes;
+
+  template <class Fn>
+  auto run(const std::string& op, Fn&& fn) {
+    calls.push_back(op);
+    for (auto it = faults.begin(); it != faults.end(); ++it) {
+      if (it->op != op) continue;
+      const Fault f = *it;
+      faults.erase(it);
+      if (f.after) fn();
+      throw failure(f.code);
+    }
+    return fn();
+  }
+};
+
+struct FakeConnection {
+  explicit FakeConnection(Server* s) : server(s) {}
+  Server* server;
+  bool in_transaction = true;
+  Server* native() noexcept { return server; }
+};
+
+struct FakeOps {
+  static constexpr std::size_t max_batch_rows = 8;
+  Server* server;
+
+  std::optional<idem::Record> insert(FakeConnection&, const idem::Key& key, std::string_view fp,
+                                     const idem::Options& o, const std::string& token, bool) const {
+    return server->run("insert", [&]() -> std::optional<idem::Record> {
+      if (server->rows.count(key) != 0) return std::nullopt;
+      auto r = idem::claim_record(key, token, fp, server->now, o);
+      server->rows.emplace(key, r);
+      return r;
+    });
+  }
+  std::optional<idem::RecordRead> read(FakeConnection&, const idem::Key& key, bool) const {
+    return server->run("read", [&]() -> std::optional<idem::RecordRead> {
+      auto it = server->rows.find(key);
+      if (it == server->rows.end()) return std::nullopt;
+      return idem::RecordRead{it->second, server->now};
+    });
+  }
+  bool write_takeover(FakeConnection&, idem::Decision d, const idem::Record& next,
+                      const idem::Ticket& read) const {
+    if (server->before_takeover) std::exchange(server->before_takeover, nullptr)();
+    return server->run("write_takeover", [&] {
+      auto it = server->rows.find(next.key);
+      if (it == server->rows.end() || it->second.ticket != read ||
+          !idem::takeover_holds(it->second, d, server->now))
+        return false;
+      it->second = next;
+      return true;
+    });
+  }
+  bool finish(FakeConnection&, const idem::Key& key, const idem::Ticket& t,
+              std::string_view snapshot, idem::Status to, bool retryable) const {
+    return server->run("finish", [&] {
+      auto it = server->rows.find(key);
+      if (it == server->rows.end() || !idem::holds(it->second, t)) return false;
+      it->second = idem::finished(it->second, to, snapshot, retryable, server->now);
+      return true;
+    });
+  }
+  std::size_t purge(FakeConnection&, std::size_t batch) const {
+    return server->run("purge", [&] {
+      std::size_t n = 0;
+      for (auto it = server->rows.begin(); it != server->rows.end() && n < batch;) {
+        if (idem::is_expired(it->second, server->now)) {
+          it = server->rows.erase(it);
+          ++n;
+        } else {
+          ++it;
+        }
+      }
+      return n;
+    });
+  }
+  std::size_t release(FakeConnection&, std::size_t batch) const {
+    return server->run("release", [&] {
+      std::size_t n = 0;
+      for (auto& [key, r] : server->rows) {
+        if (n == batch) break;
+        if (idem::is_stale(r, server->now)) {
+          r = idem::released(r, server->now);
+          ++n;
+        }
+      }
+      return n;
+    });
+  }
+  std::vector<idem::ClaimResult> claim_chunk(FakeConnection& c,
+                                             std::span<const idem::ClaimRequest* const> requests,
+                                             std::span<const std::string> tokens,
+                                             const idem::Options& o) const {
+    server->chunk_sizes.push_back(requests.size());
+    if (server->chunk_fail_above != 0 && requests.size() > server->chunk_fail_above) {
+      throw failure(transient_code);
+    }
+    std::vector<idem::ClaimResult> out;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      out.push_back(idem::detail::claim_on("fake", *this, c, requests[i]->key,
+                                           requests[i]->fingerprint, o, tokens[i], false));
+    }
+    return out;
+  }
+};
+
+struct FakeDriver {
+  using Connection = FakeConnection;
+  Server* server;
+  std::unique_ptr<Connection> open() const { return std::make_unique<Connection>(server); }
+  static void ready(Connection&, idem::Duration) noexcept {}
+  static bool reusable(Connection&) noexcept { return true; }
+  static std::string where() { return {}; }
+};
+
+struct FakeBackend {
+  using Connection = FakeConnection;
+  using Native = Server;
+  using Pool = idem::BasicPool<FakeDriver>;
+  using Ops = FakeOps;
+  static constexpr std::string_view name = "fake";
+  static constexpr bool bound_supports_wait = true;
+  static constexpr std::string_view begin_hint = "BEGIN";
+  static idem::FailureKind classify(const idem::StoreError& e) noexcept {
+    switch (e.diagnostics().code) {
+      case transient_code:
+        return idem::FailureKind::transient;
+      case reply_lost_code:
+        return idem::FailureKind::reply_lost;
+      default:
+        return idem::FailureKind::fatal;
+    }
+  }
+  static bool in_transaction(Connection& c) noexcept { return c.in_transaction; }
+};
+
+class FakeStore : public idem::SqlStore<FakeBackend> {
+ public:
+  explicit FakeStore(Server& server, idem::RetryPolicy retry = {.backoff = 1ms, .max_backoff = 1ms})
+      : SqlStore(FakeOps{&server}, retry), pool_(FakeDriver{&server}, 2, 100ms, "fake pool") {
+    attach(&pool_);
+  }
+  idem::BoundSqlStore<FakeBackend> bind(FakeConnection& c) const {
+    return idem::BoundSqlStore<FakeBackend>(ops(), c);
+  }
+
+ private:
+  Pool pool_;
+};
+
+const idem::Options opts{.lease = 10s, .ttl = 1h};
+const idem::Key key{"PAY", "k1"};
+
+std::vector<std::string> calls_of(Server& s) {
+  return std::exchange(s.calls, {});
+}
+
+}  // namespace
+
+TEST_CASE("sql_store: a fresh claim is one insert; a duplicate reads and replays") {
+  Server server;
+  FakeStore store(server);
+  const auto first = store.claim(key, "fp", opts);
+  CHECK(first.verdict == idem::Verdict::acquired);
+  CHECK(calls_of(server) == std::vector<std::string>{"insert"});
+  store.complete(key, first.record.ticket, R"({"ok":1})");
+  CHECK(calls_of(server) == std::vector<std::string>{"finish"});
+  const auto again = store.claim(key, "fp", opts);
+  CHECK(again.verdict == idem::Verdict::replayed);
+  CHECK(again.record.snapshot == R"({"ok":1})");
+  CHECK(calls_of(server) == std::vector<std::string>{"insert", "read"});
+  CHECK(store.claim(key, "other", opts).verdict == idem::Verdict::conflict);
+}
+
+TEST_CASE("sql_store: a takeover that loses to a completion in between reads again and replays") {
+  Server server;
+  FakeStore store(server);
+  const auto first = store.claim(key, "fp", opts);
+  server.now += 10s;  // the first worker's lease ran out
+  calls_of(server);
+  // ...but it completes between the duplicate's read and its takeover write.
+  server.before_takeover = [&] {
+    auto& r = server.rows.at(key);
+    r = idem::finished(r, idem::Status::succeeded, "late", false, server.now);
+  };
+  const auto dup = store.claim(key, "fp", opts);
+  CHECK(dup.verdict == idem::Verdict::replayed);
+  CHECK(dup.record.snapshot == "late");
+  CHECK(server.rows.at(key).ticket == first.record.ticket);  // never overwritten
+  CHECK(calls_of(server) ==
+        std::vector<std::string>{"insert", "read", "write_takeover", "insert", "read"});
+}
+
+TEST_CASE("sql_store: a row purged between the insert and the read is inserted again") {
+  Server server;
+  server.rows.emplace(key, idem::claim_record(key, "old", "fp", server.now - 2h, opts));
+  // Drives claim_on directly, so that the purge can fall between its insert and its read.
+  struct PurgingOps : FakeOps {
+    bool* purged;
+    std::optional<idem::RecordRead> read(FakeConnection& conn, const idem::Key& k,
+                                         bool bound) const {
+      if (!*purged) server->rows.clear();
+      *purged = true;
+      return FakeOps::read(conn, k, bound);
+    }
+  };
+  bool purged = false;
+  const PurgingOps ops{{&server}, &purged};
+  FakeConnection c(&server);
+  const auto r = idem::detail::claim_on("fake", ops, c, key, "fp", opts, "mine", false);
+  CHECK(r.verdict == idem::Verdict::acquired);
+  CHECK(r.record.ticket == idem::Ticket{1, "mine"});
+  CHECK(calls_of(server) == std::vector<std::string>{"insert", "read", "insert"});
+}
+
+TEST_CASE("sql_store: a claim that never settles is a retryable StoreError") {
+  Server server;
+  FakeConnection c(&server);
+  struct Restless : FakeOps {
+    // Every takeover write finds the row moved on.
+    bool write_takeover(FakeConnection&, idem::Decision, const idem::Record&,
+                        const idem::Ticket&) const {
+      return false;
+    }
+  };
+  const Restless ops{{&server}};
+  server.rows.emplace(key, idem::claim_record(key, "other", "fp", server.now - 1h, opts));
+  server.now += 20s;
+  try {
+    idem::detail::claim_on("fake", ops, c, key, "fp", opts, "mine", false);
+    FAIL("no exception");
+  } catch (const idem::StoreError& e) {
+    CHECK(e.retryable());
+    CHECK_THAT(e.what(), Catch::Contains("did not settle after 16 rounds"));
+  }
+}
+
+TEST_CASE("sql_store: a claim whose reply was lost recognises its own row on the retry") {
+  Server server;
+  FakeStore store(server);
+  server.faults.push_back({"insert", reply_lost_code, true});  // written, reply lost
+  const auto r = store.claim(key, "fp", opts);
+  CHECK(r.verdict == idem::Verdict::acquired);
+  CHECK(r.record.ticket.fence == 1);  // the row the lost try wrote, not a takeover
+  CHECK(calls_of(server) == std::vector<std::string>{"insert", "insert", "read"});
+}
+
+TEST_CASE("sql_store: a complete whose reply was lost is reconciled by the owner token") {
+  Server server;
+  FakeStore store(server);
+  const auto claimed = store.claim(key, "fp", opts);
+  calls_of(server);
+  SECTION("the lost write landed: the retry reads it and does not write again") {
+    server.faults.push_back({"finish", reply_lost_code, true});
+    store.complete(key, claimed.record.ticket, R"({"ok":1})");
+    CHECK(calls_of(server) == std::vector<std::string>{"finish", "read"});
+  }
+  SECTION("the lost write did not land: the retry reads, then writes") {
+    server.faults.push_back({"finish", reply_lost_code, false});
+    store.complete(key, claimed.record.ticket, R"({"ok":1})");
+    CHECK(calls_of(server) == std::vector<std::string>{"finish", "read", "finish"});
+  }
+  SECTION("a transient failure (nothing happened) is simply sent again, without a read") {
+    server.faults.push_back({"finish", transient_code, false});
+    store.complete(key, claimed.record.ticket, R"({"ok":1})");
+    CHECK(calls_of(server) == std::vector<std::string>{"finish", "finish"});
+  }
+  const auto r = server.rows.at(key);
+  CHECK(r.status == idem::Status::succeeded);
+  CHECK(r.snapshot == R"({"ok":1})");
+}
+
+TEST_CASE("sql_store: a lost reply over a row that moved on is still LeaseLost") {
+  Server server;
+  FakeStore store(server);
+  const auto claimed = store.claim(key, "fp", opts);
+  server.now += 10s;
+  const auto taken = store.claim(key, "fp", opts);  // a takeover after the lease ran out
+  REQUIRE(taken.verdict == idem::Verdict::acquired);
+  server.faults.push_back({"finish", reply_lost_code, false});
+  CHECK_THROWS_WITH(store.complete(key, claimed.record.ticket, "{}"),
+                    Catch::StartsWith("fake: the claim on PAY/k1 (fence 1) is no longer held"));
+  CHECK(server.rows.at(key).ticket == taken.record.ticket);
+}
+
+TEST_CASE("sql_store: fatal failures are not retried; transient ones are, up to the policy") {
+  Server server;
+  FakeStore store(server, {.max_attempts = 3, .backoff = 1ms, .max_backoff = 1ms});
+  server.faults.push_back({"insert", fatal_code, false});
+  CHECK_THROWS_WITH(store.claim(key, "fp", opts), "scripted failure 3");
+  CHECK(calls_of(server).size() == 1);
+  for (int i = 0; i < 3; ++i)
+    server.faults.push_back({"insert", transient_code, false});
+  CHECK_THROWS_WITH(store.claim(key, "fp", opts),
+                    "fake: claim gave up after 3 tries: scripted failure 1");
+  CHECK(calls_of(server).size() == 3);
+  CHECK(store.claim(key, "fp", opts).verdict == idem::Verdict::acquired);
+}
+
+TEST_CASE("sql_store: a batch statement that fails is tried again at half its width") {
+  Server server;
+  FakeStore store(server);
+  server.chunk_fail_above = 2;
+  std::vector<idem::ClaimRequest> requests;
+  for (int i = 0; i < 11; ++i)
+    requests.push_back({idem::Key{"PAY", "b" + std::to_string(i)}, "fp"});
+  requests.push_back(requests[3]);  // a repeat: claimed after the others, sees their claim
+  const auto results = store.claim_batch(requests, opts);
+  REQUIRE(results.size() == requests.size());
+  for (std::size_t i = 0; i + 1 < results.size(); ++i) {
+    CHECK(results[i].verdict == idem::Verdict::acquired);
+    CHECK(results[i].record.key == requests[i].key);
+  }
+  CHECK(results.back().verdict == idem::Verdict::in_progress);
+  // 8 fails, 4 fails, 2 succeeds; each clean chunk doubles the width again (4 fails, 2 ...),
+  // and the last chunk is what is left (3 fails, 2, then 1).
+  const std::vector<std::size_t> expected{8, 4, 2, 4, 2, 4, 2, 4, 2, 3, 2, 1};
+  CHECK(server.chunk_sizes == expected);
+}
+
+TEST_CASE("sql_store: housekeeping runs in batches; a bound store needs a transaction") {
+  Server server;
+  FakeStore store(server);
+  for (int i = 0; i < 5; ++i)
+    store.claim(idem::Key{"PAY", "h" + std::to_string(i)}, "", opts);
+  server.now += 20s;
+  CHECK(store.release_stale(3) == 3);
+  CHECK(store.release_stale(3) == 2);
+  server.now += 2h;
+  calls_of(server);
+  CHECK(store.purge_expired(2, 10) == 5);
+  CHECK(calls_of(server) == std::vector<std::string>{"purge", "purge", "purge"});
+
+  FakeConnection c(&server);
+  auto bound = store.bind(c);
+  const auto r = bound.claim(key, "fp", opts);
+  REQUIRE(r.verdict == idem::Verdict::acquired);
+  CHECK_FALSE(bound.committable());
+  bound.complete(key, r.record.ticket, "{}");
+  CHECK(bound.committable());
+  c.in_transaction = false;
+  CHECK_THROWS_WITH(bound.claim(idem::Key{"PAY", "k2"}, "fp", opts),
+                    Catch::StartsWith("fake::BoundStore: no transaction is open on the "
+                                      "connection (BEGIN first)"));
+}
