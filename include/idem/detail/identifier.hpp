@@ -6,6 +6,7 @@
 // The rule is deliberately narrower than what either database accepts inside quotes, so that
 // a valid name never holds a quote character, a dot or anything else that needs escaping.
 
+#include <string>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -46,6 +47,13 @@ inline IdentifierParts split_identifier(std::string_view name, std::string_view 
   throw InvalidArgument(
       fmt::format("{}: {} \"{}\" is not a valid identifier (1-64 characters of [A-Za-z0-9_$]{})",
                   owner, role, printable(name), qualified ? ", optionally schema.table" : ""));
+}
+
+// A name split_identifier accepted, each part between `quote` characters (the dialect's): a
+// valid part never holds one, so nothing needs escaping.
+inline std::string quote_parts(const IdentifierParts& parts, char quote) {
+  if (parts.schema.empty()) return fmt::format("{0}{1}{0}", quote, parts.name);
+  return fmt::format("{0}{1}{0}.{0}{2}{0}", quote, parts.schema, parts.name);
 }
 
 }  // namespace idem::detail

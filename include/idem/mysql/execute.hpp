@@ -68,7 +68,8 @@ inline std::vector<Row> select(Connection& c, const Statement& s) {
 namespace detail {
 
 inline idem::detail::TransitionNames names(const GuardedTransition& t) {
-  return {t, "idem::mysql", [](const auto& parts) { return quoted(parts); }};
+  return {t, "idem::mysql",
+          [](const auto& parts) { return idem::detail::quote_parts(parts, '`'); }};
 }
 
 }  // namespace detail

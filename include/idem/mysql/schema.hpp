@@ -16,20 +16,11 @@
 
 namespace idem::mysql {
 
-namespace detail {
-
-// A name that idem::detail::split_identifier accepted, quoted with backticks.
-inline std::string quoted(const idem::detail::IdentifierParts& parts) {
-  if (parts.schema.empty()) return fmt::format("`{}`", parts.name);
-  return fmt::format("`{}`.`{}`", parts.schema, parts.name);
-}
-
-}  // namespace detail
-
 // A table name by idem's identifier rule (idem/detail/identifier.hpp), optionally qualified
 // as schema.table. Returns it quoted with backticks; throws InvalidArgument otherwise.
 inline std::string quote_identifier(std::string_view name) {
-  return detail::quoted(idem::detail::split_identifier(name, "idem::mysql", "table name", true));
+  return idem::detail::quote_parts(
+      idem::detail::split_identifier(name, "idem::mysql", "table name", true), '`');
 }
 
 // CREATE TABLE IF NOT EXISTS for the record table under the given (already quoted) name.

@@ -239,11 +239,7 @@ class RecordOps {
 };
 
 // idem::mysql for the store skeleton (idem/store/sql_store.hpp).
-struct Backend {
-  using Connection = mysql::Connection;
-  using Native = MYSQL;
-  using Pool = mysql::Pool;
-  using Ops = RecordOps;
+struct Backend : BackendTypes<mysql::Connection, MYSQL, mysql::Pool, RecordOps> {
   static constexpr std::string_view name = "idem::mysql";
   // A duplicate's wait would hold the shared row lock of its reads until the transaction ends
   // and so block the very claim it waits for: the guard answers in_progress at once instead.

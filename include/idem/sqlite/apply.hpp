@@ -39,7 +39,8 @@ namespace idem::sqlite {
 namespace detail {
 
 inline idem::detail::TransitionNames names(const GuardedTransition& t) {
-  return {t, "idem::sqlite", [](const auto& parts) { return quoted(parts); }};
+  return {t, "idem::sqlite",
+          [](const auto& parts) { return idem::detail::quote_parts(parts, '"'); }};
 }
 
 // The statement's parameters as SQLite values; they refer to the statement's strings. SQLite

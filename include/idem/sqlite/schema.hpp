@@ -17,16 +17,6 @@
 
 namespace idem::sqlite {
 
-namespace detail {
-
-// A name that idem::detail::split_identifier accepted, quoted with double quotes.
-inline std::string quoted(const idem::detail::IdentifierParts& parts) {
-  if (parts.schema.empty()) return fmt::format("\"{}\"", parts.name);
-  return fmt::format("\"{}\".\"{}\"", parts.schema, parts.name);
-}
-
-}  // namespace detail
-
 // A table name split into its optional schema (the database name: main, temp or an ATTACHed
 // one) and the table.
 struct TableName {
@@ -34,7 +24,7 @@ struct TableName {
   std::string table;
 
   // "schema"."table" or "table".
-  std::string quoted() const { return detail::quoted({schema, table}); }
+  std::string quoted() const { return idem::detail::quote_parts({schema, table}, '"'); }
 };
 
 // A table name by idem's identifier rule (idem/detail/identifier.hpp), optionally qualified

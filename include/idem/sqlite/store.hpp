@@ -143,11 +143,7 @@ class RecordOps {
 };
 
 // idem::sqlite for the store skeleton (idem/store/sql_store.hpp).
-struct Backend {
-  using Connection = sqlite::Connection;
-  using Native = sqlite3;
-  using Pool = sqlite::Pool;
-  using Ops = RecordOps;
+struct Backend : BackendTypes<sqlite::Connection, sqlite3, sqlite::Pool, RecordOps> {
   static constexpr std::string_view name = "idem::sqlite";
   static constexpr bool bound_supports_wait = true;
   static constexpr std::string_view begin_hint = "BEGIN IMMEDIATE";

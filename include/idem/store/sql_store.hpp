@@ -68,6 +68,15 @@ enum class FailureKind {
                // sent): a later try must look at the row before it writes
 };
 
+// The four types a Backend names, in one line of the backend's.
+template <class C, class N, class P, class O>
+struct BackendTypes {
+  using Connection = C;
+  using Native = N;
+  using Pool = P;
+  using Ops = O;
+};
+
 // A row as read, with the store's `now` at that read (the server's clock on MySQL).
 struct RecordRead {
   Record record;
