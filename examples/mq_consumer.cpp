@@ -187,7 +187,7 @@ struct MysqlBackend {
   std::pair<long, long> rows() {
     const auto r =
         pool.acquire()->select("SELECT COUNT(*), COUNT(DISTINCT order_no) FROM mq_order", {});
-    return {std::stol(*r.at(0).at(0)), std::stol(*r.at(0).at(1))};
+    return {r.at(0).at(0).integer<long>().value(), r.at(0).at(1).integer<long>().value()};
   }
 };
 #endif

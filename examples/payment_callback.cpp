@@ -204,7 +204,7 @@ class MysqlBackend : public Backend {
       return on_pay_result(tx, cb, [&](const std::string& order_no) {
         const auto rows =
             c.select("SELECT version FROM " + orders_ + " WHERE order_no = ?", {order_no});
-        const std::int64_t version = rows.empty() ? 0 : std::stoll(rows[0][0].value_or("0"));
+        const std::int64_t version = rows.empty() ? 0 : rows[0][0].integer().value_or(0);
         return idem::mysql::apply(c, machine_, order_no, pending, paid, version, {.explain = true});
       });
     });
@@ -213,7 +213,8 @@ class MysqlBackend : public Backend {
     auto c = pool_->acquire();
     std::vector<std::pair<std::string, OrderStatus>> out;
     for (const auto& row : c->select("SELECT order_no, status FROM " + orders_, {}))
-      out.emplace_back(*row[0], machine_.status_of(row[1].value_or("")).value_or(pending));
+      out.emplace_back(*row[0].to_text(),
+                       machine_.status_of(row[1].to_text().value_or("")).value_or(pending));
     return out;
   }
   const idem::StateMachine<OrderStatus>& machine() const override { return machine_; }

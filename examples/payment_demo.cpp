@@ -152,7 +152,7 @@ class MysqlOrders final : public OrderBook {
     return idem::mysql::with_transaction(pool_, [&](idem::mysql::Connection& c) {
       const auto rows =
           c.select("SELECT status FROM " + t_ + " WHERE trade_no = ? FOR UPDATE", {cb.trade_no});
-      const std::string status = rows.empty() ? "" : rows.front().at(0).value_or("");
+      const std::string status = rows.empty() ? "" : rows.front().at(0).to_text().value_or("");
       if (status == "unpaid") {
         c.execute(
             "UPDATE " + t_ + " SET status = 'paid', payments = payments + 1 WHERE trade_no = ?",
@@ -177,8 +177,9 @@ class MysqlOrders final : public OrderBook {
             t_,
         {});
     const auto& r = rows.at(0);
-    return {std::stol(r.at(0).value_or("0")), std::stol(r.at(1).value_or("0")),
-            std::stol(r.at(2).value_or("0"))};
+    // SUM answers DECIMAL (a text cell), MAX an integer: all three are read through their text.
+    return {std::stol(r.at(0).to_text().value_or("0")), std::stol(r.at(1).to_text().value_or("0")),
+            std::stol(r.at(2).to_text().value_or("0"))};
   }
 
   void clear() override { pool_.acquire()->query("DROP TABLE IF EXISTS " + t_); }

@@ -71,8 +71,8 @@ TEST_CASE(
         if (!rows.empty()) {
           const auto& row = rows[pick() % rows.size()];
           try {
-            admin->query("KILL CONNECTION " + *row.at(0));
-            ++kills[row.at(1).value_or("?")];
+            admin->query("KILL CONNECTION " + *row.at(0).to_text());
+            ++kills[row.at(1).to_text().value_or("?")];
           } catch (const idem::StoreError&) {
             // the statement finished first (unknown thread id): fine
           }

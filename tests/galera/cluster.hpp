@@ -63,8 +63,8 @@ inline std::string scalar(int n, const std::string& sql) {
   idem::mysql::Connection c(node(n));
   c.query("SET SESSION wsrep_sync_wait = 1");
   const auto rows = c.select(sql, {});
-  if (rows.empty() || rows.front().empty() || !rows.front().front()) return "";
-  return *rows.front().front();
+  if (rows.empty() || rows.front().empty()) return "";
+  return rows.front().front().to_text().value_or("");
 }
 
 inline long long count(int n, const std::string& sql) {
@@ -79,7 +79,7 @@ inline long long conflicts(int n) {
       "SELECT SUM(VARIABLE_VALUE) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN "
       "('WSREP_LOCAL_CERT_FAILURES', 'WSREP_LOCAL_BF_ABORTS')",
       {});
-  return std::stoll(*rows.at(0).at(0));
+  return std::stoll(*rows.at(0).at(0).to_text());
 }
 inline long long conflicts() {
   long long total = 0;
@@ -96,7 +96,8 @@ struct GlobalSetting {
   GlobalSetting(std::string variable, const std::string& value) : name(std::move(variable)) {
     for (int n = 0; n < nodes; ++n) {
       idem::mysql::Connection c(node(n));
-      old[static_cast<std::size_t>(n)] = *c.select("SELECT @@GLOBAL." + name, {}).at(0).at(0);
+      old[static_cast<std::size_t>(n)] =
+          *c.select("SELECT @@GLOBAL." + name, {}).at(0).at(0).to_text();
       c.query("SET GLOBAL " + name + " = " + value);
     }
   }

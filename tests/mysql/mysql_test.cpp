@@ -84,7 +84,7 @@ TEST_CASE("the schema stores keys byte-exactly and the DDL matches docs/schema.s
       {t.name});
   REQUIRE(rows.size() == 2);
   for (const auto& r : rows)
-    CHECK(*r.at(1) == "varbinary");
+    CHECK(r.at(1) == "varbinary");
   const auto keys = c->select(
       "SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) FROM "
       "information_schema.STATISTICS "
@@ -92,10 +92,10 @@ TEST_CASE("the schema stores keys byte-exactly and the DDL matches docs/schema.s
       "INDEX_NAME",
       {t.name});
   REQUIRE(keys.size() == 3);
-  CHECK(*keys[0][0] == "PRIMARY");
-  CHECK(*keys[0][1] == "idempotent_key,biz_type");
-  CHECK(*keys[1][0] == "idx_expire");
-  CHECK(*keys[2][0] == "idx_stale");
+  CHECK(keys[0][0] == "PRIMARY");
+  CHECK(keys[0][1] == "idempotent_key,biz_type");
+  CHECK(keys[1][0] == "idx_expire");
+  CHECK(keys[2][0] == "idx_stale");
   t.store.ensure_schema();  // idempotent
 }
 
@@ -309,7 +309,7 @@ bool kill_when_running(idem::mysql::Pool& pool, const std::string& like) {
         "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()",
         {like});
     if (!rows.empty()) {
-      admin->query("KILL CONNECTION " + *rows.front().at(0));
+      admin->query("KILL CONNECTION " + *rows.front().at(0).to_text());
       return true;
     }
     std::this_thread::sleep_for(10ms);
@@ -404,14 +404,15 @@ TEST_CASE("a batch statement that fails is tried again at half its rows") {
           "CONNECTION_ID()",
           {"INSERT IGNORE INTO " + t.store.table() + " %"});
       for (const auto& row : rows) {
-        if (std::find(killed.begin(), killed.end(), *row.at(0)) != killed.end()) continue;
-        const std::string& sql = *row.at(1);
+        const std::string id = *row.at(0).to_text();
+        if (std::find(killed.begin(), killed.end(), id) != killed.end()) continue;
+        const std::string sql = *row.at(1).to_text();
         std::size_t tuples = 0;
         for (auto at = sql.find("(?, ?, 0, 1"); at != std::string::npos;
              at = sql.find("(?, ?, 0, 1", at + 1))
           ++tuples;
-        admin->query("KILL CONNECTION " + *row.at(0));
-        killed.push_back(*row.at(0));
+        admin->query("KILL CONNECTION " + id);
+        killed.push_back(id);
         killed_rows.push_back(tuples);
       }
       std::this_thread::sleep_for(5ms);
@@ -523,7 +524,8 @@ TEST_CASE("a duplicate key reported after RETURNING's column list leaves the con
   c.query("DROP TABLE " + table);
 }
 
-TEST_CASE("select() writes DATETIME and TIMESTAMP columns as the server's text protocol does") {
+TEST_CASE(
+    "select() types DATETIME, TIMESTAMP and integer cells, written as the text protocol does") {
   idem::mysql::Connection c(idem_test::server());
   const std::string table = idem_test::unique_table();
   c.query("CREATE TABLE " + table +
@@ -539,7 +541,7 @@ TEST_CASE("select() writes DATETIME and TIMESTAMP columns as the server's text p
   const std::string columns =
       "id, d0, d3, d6, t2, day, n, s, UTC_TIMESTAMP(3), UTC_TIMESTAMP(6), UTC_TIMESTAMP()";
   // The same rows through the text protocol, where the server writes every value itself.
-  std::vector<idem::mysql::Row> expected;
+  std::vector<std::vector<std::optional<std::string>>> expected;
   {
     MYSQL* m = c.native();
     c.query("SET TIMESTAMP = 1764550923.123456");  // the clock stays this for the session
@@ -550,7 +552,7 @@ TEST_CASE("select() writes DATETIME and TIMESTAMP columns as the server's text p
     const unsigned n = mysql_num_fields(res);
     while (MYSQL_ROW r = mysql_fetch_row(res)) {
       const unsigned long* lengths = mysql_fetch_lengths(res);
-      idem::mysql::Row row(n);
+      std::vector<std::optional<std::string>> row(n);
       for (unsigned i = 0; i < n; ++i)
         if (r[i] != nullptr) row[i].emplace(r[i], lengths[i]);
       expected.push_back(std::move(row));
@@ -559,11 +561,41 @@ TEST_CASE("select() writes DATETIME and TIMESTAMP columns as the server's text p
   }
   const auto got = c.select("SELECT " + columns + " FROM " + table + " ORDER BY id", {});
   REQUIRE(got.size() == 3);
-  CHECK(got == expected);
+  std::vector<std::vector<std::optional<std::string>>> got_text;
+  for (const auto& row : got) {
+    got_text.emplace_back();
+    for (const auto& cell : row)
+      got_text.back().push_back(cell.to_text());
+  }
+  CHECK(got_text == expected);
+  using Kind = idem::mysql::Cell::Kind;
+  CHECK(got[0][0].integer() == 1);
+  CHECK(got[0][2].time() ==
+        idem::TimePoint{std::chrono::sys_days{std::chrono::year{2026} / 12 / 1}} + 1h + 2min + 3s +
+            4ms);
+  CHECK(got[0][3].time() ==
+        idem::TimePoint{std::chrono::sys_days{std::chrono::year{1999} / 1 / 31}} + 23h + 59min +
+            59s + 999ms);  // microseconds round down
+  CHECK(got[0][4].kind() == Kind::time);
+  CHECK(got[0][5].kind() == Kind::text);  // DATE stays text
+  CHECK(got[0][6].integer() == -42);
+  CHECK(got[0][7].text() == "x");
+  // A borrowed handle reads the same cells through the text protocol.
+  idem::mysql::Connection borrowed(c.native());
+  const auto text_rows =
+      borrowed.select("SELECT " + columns + " FROM " + table + " ORDER BY id", {});
+  REQUIRE(text_rows.size() == got.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    for (std::size_t j = 0; j < got[i].size(); ++j) {
+      INFO("row " << i << ", column " << j << ": " << got[i][j].to_text().value_or("NULL"));
+      CHECK(text_rows[i].at(j).kind() == got[i][j].kind());
+      CHECK(text_rows[i].at(j) == got[i][j]);
+    }
+  }
   CHECK(got[0][2] == "2026-12-01 01:02:03.004");
   CHECK(got[1][3] == "2026-12-01 00:00:00.000500");
   CHECK(got[0][8] == "2025-12-01 01:02:03.123");  // UTC_TIMESTAMP(3) under SET TIMESTAMP
-  CHECK_FALSE(got[2][1].has_value());
+  CHECK(got[2][1].is_null());
   c.query("DROP TABLE " + table);
 }
 

@@ -372,12 +372,12 @@ TEST_CASE("a borrowed handle's statements: placeholders outside quotes, values b
                                                nullptr};
   auto check_row = [&](const std::vector<idem::mysql::Row>& rows, const std::string& escaped) {
     REQUIRE(rows.size() == 1);
-    CHECK(rows[0][0] == std::optional<std::string>{bytes});
-    CHECK(rows[0][1] == std::optional<std::string>{"what?"});
-    CHECK(rows[0][2] == std::optional<std::string>{"-42"});
-    CHECK(rows[0][3] == std::optional<std::string>{"it's?"});
-    CHECK(rows[0][4] == std::optional<std::string>{escaped});
-    CHECK_FALSE(rows[0][5].has_value());
+    CHECK(rows[0][0].text() == bytes);
+    CHECK(rows[0][1].text() == "what?");
+    CHECK(rows[0][2].integer() == -42);
+    CHECK(rows[0][3].text() == "it's?");
+    CHECK(rows[0][4].text() == escaped);
+    CHECK(rows[0][5].is_null());
   };
   // Here a backslash is an ordinary character and "..." quotes an identifier.
   check_row(c.select(R"(SELECT ?, 'what?', ? AS "x?", 'it''s?', 'a\', ?)", params), "a\\");

@@ -58,7 +58,7 @@ struct Table {
   long long count(const std::string& where = "1") {
     auto c = pool->acquire();
     const auto rows = c->select("SELECT COUNT(*) FROM " + store.table() + " WHERE " + where, {});
-    return std::stoll(*rows.at(0).at(0));
+    return rows.at(0).at(0).integer().value();
   }
 
  private:
@@ -72,7 +72,8 @@ struct Table {
 inline long long scalar(idem::mysql::Pool& pool, const std::string& sql) {
   auto c = pool.acquire();
   const auto rows = c->select(sql, {});
-  return rows.empty() || !rows.front().at(0) ? -1 : std::stoll(*rows.front().at(0));
+  return rows.empty() || rows.front().at(0).is_null() ? -1
+                                                      : std::stoll(*rows.front().at(0).to_text());
 }
 
 // A business table with no unique key on purpose: a double execution shows up as two rows.

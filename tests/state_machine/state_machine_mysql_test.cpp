@@ -45,8 +45,8 @@ std::string order_name(OrderStatus s) {
   return "?";
 }
 
-long long to_ll(const std::optional<std::string>& v) {
-  return v ? std::stoll(*v) : -1;
+long long to_ll(const idem::mysql::Cell& v) {
+  return v.is_null() ? -1 : std::stoll(*v.to_text());
 }
 
 // A t_order-like business table, plus a ledger of executed refunds and an audit of every
@@ -98,7 +98,7 @@ struct Shop {
     const auto rows =
         c->select("SELECT status, version FROM `" + orders + "` WHERE order_no = ?", {order_no});
     REQUIRE(rows.size() == 1);
-    return {rows[0][0].value_or("NULL"), to_ll(rows[0][1])};
+    return {rows[0][0].to_text().value_or("NULL"), to_ll(rows[0][1])};
   }
 
   std::vector<idem::mysql::Row> query(const std::string& sql) {
@@ -523,10 +523,10 @@ IncidentOutcome replay_incident(bool with_machine, IncidentRun& run) {
 
   IncidentOutcome out;
   for (const auto& r : shop.query("SELECT order_no, status FROM `" + shop.orders + "`"))
-    out.final_status[*r.at(0)] = *r.at(1);
+    out.final_status[*r.at(0).to_text()] = *r.at(1).to_text();
   for (const auto& r :
        shop.query("SELECT order_no, COUNT(*) FROM `" + shop.refunds + "` GROUP BY order_no"))
-    out.refunds[*r.at(0)] = to_ll(r.at(1));
+    out.refunds[*r.at(0).to_text()] = to_ll(r.at(1));
   for (const auto& r : shop.query("SELECT from_status, to_status FROM `" + shop.moves + "`")) {
     ++out.moves;
     const auto from = static_cast<OrderStatus>(to_ll(r.at(0)));

@@ -60,7 +60,7 @@ inline std::uint64_t execute(Connection& c, const Statement& s) {
   return c.execute(s.sql, to_params(s));
 }
 
-// Runs a query statement and returns every row (columns as text, nullopt for NULL).
+// Runs a query statement and returns every row (typed cells: see idem/mysql/row.hpp).
 inline std::vector<Row> select(Connection& c, const Statement& s) {
   return c.select(s.sql, to_params(s));
 }
@@ -100,8 +100,8 @@ TransitionResult<E> apply(Connection& c, const StateMachine<E>& machine, const G
   return machine.conclude(t, changed, options, [&]() -> std::optional<ProbeRow> {
     const auto rows = select(c, probe_statement(t));
     if (rows.empty()) return std::nullopt;
-    ProbeRow row{rows.front().at(0), std::nullopt};
-    if (t.versioned()) row.version = rows.front().at(1);
+    ProbeRow row{rows.front().at(0).to_text(), std::nullopt};
+    if (t.versioned()) row.version = rows.front().at(1).to_text();
     return row;
   });
 }

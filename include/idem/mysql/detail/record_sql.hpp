@@ -5,7 +5,6 @@
 // which walk idx_expire / idx_stale in LIMITed batches.
 
 #include <array>
-#include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -127,48 +126,30 @@ inline std::int64_t micros(Duration d) {
   return static_cast<std::int64_t>(d.count()) * 1000;
 }
 
-template <class Int>
-Int parse_int(const std::optional<std::string>& text, std::string_view column) {
-  Int v{};
-  if (!text) throw CorruptRecord(fmt::format("idem::mysql: column {} is NULL", column));
-  const auto* end = text->data() + text->size();
-  auto [p, ec] = std::from_chars(text->data(), end, v);
-  if (ec != std::errc{} || p != end) {
-    throw CorruptRecord(
-        fmt::format("idem::mysql: column {} holds \"{}\", not a number", column, *text));
-  }
-  return v;
+// A record column's value, or CorruptRecord naming the column and what it held instead.
+[[noreturn]] inline void corrupt(const Cell& cell, std::string_view column, std::string_view want) {
+  throw CorruptRecord(fmt::format("idem::mysql: column {} holds {}, not {}", column,
+                                  cell.is_null() ? "NULL" : "\"" + *cell.to_text() + "\"", want));
 }
 
-// "YYYY-MM-DD HH:MM:SS[.fff...]" in UTC (idem writes and compares UTC_TIMESTAMP(3)).
-inline TimePoint parse_datetime(const std::optional<std::string>& text, std::string_view column) {
-  auto bad = [&] {
-    return CorruptRecord(fmt::format("idem::mysql: column {} holds \"{}\", not a DATETIME", column,
-                                     text.value_or("NULL")));
-  };
-  if (!text || text->size() < 19) throw bad();
-  const std::string& s = *text;
-  auto num = [&](std::size_t pos, std::size_t len) {
-    int v = 0;
-    auto [p, ec] = std::from_chars(s.data() + pos, s.data() + pos + len, v);
-    if (ec != std::errc{} || p != s.data() + pos + len) throw bad();
-    return v;
-  };
-  const std::chrono::year_month_day ymd{std::chrono::year{num(0, 4)},
-                                        std::chrono::month{static_cast<unsigned>(num(5, 2))},
-                                        std::chrono::day{static_cast<unsigned>(num(8, 2))}};
-  if (!ymd.ok()) throw bad();
-  int ms = 0;
-  if (s.size() > 20 && s[19] == '.') {
-    for (std::size_t i = 20; i < 23; ++i) {  // milliseconds: the first three fraction digits
-      const char c = i < s.size() ? s[i] : '0';
-      if (c < '0' || c > '9') throw bad();
-      ms = ms * 10 + (c - '0');
-    }
-  }
-  return std::chrono::time_point_cast<Duration>(std::chrono::sys_days{ymd}) +
-         std::chrono::hours{num(11, 2)} + std::chrono::minutes{num(14, 2)} +
-         std::chrono::seconds{num(17, 2)} + Duration{ms};
+template <class Int>
+Int integer_of(const Cell& cell, std::string_view column) {
+  if (const auto v = cell.integer<Int>()) return *v;
+  corrupt(cell, column, "a number");
+}
+
+// idem's time columns hold UTC (idem writes and compares UTC_TIMESTAMP(3)).
+inline TimePoint time_of(const Cell& cell, std::string_view column) {
+  if (const auto t = cell.time()) return *t;
+  corrupt(cell, column, "a DATETIME");
+}
+
+// Key, owner token, fingerprint and snapshot: bytes; NULL reads as empty (a NULL snapshot
+// is no snapshot).
+inline std::string text_of(const Cell& cell, std::string_view column) {
+  if (cell.is_null()) return {};
+  if (const auto t = cell.text()) return std::string(*t);
+  corrupt(cell, column, "text");
 }
 
 struct RowRead {
@@ -180,26 +161,26 @@ inline RowRead decode_record(const Row& row) {
   if (row.size() != 14) throw CorruptRecord("idem::mysql: unexpected column count in a record row");
   std::optional<Key> key;
   try {
-    key.emplace(row[1].value_or(""), row[0].value_or(""));
+    key.emplace(text_of(row[1], "biz_type"), text_of(row[0], "idempotent_key"));
   } catch (const InvalidArgument& e) {
     throw CorruptRecord(fmt::format("idem::mysql: a stored key is not valid: {}", e.what()));
   }
-  const int status = parse_int<int>(row[2], "status");
+  const int status = integer_of<int>(row[2], "status");
   if (status < 0 || status > 2)
     throw CorruptRecord(fmt::format("idem::mysql: unknown status {}", status));
-  return RowRead{
-      Record{.key = std::move(*key),
-             .status = static_cast<Status>(status),
-             .ticket = Ticket{parse_int<std::uint64_t>(row[3], "fence"), row[4].value_or("")},
-             .fingerprint = row[5].value_or(""),
-             .snapshot = row[6].value_or(""),
-             .retryable = parse_int<int>(row[7], "retryable") != 0,
-             .attempts = parse_int<std::uint32_t>(row[8], "attempts"),
-             .created_at = parse_datetime(row[10], "created_at"),
-             .updated_at = parse_datetime(row[11], "updated_at"),
-             .lease_until = parse_datetime(row[9], "lease_until"),
-             .expire_at = parse_datetime(row[12], "expire_at")},
-      parse_datetime(row[13], "UTC_TIMESTAMP(3)")};
+  return RowRead{Record{.key = std::move(*key),
+                        .status = static_cast<Status>(status),
+                        .ticket = Ticket{integer_of<std::uint64_t>(row[3], "fence"),
+                                         text_of(row[4], "owner_token")},
+                        .fingerprint = text_of(row[5], "request_hash"),
+                        .snapshot = text_of(row[6], "response_snapshot"),
+                        .retryable = integer_of<int>(row[7], "retryable") != 0,
+                        .attempts = integer_of<std::uint32_t>(row[8], "attempts"),
+                        .created_at = time_of(row[10], "created_at"),
+                        .updated_at = time_of(row[11], "updated_at"),
+                        .lease_until = time_of(row[9], "lease_until"),
+                        .expire_at = time_of(row[12], "expire_at")},
+                 time_of(row[13], "UTC_TIMESTAMP(3)")};
 }
 
 // The row a single claim's INSERT IGNORE ... RETURNING created: the values the claim sent
@@ -208,8 +189,8 @@ inline RowRead decode_record(const Row& row) {
 inline Record fresh_record(const Row& row, const Key& key, const std::string& token,
                            std::string_view fingerprint) {
   if (row.size() != 3) throw CorruptRecord("idem::mysql: unexpected column count from RETURNING");
-  return claim_record(key, token, fingerprint, parse_datetime(row[1], "created_at"),
-                      parse_datetime(row[0], "lease_until"), parse_datetime(row[2], "expire_at"));
+  return claim_record(key, token, fingerprint, time_of(row[1], "created_at"),
+                      time_of(row[0], "lease_until"), time_of(row[2], "expire_at"));
 }
 
 }  // namespace idem::mysql::detail

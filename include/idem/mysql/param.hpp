@@ -1,0 +1,74 @@
+#pragma once
+// idem::mysql::Param: one value bound to a `?` placeholder of Connection::execute / select.
+// A Param refers to the text it was made from (string_view): keep that alive until the call
+// returns.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "idem/clock.hpp"
+#include "idem/errors.hpp"
+
+namespace idem::mysql {
+
+class Param {
+ public:
+  enum class Kind { null, int64, uint64, text, blob, time };
+
+  Param(std::nullptr_t) noexcept : kind_(Kind::null) {}  // NOLINT: implicit by design
+  template <std::integral T>
+  Param(T v) noexcept {  // NOLINT
+    if constexpr (std::is_signed_v<T> || std::is_same_v<T, bool>) {
+      kind_ = Kind::int64;
+      i64_ = static_cast<std::int64_t>(v);
+    } else {
+      kind_ = Kind::uint64;
+      u64_ = static_cast<std::uint64_t>(v);
+    }
+  }
+  Param(std::string_view s) noexcept : kind_(Kind::text), text_(s) {}    // NOLINT
+  Param(const std::string& s) noexcept : kind_(Kind::text), text_(s) {}  // NOLINT
+  Param(const char* s) noexcept : kind_(Kind::text), text_(s) {}         // NOLINT
+  static Param blob(std::string_view bytes) noexcept {
+    Param p(bytes);
+    p.kind_ = Kind::blob;
+    return p;
+  }
+
+  // A DATETIME value in UTC, to the millisecond (what idem's time columns hold).
+  static Param time(TimePoint t) noexcept {
+    Param p(nullptr);
+    p.kind_ = Kind::time;
+    p.i64_ = static_cast<std::int64_t>(t.time_since_epoch().count());
+    return p;
+  }
+
+  Kind kind() const noexcept { return kind_; }
+  std::int64_t int64() const noexcept { return i64_; }
+  std::uint64_t uint64() const noexcept { return u64_; }
+  std::string_view text() const noexcept { return text_; }  // text and blob
+  TimePoint time_point() const noexcept { return TimePoint{Duration{i64_}}; }
+
+ private:
+  Kind kind_ = Kind::null;
+  std::int64_t i64_ = 0;  // int64, and time as milliseconds since the epoch
+  std::uint64_t u64_ = 0;
+  std::string_view text_;
+};
+
+namespace detail {
+
+// Both paths refuse a statement whose placeholders and parameters do not match, alike.
+inline UsageError wrong_param_count(std::size_t takes, std::size_t given, std::string_view sql) {
+  return UsageError(
+      fmt::format("idem::mysql: statement takes {} parameters, {} given: {}", takes, given, sql));
+}
+
+}  // namespace detail
+}  // namespace idem::mysql
