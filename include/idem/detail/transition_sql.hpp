@@ -2,8 +2,11 @@
 // The SQL of a GuardedTransition for the backends, written once: each backend passes its own
 // quoting of names (and the MySQL read its locking clause). The core never includes this.
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -14,6 +17,37 @@
 #include "idem/statement.hpp"
 
 namespace idem::detail {
+
+// What a backend's public apply() runs on: one of the backend's connections, or the caller's
+// own handle, borrowed for the one call and left as it was.
+template <class Connection, class Native>
+class ConnectionOrHandle {
+ public:
+  ConnectionOrHandle(Connection& c) noexcept : connection_(&c) {}  // NOLINT: implicit by design
+  ConnectionOrHandle(Native* handle)                               // NOLINT: implicit by design
+      : borrowed_(std::in_place, handle), connection_(&*borrowed_) {}
+  ConnectionOrHandle(const ConnectionOrHandle&) = delete;
+  ConnectionOrHandle& operator=(const ConnectionOrHandle&) = delete;
+
+  Connection& operator*() const noexcept { return *connection_; }
+
+ private:
+  std::optional<Connection> borrowed_;
+  Connection* connection_;
+};
+
+// A backend's public apply(), written once: the machine's transition (IllegalTransition
+// before anything is sent), run by `Run::run(connection, machine, transition, options)`.
+template <class Connection, class Native, class Run>
+struct TransitionApply {
+  template <StatusEnum E>
+  TransitionResult<E> operator()(ConnectionOrHandle<Connection, Native> on,
+                                 const StateMachine<E>& machine, const SqlValue& id, E from, E to,
+                                 std::optional<std::int64_t> version = std::nullopt,
+                                 TransitionOptions options = {}) const {
+    return Run::run(*on, machine, machine.transition(id, from, to, version), options);
+  }
+};
 
 // The names of a transition, validated again (a hand-made GuardedTransition must not carry
 // SQL into the text) and quoted by `quote(IdentifierParts)`.

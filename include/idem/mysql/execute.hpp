@@ -93,43 +93,31 @@ inline Statement probe_statement(const GuardedTransition& t) {
 
 namespace detail {
 
-template <StatusEnum E>
-TransitionResult<E> apply(Connection& c, const StateMachine<E>& machine, const GuardedTransition& t,
-                          TransitionOptions options) {
-  const std::uint64_t changed = execute(c, update_statement(t));
-  return machine.conclude(t, changed, options, [&]() -> std::optional<ProbeRow> {
-    const auto rows = select(c, probe_statement(t));
-    if (rows.empty()) return std::nullopt;
-    ProbeRow row{rows.front().at(0).to_text(), std::nullopt};
-    if (t.versioned()) row.version = rows.front().at(1).to_text();
-    return row;
-  });
-}
+// One transition on one connection: the UPDATE, then the machine's conclusion.
+struct RunTransition {
+  template <StatusEnum E>
+  static TransitionResult<E> run(Connection& c, const StateMachine<E>& machine,
+                                 const GuardedTransition& t, TransitionOptions options) {
+    const std::uint64_t changed = execute(c, update_statement(t));
+    return machine.conclude(t, changed, options, [&]() -> std::optional<ProbeRow> {
+      const auto rows = select(c, probe_statement(t));
+      if (rows.empty()) return std::nullopt;
+      ProbeRow row{rows.front().at(0).to_text(), std::nullopt};
+      if (t.versioned()) row.version = rows.front().at(1).to_text();
+      return row;
+    });
+  }
+};
 
 }  // namespace detail
 
-// The machine's guarded transition on this connection (and its open transaction, if any).
+// The machine's guarded transition on this connection, or on your own MYSQL* borrowed for
+// the call and left as it was (see Connection(MYSQL*)), inside its open transaction if any.
 // Throws IllegalTransition for an undeclared move before anything is sent. One UPDATE; with
 // options.explain, a rejection costs one more statement, probe_statement's locking read.
 // After a rejected UPDATE on a unique key InnoDB already holds that row's lock, so the read
 // adds no new waits. Throws UsageError if the UPDATE changed more than one row (the key
 // column is not unique), StoreError for the database's failures.
-template <StatusEnum E>
-TransitionResult<E> apply(Connection& c, const StateMachine<E>& machine, const SqlValue& id, E from,
-                          E to, std::optional<std::int64_t> version = std::nullopt,
-                          TransitionOptions options = {}) {
-  return detail::apply(c, machine, machine.transition(id, from, to, version), options);
-}
-
-// The same on your own handle, borrowed for the call (see Connection(MYSQL*)) and left as it
-// was.
-template <StatusEnum E>
-TransitionResult<E> apply(MYSQL* mysql, const StateMachine<E>& machine, const SqlValue& id, E from,
-                          E to, std::optional<std::int64_t> version = std::nullopt,
-                          TransitionOptions options = {}) {
-  const GuardedTransition t = machine.transition(id, from, to, version);  // before any I/O
-  Connection c(mysql);
-  return detail::apply(c, machine, t, options);
-}
+inline constexpr idem::detail::TransitionApply<Connection, MYSQL, detail::RunTransition> apply{};
 
 }  // namespace idem::mysql

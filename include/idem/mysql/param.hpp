@@ -32,9 +32,11 @@ class Param {
       u64_ = static_cast<std::uint64_t>(v);
     }
   }
-  Param(std::string_view s) noexcept : kind_(Kind::text), text_(s) {}    // NOLINT
-  Param(const std::string& s) noexcept : kind_(Kind::text), text_(s) {}  // NOLINT
-  Param(const char* s) noexcept : kind_(Kind::text), text_(s) {}         // NOLINT
+  // Text: a std::string, a string_view or a C string (viewed, not copied).
+  template <class S>
+  requires(std::convertible_to<const S&, std::string_view> && !std::is_same_v<S, std::nullptr_t>)
+      Param(const S& s)
+  noexcept : kind_(Kind::text), text_(std::string_view(s)) {}  // NOLINT
   static Param blob(std::string_view bytes) noexcept {
     Param p(bytes);
     p.kind_ = Kind::blob;

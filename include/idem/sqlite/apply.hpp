@@ -91,30 +91,32 @@ inline Statement probe_statement(const GuardedTransition& t) {
 
 namespace detail {
 
-template <StatusEnum E>
-TransitionResult<E> apply(Connection& c, const StateMachine<E>& machine, const GuardedTransition& t,
-                          TransitionOptions options) {
-  const Statement update = update_statement(t);
-  const Statement probe = probe_statement(t);
-  const std::vector<Value> update_values = to_values(update);  // refuses values before any I/O
-  const std::int64_t changed = c.execute(update.sql, update_values);
-  return machine.conclude(t, static_cast<std::uint64_t>(changed), options,
-                          [&]() -> std::optional<ProbeRow> {
-                            Rows rows = c.query(probe.sql, to_values(probe));
-                            if (!rows.next()) return std::nullopt;
-                            auto text = [&](int column) -> std::optional<std::string> {
-                              if (rows.is_null(column)) return std::nullopt;
-                              return rows.text(column);
-                            };
-                            ProbeRow row{text(0), std::nullopt};
-                            if (t.versioned()) row.version = text(1);
-                            return row;
-                          });
-}
+// One transition on one connection: the UPDATE, then the machine's conclusion.
+struct RunTransition {
+  template <StatusEnum E>
+  static TransitionResult<E> run(Connection& c, const StateMachine<E>& machine,
+                                 const GuardedTransition& t, TransitionOptions options) {
+    const Statement update = update_statement(t);
+    const Statement probe = probe_statement(t);
+    const std::vector<Value> update_values = to_values(update);  // refuses values before any I/O
+    const std::int64_t changed = c.execute(update.sql, update_values);
+    return machine.conclude(t, static_cast<std::uint64_t>(changed), options,
+                            [&]() -> std::optional<ProbeRow> {
+                              Rows rows = c.query(probe.sql, to_values(probe));
+                              if (!rows.next()) return std::nullopt;
+                              auto text = [&](int column) -> std::optional<std::string> {
+                                if (rows.is_null(column)) return std::nullopt;
+                                return rows.text(column);
+                              };
+                              return ProbeRow{text(0), t.versioned() ? text(1) : std::nullopt};
+                            });
+  }
+};
 
 }  // namespace detail
 
-// The machine's guarded transition on this connection (and its open transaction, if any).
+// The machine's guarded transition on this connection, or on your own sqlite3* borrowed for
+// the call and left as it was (see Connection(sqlite3*)), inside its open transaction if any.
 // Throws IllegalTransition for an undeclared move before anything is sent. One UPDATE; with
 // options.explain, a rejection costs one more statement, probe_statement's read. Run it in
 // idem::sqlite::with_transaction (BEGIN IMMEDIATE) together with the guard: inside a deferred
@@ -122,22 +124,6 @@ TransitionResult<E> apply(Connection& c, const StateMachine<E>& machine, const G
 // connection wrote meanwhile. Throws UsageError if the UPDATE changed more than one row (the
 // key column is not unique), InvalidArgument for an unsigned key or status above the signed
 // 64-bit range, StoreError for the database's failures.
-template <StatusEnum E>
-TransitionResult<E> apply(Connection& c, const StateMachine<E>& machine, const SqlValue& id, E from,
-                          E to, std::optional<std::int64_t> version = std::nullopt,
-                          TransitionOptions options = {}) {
-  return detail::apply(c, machine, machine.transition(id, from, to, version), options);
-}
-
-// The same on your own handle, borrowed for the call (see Connection(sqlite3*)) and left as
-// it was.
-template <StatusEnum E>
-TransitionResult<E> apply(sqlite3* db, const StateMachine<E>& machine, const SqlValue& id, E from,
-                          E to, std::optional<std::int64_t> version = std::nullopt,
-                          TransitionOptions options = {}) {
-  const GuardedTransition t = machine.transition(id, from, to, version);  // before any I/O
-  Connection c(db);
-  return detail::apply(c, machine, t, options);
-}
+inline constexpr idem::detail::TransitionApply<Connection, sqlite3, detail::RunTransition> apply{};
 
 }  // namespace idem::sqlite
