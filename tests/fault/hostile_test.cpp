@@ -14,7 +14,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "support.hpp"
+#include "../support/fault_server.hpp"
 
 using namespace std::chrono_literals;
 using namespace std::string_literals;

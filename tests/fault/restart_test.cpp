@@ -10,7 +10,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "support.hpp"
+#include "../support/fault_server.hpp"
 
 using namespace std::chrono_literals;
 using idem_fault::BusinessTable;

@@ -15,7 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "../support/session_status.hpp"
-#include "cluster.hpp"
+#include "../support/galera_cluster.hpp"
 
 using namespace std::chrono_literals;
 using galera_test::BusinessTable;

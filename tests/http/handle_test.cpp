@@ -10,7 +10,7 @@
 #include <idem/idem.hpp>
 #include <idem/sqlite.hpp>
 
-#include "../sqlite/support.hpp"
+#include "../support/sqlite_file.hpp"
 
 using idem::http::Policy;
 using idem::http::Request;

@@ -26,7 +26,7 @@
 
 #include <idem/http/idempotency_key.hpp>
 
-#include "../sqlite/support.hpp"
+#include "../support/sqlite_file.hpp"
 
 using nlohmann::json;
 

@@ -13,7 +13,7 @@
 #include <idem/batch.hpp>
 #include <idem/mysql.hpp>
 
-#include "support.hpp"
+#include "../support/mysql_server.hpp"
 
 using namespace std::chrono_literals;
 using idem::ClaimRequest;

@@ -15,7 +15,7 @@
 #include <idem/run_once.hpp>
 #include <idem/store/abilities.hpp>
 
-#include "support.hpp"
+#include "../support/mysql_server.hpp"
 
 using idem_test::BusinessTable;
 using idem_test::Table;

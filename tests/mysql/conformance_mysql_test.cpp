@@ -4,7 +4,7 @@
 #include <thread>
 #include <tuple>
 
-#include "support.hpp"
+#include "../support/mysql_server.hpp"
 
 namespace {
 

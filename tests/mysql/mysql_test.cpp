@@ -17,7 +17,7 @@
 
 #include "../support/session_status.hpp"
 #include "../support/threads.hpp"
-#include "support.hpp"
+#include "../support/mysql_server.hpp"
 
 using idem_test::session_count;
 

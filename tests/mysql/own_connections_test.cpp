@@ -22,7 +22,7 @@
 #include <idem/run_once.hpp>
 
 #include "../support/threads.hpp"
-#include "support.hpp"
+#include "../support/mysql_server.hpp"
 
 using namespace std::chrono_literals;
 using idem_test::Errors;

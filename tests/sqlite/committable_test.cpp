@@ -13,7 +13,7 @@
 #include <idem/run_once.hpp>
 #include <idem/store/abilities.hpp>
 
-#include "support.hpp"
+#include "../support/sqlite_file.hpp"
 
 using idem_test::insert_business_row;
 using idem_test::RawConnection;

@@ -2,7 +2,7 @@
 // a manual clock, so no test sleeps for a lease or a ttl to run out.
 #include <tuple>
 
-#include "support.hpp"
+#include "../support/sqlite_file.hpp"
 
 namespace {
 

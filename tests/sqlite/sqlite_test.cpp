@@ -17,7 +17,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "support.hpp"
+#include "../support/sqlite_file.hpp"
 
 using namespace std::chrono_literals;
 using idem_test::insert_business_row;

@@ -16,34 +16,20 @@
 
 #include <catch2/catch.hpp>
 
-#include "../mysql/support.hpp"
+#include "../support/mysql_server.hpp"
+#include "../support/orders.hpp"
 #include "../support/threads.hpp"
 
 namespace {
 
-enum class OrderStatus { pending = 0, paid = 1, completed = 2, refunded = 3 };
+using idem_test::OrderStatus;
 using enum OrderStatus;
+using idem_test::order_moves;
+using idem_test::order_name;
 using idem::RejectReason;
 using idem::mysql::Connection;
 using idem_test::Errors;
 using idem_test::run_threads;
-
-const std::vector<idem::Transition<OrderStatus>> order_moves = {
-    {pending, paid}, {paid, completed}, {paid, refunded}};
-
-std::string order_name(OrderStatus s) {
-  switch (s) {
-    case pending:
-      return "PENDING";
-    case paid:
-      return "PAID";
-    case completed:
-      return "COMPLETED";
-    case refunded:
-      return "REFUNDED";
-  }
-  return "?";
-}
 
 long long to_ll(const idem::mysql::Cell& v) {
   return v.is_null() ? -1 : std::stoll(*v.to_text());

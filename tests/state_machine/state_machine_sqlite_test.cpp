@@ -14,35 +14,21 @@
 
 #include <catch2/catch.hpp>
 
-#include "../sqlite/support.hpp"
+#include "../support/orders.hpp"
+#include "../support/sqlite_file.hpp"
 
 namespace {
 
-enum class OrderStatus { pending = 0, paid = 1, completed = 2, refunded = 3 };
+using idem_test::OrderStatus;
 using enum OrderStatus;
+using idem_test::order_moves;
+using idem_test::order_name;
 using idem::RejectReason;
 using idem::sqlite::Connection;
 using idem_test::Errors;
 using idem_test::RawConnection;
 using idem_test::run_threads;
 using idem_test::TempDir;
-
-const std::vector<idem::Transition<OrderStatus>> order_moves = {
-    {pending, paid}, {paid, completed}, {paid, refunded}};
-
-std::string order_name(OrderStatus s) {
-  switch (s) {
-    case pending:
-      return "PENDING";
-    case paid:
-      return "PAID";
-    case completed:
-      return "COMPLETED";
-    case refunded:
-      return "REFUNDED";
-  }
-  return "?";
-}
 
 idem::StateMachine<OrderStatus> machine(const std::string& table = "t_order") {
   return {{.table = table, .key_column = "order_no", .version_column = "version"}, order_moves};

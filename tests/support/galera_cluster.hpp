@@ -18,7 +18,8 @@
 
 #include <idem/mysql.hpp>
 
-#include "../support/threads.hpp"
+#include "mysql_server.hpp"  // unique_table
+#include "threads.hpp"
 
 namespace galera_test {
 
@@ -50,11 +51,6 @@ inline int script(const std::string& command, int n = -1) {
   if (n >= 0) cmd += " " + std::to_string(n + 1);
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
-
-inline std::string unique_name(const std::string& stem) {
-  static std::atomic<int> counter{0};
-  return stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
 }
 
 // One value from a query on node n, read with wsrep_sync_wait so that it sees every write the
@@ -114,7 +110,7 @@ struct GlobalSetting {
 
 // A pool and a Store per node on one fresh record table, dropped at the end of the test.
 struct Cluster {
-  std::string table = unique_name("rec");
+  std::string table = idem_test::unique_table("rec");
   std::array<std::shared_ptr<idem::mysql::Pool>, nodes> pools;
   std::vector<std::unique_ptr<idem::mysql::Store>> stores;
 
@@ -156,7 +152,7 @@ struct Cluster {
 // A business table with no unique key on purpose: a double execution shows up as two rows.
 // It has a primary key (Galera replicates rows by their primary key).
 struct BusinessTable {
-  std::string name = unique_name("biz");
+  std::string name = idem_test::unique_table("biz");
   Cluster& cluster;
 
   explicit BusinessTable(Cluster& c) : cluster(c) {

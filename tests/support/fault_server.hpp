@@ -19,8 +19,8 @@
 #include <idem/idem.hpp>
 #include <idem/mysql.hpp>
 
-#include "../mysql/support.hpp"
-#include "../sqlite/support.hpp"
+#include "mysql_server.hpp"
+#include "sqlite_file.hpp"
 
 namespace idem_fault {
 

@@ -15,7 +15,7 @@
 
 #include <idem/sqlite.hpp>
 
-#include "../support/threads.hpp"
+#include "threads.hpp"
 
 namespace idem_test {
 

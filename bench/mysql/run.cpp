@@ -1,0 +1,44 @@
+// run_mysql: every selected mysql.* scenario, in scenario_names() order.
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "scenarios.hpp"
+
+namespace bench {
+
+using namespace mysql_bench;
+
+int run_mysql(const Config& config, const Selected& selected) {
+  const std::vector<std::pair<std::string, std::function<void()>>> scenarios = {
+      {"mysql.claim", [&] { claim_scenario(config, false); }},
+      {"mysql.claim_floor", [&] { claim_scenario(config, true); }},
+      {"mysql.returning", [&] { returning_scenario(config, false); }},
+      {"mysql.returning_dup", [&] { returning_scenario(config, true); }},
+      {"mysql.cycle", [&] { cycle_scenario(config, false); }},
+      {"mysql.cycle_floor", [&] { cycle_scenario(config, false, true); }},
+      {"mysql.mix", [&] { cycle_scenario(config, true); }},
+      {"mysql.tx", [&] { tx_scenario(config, TxMode::library); }},
+      {"mysql.tx_floor", [&] { tx_scenario(config, TxMode::floor); }},
+      {"mysql.tx_record_last", [&] { tx_scenario(config, TxMode::record_last); }},
+      {"mysql.tx_own", [&] { tx_scenario(config, TxMode::own); }},
+      {"mysql.batch", [&] { batch_scenario(config); }},
+      {"mysql.storm", [&] { storm_scenario(config); }},
+      {"mysql.big_table", [&] { big_table_scenario(config); }},
+  };
+  int failed = 0;
+  for (const auto& [name, run] : scenarios) {
+    if (!selected(name)) continue;
+    if (config.socket.empty()) {
+      progress(name + ": error: needs --socket (scripts/bench starts a server and passes it)");
+      ++failed;
+      continue;
+    }
+    failed += attempt(name, run);
+  }
+  return failed;
+}
+
+
+}  // namespace bench
