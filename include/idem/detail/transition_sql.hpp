@@ -6,7 +6,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <fmt/format.h>
@@ -17,6 +19,27 @@
 #include "idem/statement.hpp"
 
 namespace idem::detail {
+
+// A statement's parameters as a driver's values, each made by `make` from the parameter's
+// alternative; a string is passed as a view, so the values refer to the statement's strings
+// (keep the statement alive while they are used).
+template <class Value, class Make>
+std::vector<Value> driver_values(const Statement& s, Make&& make) {
+  std::vector<Value> out;
+  out.reserve(s.params.size());
+  for (const auto& v : s.params) {
+    std::visit(
+        [&](const auto& x) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>) {
+            out.push_back(make(std::string_view(x)));
+          } else {
+            out.push_back(make(x));
+          }
+        },
+        v.value());
+  }
+  return out;
+}
 
 // What a backend's public apply() runs on: one of the backend's connections, or the caller's
 // own handle, borrowed for the one call and left as it was.

@@ -37,20 +37,7 @@ namespace idem::mysql {
 // The statement's parameters as driver parameters. They refer to the statement's strings:
 // keep the statement alive while they are used.
 inline std::vector<Param> to_params(const Statement& s) {
-  std::vector<Param> out;
-  out.reserve(s.params.size());
-  for (const auto& v : s.params) {
-    std::visit(
-        [&](const auto& x) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>) {
-            out.emplace_back(std::string_view(x));
-          } else {
-            out.emplace_back(x);
-          }
-        },
-        v.value());
-  }
-  return out;
+  return idem::detail::driver_values<Param>(s, [](const auto& x) { return Param(x); });
 }
 
 // Runs the statement as a prepared statement; returns the affected rows (for an UPDATE, the

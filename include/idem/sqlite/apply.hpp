@@ -47,27 +47,17 @@ inline idem::detail::TransitionNames names(const GuardedTransition& t) {
 // integers are signed 64-bit: a larger unsigned value cannot be stored, so it is refused
 // rather than wrapped around.
 inline std::vector<Value> to_values(const Statement& s) {
-  std::vector<Value> out;
-  out.reserve(s.params.size());
-  for (const auto& v : s.params) {
-    std::visit(
-        [&](const auto& x) {
-          using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, std::string>) {
-            out.emplace_back(std::string_view(x));
-          } else if constexpr (std::is_same_v<T, std::uint64_t>) {
-            if (x > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-              throw InvalidArgument(
-                  fmt::format("idem::sqlite: {} does not fit a SQLite integer (signed 64-bit)", x));
-            }
-            out.emplace_back(static_cast<std::int64_t>(x));
-          } else {
-            out.emplace_back(x);
-          }
-        },
-        v.value());
-  }
-  return out;
+  return idem::detail::driver_values<Value>(s, [](const auto& x) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::uint64_t>) {
+      if (x > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        throw InvalidArgument(
+            fmt::format("idem::sqlite: {} does not fit a SQLite integer (signed 64-bit)", x));
+      }
+      return Value(static_cast<std::int64_t>(x));
+    } else {
+      return Value(x);
+    }
+  });
 }
 
 }  // namespace detail
