@@ -11,6 +11,7 @@
 #include <idem/sqlite.hpp>
 
 #include "../support/sqlite_file.hpp"
+#include "../support/strings.hpp"
 
 using idem::http::Policy;
 using idem::http::Request;
@@ -416,7 +417,7 @@ TEST_CASE_METHOD(MemoryFixture, "handle: scopes keep clients apart") {
   CHECK(runs == 2);
   CHECK(store.find(idem::Key{"http", "alice:same"}));
   // The scope takes room from the key: "alice:" leaves 58 bytes.
-  Request long_key = post('"' + std::string(59, 'x') + '"');
+  Request long_key = post(idem_test::quoted(std::string(59, 'x')));
   long_key.scope = "alice";
   CHECK_THAT(json::parse(idem::http::handle(store, long_key, business).body)
                  .at("detail")

@@ -27,6 +27,7 @@
 #include <idem/http/idempotency_key.hpp>
 
 #include "../support/sqlite_file.hpp"
+#include "../support/strings.hpp"
 
 using nlohmann::json;
 
@@ -348,8 +349,8 @@ TEST_CASE("server: mismatched payload 422, missing or bad key 400 - nothing char
   problem(post(port, "", R"({"amount":100,"currency":"EUR"})"), 400, "key-missing");
   problem(post(port, "no spaces in a bare key", R"({"amount":100,"currency":"EUR"})"), 400,
           "key-invalid");
-  problem(post(port, '"' + std::string(65, 'k') + '"', R"({"amount":100,"currency":"EUR"})"), 400,
-          "key-invalid");
+  problem(post(port, idem_test::quoted(std::string(65, 'k')), R"({"amount":100,"currency":"EUR"})"),
+          400, "key-invalid");
   CHECK(charges(port) == 1);
 
   // The body member fallback (the example enables "idempotency_key").
