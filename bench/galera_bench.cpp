@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include <idem/idem.hpp>
 #include <idem/mysql.hpp>
 
@@ -42,7 +44,7 @@ struct Endpoint {
     for (int i = 0; i < connections; ++i)
       handles.push_back(pool->acquire());
   }
-  void truncate() { pool->acquire()->query(std::string("TRUNCATE TABLE ") + table); }
+  void truncate() { pool->acquire()->query(fmt::format("TRUNCATE TABLE {}", table)); }
 };
 
 void galera_cycle(const Config& config) {
