@@ -85,13 +85,11 @@ class RecordOps {
   static constexpr std::size_t max_batch_rows = detail::max_batch_rows;
 
   RecordOps(std::string table, bool returning)
-      : sql_(std::make_unique<RecordSql>(make_record_sql(table))), returning_(returning) {}
-
-  const RecordSql& sql() const noexcept { return *sql_; }
+      : sql_(make_record_sql(table)), returning_(returning) {}
 
   std::optional<RecordRead> read(Connection& c, const Key& key, bool bound) const {
     const auto rows =
-        c.select(bound ? sql_->select_locking : sql_->select, {key.id(), key.biz_type()});
+        c.select(bound ? sql_.select_locking : sql_.select, {key.id(), key.biz_type()});
     if (rows.empty()) return std::nullopt;
     RowRead row = decode_record(rows.front());
     return RecordRead{std::move(row.record), row.now};
@@ -103,7 +101,7 @@ class RecordOps {
                                const std::string& token, bool bound) const {
     try {
       if (returning_ && c.supports_returning()) {
-        auto rows = c.select(sql_->insert_returning,
+        auto rows = c.select(sql_.insert_returning,
                              {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)});
         if (rows.size() > 1) {
           throw StoreError("idem::mysql: INSERT ... RETURNING answered more than one row", true);
@@ -111,8 +109,7 @@ class RecordOps {
         if (rows.empty()) return std::nullopt;  // IGNORE skipped the duplicate
         return fresh_record(rows.front(), key, token, fp);
       }
-      c.execute(sql_->insert,
-                {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)});
+      c.execute(sql_.insert, {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)});
     } catch (const StoreError& e) {
       if (e.diagnostics().code != code::dup_entry) throw;
       return std::nullopt;
@@ -127,7 +124,7 @@ class RecordOps {
 
   bool write_takeover(Connection& c, Decision d, const Record& next, const Ticket& read) const {
     const std::string& sql =
-        d == Decision::take_over_expired ? sql_->take_over_expired : sql_->take_over_retry;
+        d == Decision::take_over_expired ? sql_.take_over_expired : sql_.take_over_retry;
     return c.execute(sql, {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
                            next.fingerprint, next.attempts, Param::time(next.lease_until),
                            Param::time(next.created_at), Param::time(next.updated_at),
@@ -158,7 +155,7 @@ class RecordOps {
     if (returning_ && c.supports_returning() && !c.in_galera_cluster()) {
       // The answer lists the rows this INSERT created; when that is every key (the common,
       // all-fresh batch) no read is needed. Not on Galera: see Connection::in_galera_cluster.
-      auto created = c.select(sql_->insert_batch_returning[cls], params);
+      auto created = c.select(sql_.insert_batch_returning[cls], params);
       if (created.size() == requests.size()) {
         std::unordered_map<Key, Record> mine;
         for (const Row& row : created) {
@@ -176,7 +173,7 @@ class RecordOps {
         if (out.size() == requests.size()) return out;
       }
     } else {
-      c.execute(sql_->insert_batch[cls], params);
+      c.execute(sql_.insert_batch[cls], params);
     }
 
     std::vector<Param> keys;
@@ -186,7 +183,7 @@ class RecordOps {
       keys.insert(keys.end(), {Param(r.key.id()), Param(r.key.biz_type())});
     }
     std::unordered_map<Key, RowRead> rows;
-    for (const Row& row : c.select(sql_->select_batch[cls], keys)) {
+    for (const Row& row : c.select(sql_.select_batch[cls], keys)) {
       RowRead read = decode_record(row);
       Key key = read.record.key;
       rows.emplace(std::move(key), std::move(read));
@@ -218,23 +215,23 @@ class RecordOps {
   // The fenced UPDATE of complete/fail. Returns true if it changed the row.
   bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
               bool retryable) const {
-    return c.execute(sql_->finish,
+    return c.execute(sql_.finish,
                      {static_cast<int>(to), Param::blob(snapshot), stored_retryable(to, retryable),
                       key.id(), key.biz_type(), t.fence, t.owner}) == 1;
   }
 
   std::size_t purge(Connection& c, std::size_t batch) const {
-    return static_cast<std::size_t>(c.execute(sql_->purge, {static_cast<std::uint64_t>(batch)}));
+    return static_cast<std::size_t>(c.execute(sql_.purge, {static_cast<std::uint64_t>(batch)}));
   }
 
   std::size_t release(Connection& c, std::size_t batch) const {
     return static_cast<std::size_t>(c.execute(
-        sql_->release, {static_cast<int>(released_status), released_retryable,
-                        Param::blob(released_snapshot), static_cast<std::uint64_t>(batch)}));
+        sql_.release, {static_cast<int>(released_status), released_retryable,
+                       Param::blob(released_snapshot), static_cast<std::uint64_t>(batch)}));
   }
 
  private:
-  std::shared_ptr<const RecordSql> sql_;  // built once; copies of the ops share it
+  RecordSql sql_;  // built once, when the store is made
   bool returning_;
 };
 

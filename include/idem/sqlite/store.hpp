@@ -88,11 +88,11 @@ namespace detail {
 class RecordOps {
  public:
   RecordOps(const TableName& table, std::function<TimePoint()> clock)
-      : sql_(std::make_shared<const RecordSql>(make_record_sql(table))), clock_(std::move(clock)) {}
+      : sql_(make_record_sql(table)), clock_(std::move(clock)) {}
 
   std::optional<RecordRead> read(Connection& c, const Key& key, bool /*bound*/) const {
     const TimePoint now = clock_();
-    Rows rows = c.query(sql_->select, {key.id(), key.biz_type()});
+    Rows rows = c.query(sql_.select, {key.id(), key.biz_type()});
     if (!rows.next()) return std::nullopt;
     return RecordRead{decode_record(rows), now};
   }
@@ -103,8 +103,8 @@ class RecordOps {
     const TimePoint now = clock_();
     Record fresh = claim_record(key, token, fp, now, o);
     const StepResult inserted =
-        c.try_execute(sql_->insert, {key.id(), key.biz_type(), token, fp, millis(fresh.lease_until),
-                                     millis(now), millis(fresh.expire_at)});
+        c.try_execute(sql_.insert, {key.id(), key.biz_type(), token, fp, millis(fresh.lease_until),
+                                    millis(now), millis(fresh.expire_at)});
     if (inserted.code == SQLITE_OK) return fresh;
     if (inserted.code != SQLITE_CONSTRAINT_PRIMARYKEY) throw c.error("claim", inserted.code);
     return std::nullopt;
@@ -112,7 +112,7 @@ class RecordOps {
 
   bool write_takeover(Connection& c, Decision d, const Record& next, const Ticket& read) const {
     const std::string& sql =
-        d == Decision::take_over_expired ? sql_->take_over_expired : sql_->take_over_retry;
+        d == Decision::take_over_expired ? sql_.take_over_expired : sql_.take_over_retry;
     return c.execute(sql, {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
                            next.fingerprint, next.attempts, millis(next.lease_until),
                            millis(next.created_at), millis(next.updated_at), millis(next.expire_at),
@@ -122,23 +122,23 @@ class RecordOps {
   // The fenced UPDATE of complete/fail. Returns true if it changed the row.
   bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
               bool retryable) const {
-    return c.execute(sql_->finish,
+    return c.execute(sql_.finish,
                      {static_cast<int>(to), Value::blob(snapshot), stored_retryable(to, retryable),
                       millis(clock_()), key.id(), key.biz_type(), t.fence, t.owner}) == 1;
   }
 
   std::size_t purge(Connection& c, std::size_t batch) const {
-    return static_cast<std::size_t>(c.execute(sql_->purge, {millis(clock_()), limit(batch)}));
+    return static_cast<std::size_t>(c.execute(sql_.purge, {millis(clock_()), limit(batch)}));
   }
 
   std::size_t release(Connection& c, std::size_t batch) const {
     return static_cast<std::size_t>(
-        c.execute(sql_->release, {static_cast<int>(released_status), released_retryable,
-                                  Value::blob(released_snapshot), millis(clock_()), limit(batch)}));
+        c.execute(sql_.release, {static_cast<int>(released_status), released_retryable,
+                                 Value::blob(released_snapshot), millis(clock_()), limit(batch)}));
   }
 
  private:
-  std::shared_ptr<const RecordSql> sql_;  // built once; copies of the ops share it
+  RecordSql sql_;  // built once, when the store is made
   std::function<TimePoint()> clock_;
 };
 
