@@ -73,48 +73,60 @@ void storm_scenario(const Config& config) {
     std::vector<std::unique_ptr<RawCycle>> cycles(callers);
     std::vector<std::unique_ptr<RawKeyed>> reads(callers);
     server.truncate(lib ? lib_table : raw_table);
+    std::atomic<bool> failed{false};
+    // One caller's request for one key: the library's run_once, or the raw INSERT whose winner
+    // runs the business and UPDATEs while the losers read the row.
+    auto call = [&](std::size_t k, const std::string& id) {
+      const auto t0 = Clock::now();
+      bool executed = false;
+      if (lib) {
+        auto out = idem::run_once(
+            *server.store, idem::Key{"BENCH", id}, fixed_fingerprint(),
+            [&] {
+              executed = true;
+              std::this_thread::sleep_for(business);
+              return nlohmann::json{{"status", "paid"}};
+            },
+            options);
+        (void)out;  // replayed or in_progress: either is the duplicate's answer
+      } else if (cycles[k]->insert.execute(id)) {
+        executed = true;
+        std::this_thread::sleep_for(business);
+        cycles[k]->complete.stmt[0].str = nlohmann::json{{"status", "paid"}}.dump();
+        cycles[k]->complete.stmt[1].str = id;
+        cycles[k]->complete.stmt.execute();
+      } else {
+        reads[k]->stmt[0].str = id;
+        reads[k]->stmt.query();
+      }
+      if (executed) {
+        ++executions;
+      } else {
+        lat[k].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
+    };
     res.seconds = run_parallel(callers, [&](int t) {
       const auto k = static_cast<std::size_t>(t);
-      if (!lib) {
-        cycles[k] = std::make_unique<RawCycle>(server.conn(t));
-        reads[k] = std::make_unique<RawKeyed>(server.conn(t), raw_select_sql(raw_table),
-                                              std::vector<Kind>{});
-        reads[k]->stmt[1].str = "BENCH";
-      }
-      for (int key = 0; key < key_count; ++key) {
-        sync.arrive_and_wait();
-        const std::string id = fmt::format("storm-r{}-{}", r, key);
-        const auto t0 = Clock::now();
-        bool executed = false;
-        if (lib) {
-          auto out = idem::run_once(
-              *server.store, idem::Key{"BENCH", id}, fixed_fingerprint(),
-              [&] {
-                executed = true;
-                std::this_thread::sleep_for(business);
-                return nlohmann::json{{"status", "paid"}};
-              },
-              options);
-          (void)out;  // replayed or in_progress: either is the duplicate's answer
-        } else {
-          // Raw: INSERT; the winner runs the business and UPDATEs, a loser reads the row.
-          if (cycles[k]->insert.execute(id)) {
-            executed = true;
-            std::this_thread::sleep_for(business);
-            cycles[k]->complete.stmt[0].str = nlohmann::json{{"status", "paid"}}.dump();
-            cycles[k]->complete.stmt[1].str = id;
-            cycles[k]->complete.stmt.execute();
-          } else {
-            reads[k]->stmt[0].str = id;
-            reads[k]->stmt.query();
-          }
+      try {
+        if (!lib) {
+          cycles[k] = std::make_unique<RawCycle>(server.conn(t));
+          reads[k] = std::make_unique<RawKeyed>(server.conn(t), raw_select_sql(raw_table),
+                                                std::vector<Kind>{});
+          reads[k]->stmt[1].str = "BENCH";
         }
-        if (executed) {
-          ++executions;
-        } else {
-          lat[k].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        for (int key = 0; key < key_count; ++key) {
+          sync.arrive_and_wait();
+          // A caller that failed has left the barrier (below); the others follow it out at
+          // the next key, and run_parallel rethrows its error.
+          if (failed.load()) break;
+          call(k, fmt::format("storm-r{}-{}", r, key));
         }
+      } catch (...) {
+        failed = true;
+        sync.arrive_and_drop();
+        throw;
       }
+      if (failed.load()) sync.arrive_and_drop();
     });
     res.executions = executions.load();
     for (auto& v : lat)

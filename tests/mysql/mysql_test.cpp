@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -13,11 +12,12 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include "../support/mysql_server.hpp"
 #include "../support/session_status.hpp"
 #include "../support/threads.hpp"
-#include "../support/mysql_server.hpp"
 
 using idem_test::session_count;
 
@@ -380,9 +380,7 @@ TEST_CASE("a batch statement that fails is tried again at half its rows") {
   constexpr int keys = 300;
   std::vector<idem::ClaimRequest> batch;
   for (int i = 0; i < keys; ++i) {
-    char id[16];
-    std::snprintf(id, sizeof id, "half-%03d", i);
-    batch.push_back({idem::Key{"MSG", id}, ""});
+    batch.push_back({idem::Key{"MSG", fmt::format("half-{:03}", i)}, ""});
   }
   // The first key in primary key order is inserted by an open transaction: every batch
   // statement that includes it waits for that lock, and is killed while it waits.
