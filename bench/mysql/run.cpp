@@ -21,8 +21,11 @@ int run_mysql(const Config& config, const Selected& selected) {
       {"mysql.mix", [&] { cycle_scenario(config, true); }},
       {"mysql.tx", [&] { tx_scenario(config, TxMode::library); }},
       {"mysql.tx_floor", [&] { tx_scenario(config, TxMode::floor); }},
-      {"mysql.tx_record_last", [&] { tx_scenario(config, TxMode::record_last); }},
+      {"mysql.tx_claim_first", [&] { tx_scenario(config, TxMode::claim_first); }},
       {"mysql.tx_own", [&] { tx_scenario(config, TxMode::own); }},
+      {"mysql.tx_handwritten", [&] { tx_handwritten_scenario(config); }},
+      {"mysql.cache", [&] { cache_scenario(config, false); }},
+      {"mysql.cache_storm", [&] { cache_scenario(config, true); }},
       {"mysql.batch", [&] { batch_scenario(config); }},
       {"mysql.storm", [&] { storm_scenario(config); }},
       {"mysql.big_table", [&] { big_table_scenario(config); }},
@@ -39,6 +42,5 @@ int run_mysql(const Config& config, const Selected& selected) {
   }
   return failed;
 }
-
 
 }  // namespace bench

@@ -1,8 +1,8 @@
 #pragma once
 // The mysql.* scenarios of idem-bench: idem::mysql against the bare C API on the same server,
 // same table shape (idem::mysql::record_table_ddl), same rows. One file per family: claim.cpp
-// (claim, returning), cycle.cpp (cycle, mix), tx.cpp (same-transaction), scale.cpp (batch,
-// storm, big_table).
+// (claim, returning), cycle.cpp (cycle, mix), tx.cpp (same-transaction), cache.cpp
+// (CachedStore), scale.cpp (batch, storm, big_table).
 #include "../common.hpp"
 #include "../scenarios.hpp"
 
@@ -12,14 +12,23 @@ void claim_scenario(const Config& config, bool floor);
 void returning_scenario(const Config& config, bool duplicates);
 void cycle_scenario(const Config& config, bool mix, bool floor = false);
 
-// mysql.tx: the library's same-transaction mode. mysql.tx_floor: the library's own five
-// statements (its SQL text, from idem::mysql::detail::make_record_sql) sent through the bare
-// C API: the best any claim-first implementation can do on this server, so tx / tx_floor is
-// what the library itself costs. mysql.tx_record_last: the record-last sketch. mysql.tx_own:
+// mysql.tx: the library's same-transaction mode (its default, BoundClaim::record_last).
+// mysql.tx_claim_first: the same with BoundClaim::claim_first. mysql.tx_floor: claim-first's
+// five statements (its SQL text, from idem::mysql::detail::make_record_sql) sent through the
+// bare C API: the best any claim-first implementation can do on this server. mysql.tx_own:
 // mysql.tx on the caller's own handles (with_transaction on a lender, a borrowed MYSQL*, whose
 // statements travel as text instead of as cached prepared statements).
-enum class TxMode { library, floor, record_last, own };
+enum class TxMode { library, claim_first, floor, own };
 void tx_scenario(const Config& config, TxMode mode);
+// mysql.tx_handwritten: the dedup a service writes by hand (a narrow dedup row INSERTed first,
+// replay on ER_DUP_ENTRY, the business, an UPDATE storing the response, COMMIT) through the
+// bare C API, against the library's default bound mode doing the same business, at 12%
+// duplicates.
+void tx_handwritten_scenario(const Config& config);
+
+// mysql.cache (12% duplicates) and mysql.cache_storm (50%): run_once on idem::CachedStore in
+// front of the MySQL store against the plain store.
+void cache_scenario(const Config& config, bool storm);
 
 void batch_scenario(const Config& config);
 void storm_scenario(const Config& config);

@@ -1,4 +1,4 @@
-// mysql.tx, mysql.tx_floor, mysql.tx_record_last, mysql.tx_own.
+// mysql.tx, mysql.tx_claim_first, mysql.tx_floor, mysql.tx_own, mysql.tx_handwritten.
 #include "shared.hpp"
 
 namespace bench::mysql_bench {
@@ -20,27 +20,22 @@ std::string order_insert_sql(const std::string& table) {
 }  // namespace
 
 void tx_scenario(const Config& config, TxMode mode) {
-  const bool record_last = mode == TxMode::record_last;
   const std::string name = mode == TxMode::library ? "mysql.tx"
                            : mode == TxMode::floor ? "mysql.tx_floor"
                            : mode == TxMode::own   ? "mysql.tx_own"
-                                                   : "mysql.tx_record_last";
+                                                   : "mysql.tx_claim_first";
   const int threads = config.threads > 0 ? config.threads : 32;
   std::atomic<long> bodies{0};
   Server server(config, threads);
+  const idem::mysql::Store claim_first_store(
+      {.table = lib_table, .bound_claim = idem::BoundClaim::claim_first});
+  const idem::mysql::Store& bound_store =
+      mode == TxMode::claim_first ? claim_first_store : *server.store;
   server.conn(0).query(order_ddl("bench_lib_order"));
   server.conn(0).query(order_ddl("bench_raw_order"));
   const std::size_t per = config.ops(5'000, 1'500) / threads;
   const std::size_t total = per * threads;
   const std::string lib_order = order_insert_sql("bench_lib_order");
-  // The record-last pattern: the finished record is inserted after the business, in the same
-  // transaction; a duplicate's INSERT fails (after waiting for the first transaction) and the
-  // whole transaction rolls back.
-  const std::string finished_insert = fmt::format(
-      "INSERT INTO {} ({}) VALUES (?, ?, 1, 1, ?, ?, ?, 0, 1, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), "
-      "UTC_TIMESTAMP(3), "
-      "UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND)",
-      lib_table, record_columns);
 
   const auto sql = idem::mysql::detail::make_record_sql(lib_table);
   const bool has_returning = server.pool->acquire()->supports_returning();
@@ -83,15 +78,7 @@ void tx_scenario(const Config& config, TxMode mode) {
                    };
                    const bool ok = in_transaction([&](Connection& c) {
                      ++bodies;  // more bodies than transactions: some ran again
-                     if (record_last) {
-                       c.execute(lib_order, {id, 100});
-                       const std::string snapshot = nlohmann::json{{"order", id}}.dump();
-                       c.execute(finished_insert,
-                                 {id, "BENCH", idem::detail::new_owner_token(), fixed_fingerprint(),
-                                  idem::mysql::Param::blob(snapshot), micros(options.ttl)});
-                       return true;
-                     }
-                     auto tx = server.store->bind(c);
+                     auto tx = bound_store.bind(c);
                      auto out = idem::run_once(
                          tx, idem::Key{"BENCH", id}, fixed_fingerprint(),
                          [&] {
@@ -131,20 +118,152 @@ void tx_scenario(const Config& config, TxMode mode) {
     j["library"] =
         "the library's statements through the bare C API: START TRANSACTION, INSERT IGNORE ... "
         "RETURNING of the claim, business INSERT, fenced UPDATE of the record, COMMIT";
-  } else if (record_last) {
+  } else if (mode == TxMode::claim_first) {
     j["library"] =
-        "record-last sketch on idem::mysql::Connection: START TRANSACTION, business INSERT, "
-        "INSERT of the finished record, COMMIT (not a library API)";
+        "mysql.tx with StoreParams::bound_claim = claim_first: START TRANSACTION, INSERT IGNORE "
+        "... RETURNING of the claim, business INSERT, fenced UPDATE of the record, COMMIT";
   } else if (mode == TxMode::own) {
     j["library"] =
         "mysql.tx on the caller's own MYSQL* handles: with_transaction(lend) + store.bind(c) + "
         "run_once, every statement as text";
   } else {
     j["library"] =
-        "with_transaction + store.bind(c) + run_once: START TRANSACTION, claim, business INSERT, "
-        "commit of the record, COMMIT";
+        "with_transaction + store.bind(c) + run_once (record_last): START TRANSACTION, read of "
+        "the key, business INSERT, INSERT of the finished record, COMMIT";
   }
   j["baseline"] = "START TRANSACTION, business INSERT, COMMIT (C API)";
+  emit(j);
+}
+
+// --- mysql.tx_handwritten ------------------------------------------------------------------
+
+namespace {
+
+// What a service writes when it dedups by hand inside its business transaction: a narrow row
+// per key, the response stored beside it.
+std::string dedup_ddl(const std::string& table) {
+  return fmt::format(
+      "CREATE TABLE IF NOT EXISTS {} (dedup_key VARBINARY(64) NOT NULL, biz_type VARBINARY(32) "
+      "NOT NULL, response BLOB NULL, PRIMARY KEY (dedup_key, biz_type)) ENGINE=InnoDB",
+      table);
+}
+
+// The hand-written request, through the bare C API: START TRANSACTION, INSERT the dedup row
+// (a duplicate key: ROLLBACK, read the stored response, replay it), the business INSERT, an
+// UPDATE storing the response, COMMIT; the whole transaction again on a deadlock or a lock
+// wait timeout.
+struct Handwritten {
+  RawConn& conn;
+  RawStmt claim, order, store, replay;
+  explicit Handwritten(RawConn& c)
+      : conn(c),
+        claim(c, "INSERT INTO bench_dedup (dedup_key, biz_type) VALUES (?, 'BENCH')", {Kind::text}),
+        order(c, order_insert_sql("bench_raw_order"), {Kind::text, Kind::int64}),
+        store(c, "UPDATE bench_dedup SET response = ? WHERE dedup_key = ? AND biz_type = 'BENCH'",
+              {Kind::blob, Kind::text}),
+        replay(c, "SELECT response FROM bench_dedup WHERE dedup_key = ? AND biz_type = 'BENCH'",
+               {Kind::text}) {
+    order[1].num = 100;
+  }
+  // Returns whether the business ran.
+  bool run(const std::string& id) {
+    for (int attempt = 1;; ++attempt) {
+      try {
+        conn.query("START TRANSACTION");
+        claim[0].str = id;
+        if (claim.execute(true) < 0) {
+          conn.query("ROLLBACK");
+          replay[0].str = id;
+          if (replay.query() != 1) throw std::runtime_error("handwritten: no row to replay");
+          return false;
+        }
+        order[0].str = id;
+        order.execute();
+        store[0].str = nlohmann::json{{"order", id}}.dump();
+        store[1].str = id;
+        if (store.execute() != 1) throw std::runtime_error("handwritten: the UPDATE missed");
+        conn.query("COMMIT");
+        return true;
+      } catch (const std::exception&) {
+        const unsigned code = mysql_errno(conn.native());
+        conn.query("ROLLBACK");
+        if ((code != er_lock_deadlock && code != 1205) || attempt == 8) throw;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void tx_handwritten_scenario(const Config& config) {
+  const std::string name = "mysql.tx_handwritten";
+  const int threads = config.threads > 0 ? config.threads : 32;
+  Server server(config, threads);
+  server.conn(0).query(order_ddl("bench_lib_order"));
+  server.conn(0).query(order_ddl("bench_raw_order"));
+  server.conn(0).query(dedup_ddl("bench_dedup"));
+  const std::size_t per = config.ops(5'000, 1'500) / threads;
+  const std::size_t total = per * threads;
+  // 3 requests in 25 (12%) repeat a key this thread finished 20 requests ago, as in mysql.mix.
+  auto id_of = [&](int r, int t, std::size_t i) {
+    const std::size_t m = i % 25;
+    if (i >= 25 && (m == 7 || m == 15 || m == 23)) return key_id(r, t, i - 20);
+    return key_id(r, t, i);
+  };
+  const std::string lib_order = order_insert_sql("bench_lib_order");
+  std::atomic<long> lib_runs{0}, raw_runs{0}, bodies{0};
+  Side library{[&](int) {
+                 server.truncate(lib_table);
+                 server.truncate("bench_lib_order");
+               },
+               [&](int t, int r) {
+                 long runs = 0;
+                 for (std::size_t i = 0; i < per; ++i) {
+                   const std::string id = id_of(r, t, i);
+                   const auto out = idem::mysql::with_transaction(*server.pool, [&](Connection& c) {
+                     ++bodies;
+                     auto tx = server.store->bind(c);
+                     return idem::run_once(
+                         tx, idem::Key{"BENCH", id}, fixed_fingerprint(),
+                         [&] {
+                           ++runs;
+                           c.execute(lib_order, {id, 100});
+                           return nlohmann::json{{"order", id}};
+                         },
+                         options);
+                   });
+                   if (!out) throw std::runtime_error("neither acquired nor replayed");
+                 }
+                 lib_runs += runs;
+               }};
+  auto hand = per_thread<Handwritten>(threads);
+  Side baseline{[&](int) {
+                  server.truncate("bench_dedup");
+                  server.truncate("bench_raw_order");
+                },
+                [&](int t, int r) {
+                  auto& h = hand[static_cast<std::size_t>(t)];
+                  if (!h) h = std::make_unique<Handwritten>(server.conn(t));
+                  long runs = 0;
+                  for (std::size_t i = 0; i < per; ++i)
+                    runs += h->run(id_of(r, t, i)) ? 1 : 0;
+                  raw_runs += runs;
+                }};
+  const auto t = alternate(name, config.rounds_per_side(), threads, total, library, baseline);
+  auto j = throughput_json(name, threads, total, t, ">= 1.0");
+  j["connections"] = threads;
+  j["duplicates"] = 0.12;
+  j["library_executions"] = lib_runs.load() / config.rounds_per_side();
+  j["baseline_executions"] = raw_runs.load() / config.rounds_per_side();
+  j["library_transaction_tries"] = bodies.load();
+  j["library"] =
+      "with_transaction + store.bind(c) + run_once, the default record_last: START TRANSACTION, "
+      "read of the key (a duplicate replays it), business INSERT, INSERT of the finished record, "
+      "COMMIT";
+  j["baseline"] =
+      "hand-written dedup (C API): START TRANSACTION, INSERT of a narrow dedup row (a duplicate: "
+      "ROLLBACK and SELECT of the stored response), business INSERT, UPDATE storing the "
+      "response, COMMIT; again on 1213/1205";
   emit(j);
 }
 

@@ -7,6 +7,7 @@
 //   consume.hpp        message consumers: consume, consume_batch and the Ack they answer
 //   batch.hpp          claim_batch: many keys at once
 //   memory_store.hpp   MemoryStore, the in-process store (unit tests, single-process services)
+//   cached_store.hpp   CachedStore: duplicates of finished keys answered from process memory
 //   key.hpp, fingerprint.hpp, options.hpp            what every call takes
 //   outcome.hpp, permanent_failure.hpp, errors.hpp   what comes back, and what is thrown
 //   state_machine.hpp  guarded status transitions, which stop a duplicate state change
@@ -41,7 +42,8 @@
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
-// Stores: the in-process one, and the contract every store keeps
+// Stores: the in-process one, the cache in front of any store, and the contract every store keeps
+#include "idem/cached_store.hpp"
 #include "idem/memory_store.hpp"
 #include "idem/store.hpp"
 

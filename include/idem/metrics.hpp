@@ -19,6 +19,7 @@
 //   idem_store_errors_retried_total        transactions with_transaction rolled back and ran
 //                                          again (deadlocks between duplicates are normal)
 //   idem_transaction_errors_total          bound-store operations that failed in a transaction
+//   idem_cache_hits_total                  claims idem::CachedStore answered from memory
 //   idem_claim_duration_seconds            histogram of the claim latency (waits included)
 // The duplicate rate to watch (normally 1-2%; 12% and more during a retry storm):
 //   rate(idem_duplicates_total[5m]) / rate(idem_requests_total[5m])
@@ -135,6 +136,8 @@ class Metrics final : public Observer {
             "with_transaction.");
     counter("idem_transaction_errors_total", EventKind::transaction_error,
             "Bound-store operations that failed inside the caller's transaction.");
+    counter("idem_cache_hits_total", EventKind::cache_hit,
+            "Claims idem::CachedStore answered from memory, without the store.");
     header("idem_claim_duration_seconds", "histogram", "Claim latency, waits included.");
     each([&](const std::string& b, const Series& s) {
       std::uint64_t cumulative = 0;
@@ -153,7 +156,7 @@ class Metrics final : public Observer {
   }
 
  private:
-  static constexpr std::size_t kinds = static_cast<std::size_t>(EventKind::transaction_retried) + 1;
+  static constexpr std::size_t kinds = static_cast<std::size_t>(EventKind::cache_hit) + 1;
 
   struct Series {
     std::array<std::atomic<std::uint64_t>, kinds> events{};

@@ -33,6 +33,8 @@ enum class EventKind {
                         // transaction (a deadlock, ...): the transaction is rolled back
   transaction_retried,  // with_transaction rolled a try back after a transient failure and
                         // runs it again (a deadlock between duplicates, an ordinary event)
+  cache_hit,            // idem::CachedStore answered the claim from memory, without the store
+                        // (the claim's answer, replayed or conflict, is reported as well)
 };
 
 constexpr std::string_view to_string(EventKind k) noexcept {
@@ -59,6 +61,8 @@ constexpr std::string_view to_string(EventKind k) noexcept {
       return "transaction_error";
     case EventKind::transaction_retried:
       return "transaction_retried";
+    case EventKind::cache_hit:
+      return "cache_hit";
   }
   return "unknown";
 }

@@ -1,6 +1,8 @@
-// The store conformance suite on MemoryStore, with a manual clock: no test sleeps for time.
+// The store conformance suite on MemoryStore, and on idem::CachedStore in front of one, with a
+// manual clock: no test sleeps for time.
 #include <tuple>
 
+#include <idem/cached_store.hpp>
 #include <idem/memory_store.hpp>
 
 namespace {
@@ -23,7 +25,19 @@ struct SingleShardFixture {
   void advance(idem::Duration d) { clock.advance(d); }
 };
 
+// idem::CachedStore in front of a MemoryStore, on the same clock: the cache must answer every
+// case as the store behind it does.
+struct CachedFixture {
+  idem::ManualClock clock;
+  idem::MemoryStore memory{[this] { return clock.now(); }};
+  idem::CachedStore<idem::MemoryStore> cached{
+      memory, idem::CacheParams{.clock = [this] { return clock.now(); }}};
+
+  idem::CachedStore<idem::MemoryStore>& store() { return cached; }
+  void advance(idem::Duration d) { clock.advance(d); }
+};
+
 }  // namespace
 
-#define IDEM_CONFORMANCE_FIXTURES std::tuple<MemoryFixture, SingleShardFixture>
+#define IDEM_CONFORMANCE_FIXTURES std::tuple<MemoryFixture, SingleShardFixture, CachedFixture>
 #include <idem/testing/conformance.hpp>

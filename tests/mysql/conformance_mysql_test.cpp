@@ -4,6 +4,8 @@
 #include <thread>
 #include <tuple>
 
+#include <idem/cached_store.hpp>
+
 #include "../support/mysql_server.hpp"
 
 namespace {
@@ -22,7 +24,16 @@ struct MysqlReadBackFixture {
   void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
 };
 
+// idem::CachedStore in front of the MySQL store: the cache judges expiry by this process's
+// clock, the store by the server's.
+struct MysqlCachedFixture {
+  idem_test::Table table;
+  idem::CachedStore<idem::mysql::Store> cached{table.store};
+  idem::CachedStore<idem::mysql::Store>& store() { return cached; }
+  void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
+};
+
 }  // namespace
 
-#define IDEM_CONFORMANCE_FIXTURES std::tuple<MysqlFixture, MysqlReadBackFixture>
+#define IDEM_CONFORMANCE_FIXTURES std::tuple<MysqlFixture, MysqlReadBackFixture, MysqlCachedFixture>
 #include <idem/testing/conformance.hpp>

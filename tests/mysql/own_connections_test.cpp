@@ -21,8 +21,8 @@
 #include <idem/metrics.hpp>
 #include <idem/run_once.hpp>
 
-#include "../support/threads.hpp"
 #include "../support/mysql_server.hpp"
+#include "../support/threads.hpp"
 
 using namespace std::chrono_literals;
 using idem_test::Errors;
@@ -168,7 +168,9 @@ TEST_CASE("the service's own MYSQL* pool: 16 threads, 12% duplicates, one execut
     requests.push_back("trade-" + std::to_string(rng() % 440));
   std::shuffle(requests.begin(), requests.end(), rng);
 
-  std::atomic<int> executions{0}, replays{0}, next{0};
+  // bodies counts every run of a body, also a record-last duplicate's speculative run that was
+  // rolled back (idem::BoundClaim); the payments table is the truth.
+  std::atomic<int> bodies{0}, replays{0}, next{0};
   Errors errors;
   run_threads(16, [&](int) {
     for (int i = next++; i < static_cast<int>(requests.size()); i = next++) {
@@ -179,7 +181,7 @@ TEST_CASE("the service's own MYSQL* pool: 16 threads, 12% duplicates, one execut
           rows_of(m, "SELECT COUNT(*) FROM " + payments.name);  // the service's read first
           auto tx = store.bind(m);  // the raw handle: the try still sees its claims
           return idem::run_once(tx, idem::Key{"PAY", trade_no}, "", [&] {
-            ++executions;
+            ++bodies;
             payments.insert(m, trade_no);
             rows_of(m, "SELECT id FROM " + payments.name + " WHERE trade_no = '" + trade_no + "'");
             return trade_no;
@@ -194,7 +196,7 @@ TEST_CASE("the service's own MYSQL* pool: 16 threads, 12% duplicates, one execut
   });
   INFO(errors.first());
   CHECK(errors.size() == 0);
-  CHECK(executions == 440);
+  CHECK(bodies >= 440);
   CHECK(replays == 60);
   CHECK(number(first, "SELECT COUNT(*) FROM " + payments.name) == 440);
   CHECK(number(first, "SELECT COUNT(DISTINCT trade_no) FROM " + payments.name) == 440);

@@ -138,6 +138,21 @@ struct FakeOps {
       return n;
     });
   }
+  idem::RecordProbe probe(FakeConnection&, const idem::Key& key) const {
+    return server->run("probe", [&] {
+      auto it = server->rows.find(key);
+      return idem::RecordProbe{
+          it == server->rows.end() ? std::nullopt : std::optional<idem::Record>(it->second),
+          server->now};
+    });
+  }
+  bool insert_finished(FakeConnection&, const idem::Record& r) const {
+    return server->run("insert_finished", [&] {
+      idem::Record stored = r;
+      stored.updated_at = server->now;
+      return server->rows.emplace(r.key, stored).second;
+    });
+  }
   std::vector<idem::ClaimResult> claim_chunk(FakeConnection& c,
                                              std::span<const idem::ClaimRequest* const> requests,
                                              std::span<const std::string> tokens,
@@ -191,8 +206,9 @@ class FakeStore : public idem::SqlStore<FakeBackend> {
       : SqlStore(FakeOps{&server}, retry), pool_(FakeDriver{&server}, 2, 100ms, "fake pool") {
     attach(&pool_);
   }
-  idem::BoundSqlStore<FakeBackend> bind(FakeConnection& c) const {
-    return idem::BoundSqlStore<FakeBackend>(ops(), c);
+  idem::BoundSqlStore<FakeBackend> bind(
+      FakeConnection& c, idem::BoundClaim how = idem::BoundClaim::claim_first) const {
+    return idem::BoundSqlStore<FakeBackend>(ops(), c, how);
   }
 
  private:
@@ -393,4 +409,81 @@ TEST_CASE("sql_store: housekeeping runs in batches; a bound store needs a transa
   CHECK_THROWS_WITH(bound.claim(idem::Key{"PAY", "k2"}, "fp", opts),
                     Catch::StartsWith("fake::BoundStore: no transaction is open on the "
                                       "connection (BEGIN first)"));
+}
+
+TEST_CASE("sql_store: a record-last claim writes its finished record last, or is superseded") {
+  Server server;
+  FakeStore store(server);
+  FakeConnection c(&server);
+  const idem::Key key{"PAY", "last"};
+  const idem::Options o{.lease = 10s, .ttl = 1h};
+
+  SECTION("fresh: a probe, then one INSERT of the finished record; nothing in between") {
+    auto tx = store.bind(c, idem::BoundClaim::record_last);
+    const auto r = tx.claim(key, "fp", o);
+    REQUIRE(r.verdict == idem::Verdict::acquired);
+    CHECK(r.record == idem::claim_record(key, r.record.ticket.owner, "fp", server.now, o));
+    CHECK(server.rows.empty());
+    server.now += 5ms;
+    tx.complete(key, r.record.ticket, "7");
+    CHECK(server.calls == std::vector<std::string>{"probe", "insert_finished"});
+    const idem::Record& stored = server.rows.at(key);
+    CHECK(stored.status == idem::Status::succeeded);
+    CHECK(stored.snapshot == "7");
+    CHECK(stored.ticket == r.record.ticket);
+    CHECK(stored.created_at == r.record.created_at);
+    CHECK(stored.updated_at == server.now);
+    CHECK(tx.committable());
+    CHECK_THROWS_AS(tx.complete(key, r.record.ticket, "7"), idem::LeaseLost);  // not twice
+  }
+
+  SECTION("superseded: another request's row met at the INSERT") {
+    auto tx = store.bind(c, idem::BoundClaim::record_last);
+    const auto r = tx.claim(key, "fp", o);
+    REQUIRE(r.verdict == idem::Verdict::acquired);
+    server.rows.emplace(key, idem::finished(idem::claim_record(key, "winner", "fp", server.now, o),
+                                            idem::Status::succeeded, "1", false, server.now));
+    try {
+      tx.complete(key, r.record.ticket, "2");
+      FAIL("complete went through");
+    } catch (const idem::StoreError& e) {
+      CHECK(e.retryable());
+      CHECK_THAT(e.what(), Catch::Contains("superseded"));
+    }
+    CHECK(server.rows.at(key).snapshot == "1");
+    CHECK(!tx.committable());
+    CHECK_THROWS_WITH(tx.check_committable(), Catch::Contains("superseded"));
+    // The guard then abandons the claim: nothing more is written, no error.
+    server.calls.clear();
+    tx.abandon(key, r.record.ticket, "{}");
+    CHECK(server.calls.empty());
+    CHECK(!tx.committable());
+  }
+
+  SECTION("an abandoned claim that meets the winner's row is superseded without an error") {
+    auto tx = store.bind(c, idem::BoundClaim::record_last);
+    const auto r = tx.claim(key, "fp", o);
+    server.rows.emplace(key, idem::claim_record(key, "winner", "fp", server.now, o));
+    tx.abandon(key, r.record.ticket, "{}");
+    CHECK(server.rows.at(key).ticket.owner == "winner");
+    CHECK_THROWS_WITH(tx.check_committable(), Catch::Contains("superseded"));
+  }
+
+  SECTION("a stored record decides without a write; a takeover is written first") {
+    server.rows.emplace(key, idem::finished(idem::claim_record(key, "first", "fp", server.now, o),
+                                            idem::Status::succeeded, "1", false, server.now));
+    auto tx = store.bind(c, idem::BoundClaim::record_last);
+    CHECK(tx.claim(key, "fp", o).verdict == idem::Verdict::replayed);
+    CHECK(tx.claim(key, "other", o).verdict == idem::Verdict::conflict);
+    CHECK(server.calls == std::vector<std::string>{"probe", "probe"});
+    server.rows.at(key).status = idem::Status::failed;
+    server.rows.at(key).retryable = true;
+    const auto r = tx.claim(key, "fp", o);
+    REQUIRE(r.verdict == idem::Verdict::acquired);
+    CHECK(r.record.ticket.fence == 2);
+    CHECK(server.rows.at(key).ticket == r.record.ticket);  // written under its lock
+    tx.complete(key, r.record.ticket, "2");
+    CHECK(server.calls.back() == "finish");  // the fenced UPDATE, not an INSERT
+    CHECK(tx.committable());
+  }
 }

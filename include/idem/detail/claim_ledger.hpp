@@ -6,6 +6,10 @@
 // still processing, abandoned or failed retryably, it lets the redelivery run the business a
 // second time on top of the rows the first try left behind. So a transaction commits only
 // when every claim in it succeeded or failed permanently.
+//
+// A record-last claim (idem::BoundClaim::record_last) writes its row only when it finishes;
+// when that INSERT meets the row of another request for the key, the claim was superseded:
+// the whole try must roll back and run again, and the run again replays the other's result.
 
 #include <algorithm>
 #include <iterator>
@@ -24,7 +28,7 @@ namespace idem::detail {
 
 class ClaimLedger {
  public:
-  enum class State { open, succeeded, failed, retryable, abandoned };
+  enum class State { open, succeeded, failed, retryable, abandoned, superseded };
 
   struct Entry {
     Key key;
@@ -35,6 +39,7 @@ class ClaimLedger {
   // What the end of the transaction must do.
   enum class Ending {
     commit,     // every claim finished (or there was none)
+    retry,      // a record-last claim was superseded: roll back and run the body again
     roll_back,  // the unfinished claims failed retryably, or the body asked for a rollback
                 // (set_rollback_only): nothing of the try may stay; its result says so
     misuse,     // a claim was left open or abandoned, or a finished one shares the transaction
@@ -56,17 +61,20 @@ class ClaimLedger {
     if (observer != nullptr) observer_ = observer;
   }
   void claimed(const Key& key, const Ticket& ticket) { entries_.push_back({key, ticket}); }
+  // A superseded claim stays superseded: the guard abandons it after its commit failed.
   void ended(const Key& key, const Ticket& ticket, State state) noexcept {
     for (Entry& e : entries_) {
-      if (e.ticket == ticket && e.key == key) e.state = state;
+      if (e.ticket == ticket && e.key == key && e.state != State::superseded) e.state = state;
     }
   }
 
   Ending ending() const noexcept {
+    if (superseded() != nullptr) return Ending::retry;
     bool finished = false;
     bool retryable = false;
     for (const Entry& e : entries_) {
       switch (e.state) {
+        case State::superseded:
         case State::open:
         case State::abandoned:
           return Ending::misuse;
@@ -96,6 +104,11 @@ class ClaimLedger {
       return fmt::format("the claim on {}/{} (fence {}) {}", e.key.biz_type(),
                          printable(e.key.id()), e.ticket.fence, what);
     };
+    if (auto it = blocking(State::superseded); it != entries_.end()) {
+      return describe(*it,
+                      "was superseded: another request for the key finished first; roll the "
+                      "transaction back and run it again, and it will replay that result");
+    }
     if (auto it = blocking(State::abandoned); it != entries_.end()) {
       return describe(*it,
                       "was abandoned: its guard was destroyed without commit() or fail(); commit "
@@ -115,6 +128,25 @@ class ClaimLedger {
     }
     if (rollback_only_) return "the transaction was marked rollback-only";
     return {};
+  }
+
+  // The first claim of the try that was superseded, or null.
+  const Entry* superseded() const noexcept {
+    for (const Entry& e : entries_) {
+      if (e.state == State::superseded) return &e;
+    }
+    return nullptr;
+  }
+
+  // The retryable StoreError that ends a try with a superseded claim (call only when
+  // superseded() is set); `who` names the thrower, e.g. "idem::mysql".
+  StoreError superseded_error(std::string_view who) const {
+    const Entry& e = *superseded();
+    return StoreError(fmt::format("{}: the record-last claim on {}/{} was superseded: another "
+                                  "request for the key finished first; the transaction must "
+                                  "roll back and run again, and will replay that result",
+                                  who, e.key.biz_type(), printable(e.key.id())),
+                      true);
   }
 
   const Key* first_key() const noexcept {

@@ -43,6 +43,11 @@ struct TryReport {
 // roll_back_quietly() noexcept. Ends with commit() or roll_back() as the ledger of the try
 // says, or rolls back and throws UsageError prefixed with `who`; rolls back on every
 // exception, leaving in `report` whom to tell.
+//
+// A try with a superseded record-last claim rolls back and throws the ledger's retryable
+// StoreError, also in place of the body's own exception: a speculative body that met the
+// winner's writes (its duplicate row, its changed state) fails for that reason, and the next
+// try replays the winner's result instead.
 template <class Tx, class Fn>
 std::invoke_result_t<Fn&> run_try(Tx& tx, std::string_view who, TryReport& report, Fn&& fn) {
   using R = std::invoke_result_t<Fn&>;
@@ -55,6 +60,8 @@ std::invoke_result_t<Fn&> run_try(Tx& tx, std::string_view who, TryReport& repor
         case ClaimLedger::Ending::commit:
           tx.commit();
           break;
+        case ClaimLedger::Ending::retry:
+          throw ledger.superseded_error(who);
         case ClaimLedger::Ending::roll_back:
           tx.roll_back();
           break;
@@ -73,6 +80,7 @@ std::invoke_result_t<Fn&> run_try(Tx& tx, std::string_view who, TryReport& repor
   } catch (...) {
     report.take(ledger);
     tx.roll_back_quietly();
+    if (ledger.superseded() != nullptr) throw ledger.superseded_error(who);
     throw;
   }
 }

@@ -7,11 +7,13 @@
 //    channel): the claim must be durable before the call, and its result recorded after.
 //  - same transaction (Store::bind(connection) -> BoundStore): the operations run on the
 //    caller's connection (one of idem's, or the caller's own MYSQL*) inside the caller's
-//    transaction, so claim + business writes + record commit or roll back together.
-//    Duplicates wait on the row lock and then replay. Such a transaction may commit only once
-//    every claim in it finished (BoundStore::committable()); idem::mysql::with_transaction
-//    checks that before its COMMIT and re-runs the body after a deadlock. A Store that is only
-//    ever bound needs no Pool.
+//    transaction, so claim + business writes + record commit or roll back together. By default
+//    (StoreParams::bound_claim, BoundClaim::record_last) the claim is a read and the record is
+//    INSERTed finished after the business; a concurrent duplicate's transaction is rolled back
+//    and run again, and replays. Such a transaction may commit only once every claim in it
+//    finished (BoundStore::committable()); idem::mysql::with_transaction checks that before
+//    its COMMIT and re-runs the body after a deadlock or a superseded claim. A Store that is
+//    only ever bound needs no Pool.
 //
 // How a claim works: one INSERT on the primary key (never SELECT-then-INSERT); on MariaDB
 // 10.5+ it is INSERT IGNORE ... RETURNING, so a fresh claim is one round trip (elsewhere the
@@ -71,6 +73,11 @@ struct StoreParams {
   // (for a proxy that cannot pass RETURNING through). Batch claims on a Galera node always
   // read back (see Connection::in_galera_cluster).
   bool insert_returning = true;
+  // How store.bind(...) claims inside the caller's transaction: record_last (read, run, INSERT
+  // the finished record; a concurrent duplicate runs speculatively and is rolled back and run
+  // again) or claim_first (INSERT a processing row, UPDATE it; a duplicate waits on its lock).
+  // docs/mysql.md, "Same-transaction mode", says when to choose which.
+  BoundClaim bound_claim = BoundClaim::record_last;
 };
 
 namespace detail {
@@ -93,6 +100,26 @@ class RecordOps {
     if (rows.empty()) return std::nullopt;
     RowRead row = decode_record(rows.front());
     return RecordRead{std::move(row.record), row.now};
+  }
+
+  // A record-last claim's read: plain (a consistent read inside the transaction), so that a
+  // duplicate holds no lock while its body runs.
+  RecordProbe probe(Connection& c, const Key& key) const {
+    const auto rows = c.select(sql_.probe, {key.id(), key.biz_type()});
+    if (rows.size() != 1) throw CorruptRecord("idem::mysql: the probe did not answer one row");
+    const Row& row = rows.front();
+    if (row[0].is_null()) return {std::nullopt, time_of(row[13], "UTC_TIMESTAMP(3)")};
+    RowRead read = decode_record(row);
+    return {std::move(read.record), read.now};
+  }
+
+  // A record-last claim's result; false when another request's row is there.
+  bool insert_finished(Connection& c, const Record& r) const {
+    return c.execute(sql_.insert_finished,
+                     {r.key.id(), r.key.biz_type(), static_cast<int>(r.status), r.ticket.fence,
+                      r.ticket.owner, r.fingerprint, Param::blob(r.snapshot), r.retryable ? 1 : 0,
+                      r.attempts, Param::time(r.lease_until), Param::time(r.created_at),
+                      Param::time(r.expire_at)}) == 1;
   }
 
   // The fresh claim, or nullopt when the key exists (ER_DUP_ENTRY, or no row from INSERT
@@ -278,7 +305,8 @@ class Store : public SqlStore<detail::Backend> {
   explicit Store(StoreParams params = {})
       : SqlStore(detail::RecordOps(quote_identifier(params.table), params.insert_returning),
                  params.retry),
-        table_(quote_identifier(params.table)) {}
+        table_(quote_identifier(params.table)),
+        bound_claim_(params.bound_claim) {}
 
   // Creates the record table if it does not exist (docs/schema.sql holds the same DDL).
   void ensure_schema() {
@@ -298,8 +326,10 @@ class Store : public SqlStore<detail::Backend> {
   // from with_transaction), or a handle of the caller's own, begun by the caller's code
   // (START TRANSACTION, or mysql_autocommit(handle, 0)). The handle stays the caller's: see
   // Connection(MYSQL*). The store must outlive the BoundStore; bind once per transaction.
-  BoundStore bind(Connection& connection) const { return BoundStore(ops(), connection); }
-  BoundStore bind(MYSQL* mysql) const { return BoundStore(ops(), mysql); }
+  BoundStore bind(Connection& connection) const {
+    return BoundStore(ops(), connection, bound_claim_);
+  }
+  BoundStore bind(MYSQL* mysql) const { return BoundStore(ops(), mysql, bound_claim_); }
 
   const std::string& table() const noexcept { return table_; }
   using SqlStore::has_pool;
@@ -309,6 +339,7 @@ class Store : public SqlStore<detail::Backend> {
  private:
   std::shared_ptr<Pool> shared_pool_;
   std::string table_;
+  BoundClaim bound_claim_;
 };
 
 static_assert(idem::Store<Store>);

@@ -25,6 +25,10 @@
 //   std::size_t purge(c, batch)  std::size_t release(c, batch)       one batch each
 // and optionally, for claim_batch: static constexpr std::size_t max_batch_rows, and
 //   std::vector<ClaimResult> claim_chunk(c, requests, tokens, options)
+// and, for a bound store's BoundClaim::record_last:
+//   RecordProbe probe(c, key)           a non-locking read: the row, if any, and the store's now
+//   bool insert_finished(c, record)     INSERTs a finished record (its updated_at: the store's
+//                                       now at the INSERT); false: the key exists
 //
 // The rules the skeleton applies come from idem/store/record_rules.hpp; tests/store/
 // sql_store_test.cpp drives it through a scripted backend, without a server.
@@ -81,6 +85,24 @@ struct BackendTypes {
 struct RecordRead {
   Record record;
   TimePoint now;
+};
+
+// A read that also answers when there is no row: the store's `now` comes either way.
+struct RecordProbe {
+  std::optional<Record> record;
+  TimePoint now;
+};
+
+// How a bound store claims inside the caller's transaction (docs/mysql.md, "Same-transaction
+// mode", compares the two).
+enum class BoundClaim {
+  // INSERT the processing row first, UPDATE it with the result. A concurrent duplicate waits
+  // on the row's lock, then replays.
+  claim_first,
+  // Read first, without a lock: replay when a record is there; otherwise run the business and
+  // INSERT the finished record last. A concurrent duplicate runs its body too; its INSERT
+  // meets the first one's row, and its transaction rolls back and runs again, replaying.
+  record_last,
 };
 
 namespace detail {
@@ -321,6 +343,10 @@ class SqlStore {
 // permanently. A claim still processing, abandoned by its guard or failed retryably must be
 // rolled back with the business writes beside it, or the redelivery would run the business
 // again on top of them (see docs/design.md, "A bound claim commits only a finished request").
+//
+// With BoundClaim::record_last a fresh claim writes nothing: the store keeps it until its
+// result is INSERTed as the finished record. A takeover of an existing row is written first,
+// under the row's lock, as with claim_first.
 template <class Backend>
 class BoundSqlStore {
  public:
@@ -331,18 +357,27 @@ class BoundSqlStore {
   // Store failures roll back the caller's transaction; the guard reports them as
   // EventKind::transaction_error (idem/observer.hpp).
   static constexpr bool in_caller_transaction = true;
+  // Whether the backend's Ops can claim record-last.
+  static constexpr bool can_record_last =
+      requires(const Ops& ops, Connection& c, const Key& key, const Record& r) {
+    { ops.probe(c, key) } -> std::same_as<RecordProbe>;
+    { ops.insert_finished(c, r) } -> std::same_as<bool>;
+  };
 
   // On a connection of the store's kind, or on the caller's own handle (borrowed, see the
   // backend's Connection). `ops` (the store's) must outlive this.
-  BoundSqlStore(const Ops& ops, Connection& connection)
+  BoundSqlStore(const Ops& ops, Connection& connection, BoundClaim how = BoundClaim::claim_first)
       : ops_(&ops),
         connection_(&connection),
-        ledger_(detail::ledger_for(connection.native(), *own_)) {}
-  BoundSqlStore(const Ops& ops, typename Backend::Native* native)
+        ledger_(detail::ledger_for(connection.native(), *own_)),
+        how_(checked(how)) {}
+  BoundSqlStore(const Ops& ops, typename Backend::Native* native,
+                BoundClaim how = BoundClaim::claim_first)
       : ops_(&ops),
         borrowed_(std::make_unique<Connection>(native)),
         connection_(borrowed_.get()),
-        ledger_(detail::ledger_for(borrowed_->native(), *own_)) {}
+        ledger_(detail::ledger_for(borrowed_->native(), *own_)),
+        how_(checked(how)) {}
 
   BoundSqlStore(BoundSqlStore&&) noexcept = default;
   BoundSqlStore& operator=(BoundSqlStore&&) noexcept = default;
@@ -357,30 +392,35 @@ class BoundSqlStore {
           Backend::name, Backend::begin_hint));
     }
     ledger_->claiming(options.observer);
-    ClaimResult r = detail::claim_on(Backend::name, *ops_, *connection_, key, fingerprint, options,
-                                     detail::new_owner_token(), true);
+    ClaimResult r = how_ == BoundClaim::record_last ? claim_last(key, fingerprint, options)
+                                                    : claim_first(key, fingerprint, options);
     if (r.verdict == Verdict::acquired) ledger_->claimed(r.record.key, r.record.ticket);
     return r;
   }
 
+  // Throws LeaseLost when the claim is no longer held, and a retryable StoreError when a
+  // record-last claim was superseded (the transaction must roll back and run again).
   void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
-    write(key, ticket, snapshot, Status::succeeded, false);
-    ledger_->ended(key, ticket, Ledger::State::succeeded);
+    record(key, ticket, snapshot, Status::succeeded, false, Ledger::State::succeeded);
   }
 
   void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable) {
-    write(key, ticket, error, Status::failed, retryable);
-    ledger_->ended(key, ticket, retryable ? Ledger::State::retryable : Ledger::State::failed);
+    record(key, ticket, error, Status::failed, retryable,
+           retryable ? Ledger::State::retryable : Ledger::State::failed);
   }
 
   // What an IdempotencyGuard destroyed without a result calls: noted as abandoned (before
   // anything is sent, so even a failed write leaves the transaction uncommittable), then
-  // recorded as a retryable failure in case the caller commits anyway.
+  // recorded as a retryable failure in case the caller commits anyway. A record-last claim
+  // whose write was already tried records nothing more; one that turns out superseded is
+  // noted so, without an error: the transaction's runner runs it again.
   void abandon(const Key& key, const Ticket& ticket, std::string_view error) {
     ledger_->ended(key, ticket, Ledger::State::abandoned);
-    write(key, ticket, error, Status::failed, true);
+    if (const Speculative* s = speculative(key, ticket); s != nullptr && !s->open) return;
+    (void)write(key, ticket, error, Status::failed, true);
   }
 
+  // The stored row: a record-last claim that has not finished has none yet.
   std::optional<Record> find(const Key& key) {
     auto row = ops_->read(*connection_, key, false);
     if (!row) return std::nullopt;
@@ -402,7 +442,8 @@ class BoundSqlStore {
 
   // Whether the transaction may commit now: every claim noted on this connection since the
   // transaction began succeeded or failed permanently. false after a retryable failure (roll
-  // back: the redelivery runs the request afresh) and after an abandoned or unfinished claim.
+  // back: the redelivery runs the request afresh), after an abandoned or unfinished claim, and
+  // after a superseded record-last claim (roll back and run the transaction again).
   bool committable() const noexcept { return ledger_->committable(); }
   // Throws UsageError naming the claim that forbids the commit; call it before your COMMIT.
   void check_committable() const {
@@ -415,16 +456,88 @@ class BoundSqlStore {
   void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
 
   Connection& connection() const noexcept { return *connection_; }
+  BoundClaim how() const noexcept { return how_; }
 
  private:
   using Ledger = detail::ClaimLedger;
 
-  void write(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
-             bool retryable) {
+  // A record-last claim: acquired, not yet written; `open` until its result's INSERT is sent.
+  struct Speculative {
+    Record record;
+    bool open = true;
+  };
+
+  static BoundClaim checked(BoundClaim how) {
+    if (how == BoundClaim::record_last && !can_record_last) {
+      throw InvalidArgument(
+          fmt::format("{}::BoundStore: this backend cannot claim record-last", Backend::name));
+    }
+    return how;
+  }
+
+  ClaimResult claim_first(const Key& key, std::string_view fingerprint, const Options& options) {
+    return detail::claim_on(Backend::name, *ops_, *connection_, key, fingerprint, options,
+                            detail::new_owner_token(), true);
+  }
+
+  // A consistent (non-locking) read decides: a duplicate that holds no lock cannot deadlock
+  // with the business of the request it duplicates. A stale snapshot is harmless: a finished
+  // record only changes once it has expired, which the read's `now` judges; a row the
+  // snapshot misses is met by the final INSERT.
+  ClaimResult claim_last(const Key& key, std::string_view fingerprint, const Options& options) {
+    if constexpr (can_record_last) {
+      RecordProbe seen = ops_->probe(*connection_, key);
+      if (!seen.record) {
+        Record fresh = claim_record(key, detail::new_owner_token(), fingerprint, seen.now, options);
+        speculative_.push_back({fresh});
+        return {Verdict::acquired, std::move(fresh)};
+      }
+      const Decision d = decide(*seen.record, fingerprint, seen.now);
+      if (!is_takeover(d)) return {verdict_of(d), std::move(*seen.record)};
+    }
+    return claim_first(key, fingerprint, options);
+  }
+
+  Speculative* speculative(const Key& key, const Ticket& ticket) noexcept {
+    for (Speculative& s : speculative_) {
+      if (s.record.ticket == ticket && s.record.key == key) return &s;
+    }
+    return nullptr;
+  }
+
+  enum class Written { yes, superseded };
+
+  // Records the result: the fenced UPDATE of a written claim, or the INSERT of a record-last
+  // one, which answers superseded when it met another request's row (so noted in the
+  // ledger). Throws LeaseLost when the claim is not held.
+  Written write(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
+                bool retryable) {
     detail::check_snapshot(snapshot);
+    if constexpr (can_record_last) {
+      if (Speculative* s = speculative(key, ticket)) {
+        if (!s->open) throw lease_lost(Backend::name, key, ticket);
+        s->open = false;  // whatever the INSERT does, this claim is not written twice
+        // (The INSERT stamps updated_at with the store's now.)
+        if (ops_->insert_finished(
+                *connection_, finished(s->record, to, snapshot, retryable, s->record.updated_at))) {
+          return Written::yes;
+        }
+        ledger_->ended(key, ticket, Ledger::State::superseded);
+        return Written::superseded;
+      }
+    }
     if (!ops_->finish(*connection_, key, ticket, snapshot, to, retryable)) {
       throw lease_lost(Backend::name, key, ticket);
     }
+    return Written::yes;
+  }
+
+  void record(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
+              bool retryable, Ledger::State ended) {
+    if (write(key, ticket, snapshot, to, retryable) == Written::superseded) {
+      throw ledger_->superseded_error(Backend::name);
+    }
+    ledger_->ended(key, ticket, ended);
   }
 
   const Ops* ops_;
@@ -434,6 +547,8 @@ class BoundSqlStore {
   // heap so that a moved BoundSqlStore keeps pointing at it.
   std::unique_ptr<Ledger> own_ = std::make_unique<Ledger>();
   Ledger* ledger_;
+  BoundClaim how_;
+  std::vector<Speculative> speculative_;
 };
 
 }  // namespace idem

@@ -47,6 +47,9 @@ struct RecordSql {
   std::array<std::string, batch_classes> select_batch;            // read of 2^i primary keys
   std::string select;          // plain read (autocommit: the latest committed row)
   std::string select_locking;  // shared-locking read: inside a caller's transaction, the latest row
+  std::string probe;           // a record-last claim's read: one row, the record's columns NULL
+                               // when there is none, and the server's time
+  std::string insert_finished;  // a record-last claim's result, written last
   std::string take_over_retry;
   std::string take_over_expired;
   std::string finish;  // complete and fail
@@ -79,6 +82,16 @@ inline RecordSql make_record_sql(const std::string& t) {
   s.select = fmt::format(
       "SELECT {}, UTC_TIMESTAMP(3) FROM {} WHERE idempotent_key = ? AND biz_type = ?", columns, t);
   s.select_locking = s.select + " LOCK IN SHARE MODE";
+  // The derived one-row table makes the answer carry the server's time when no record exists.
+  s.probe = fmt::format(
+      "SELECT {}, UTC_TIMESTAMP(3) FROM (SELECT 1) AS probe LEFT JOIN {} ON idempotent_key = ? "
+      "AND biz_type = ?",
+      columns, t);
+  // IGNORE: meeting another request's row answers 0 rows instead of ER_DUP_ENTRY (every value
+  // was validated before it got here, so a duplicate is all it can skip).
+  s.insert_finished =
+      fmt::format("INSERT IGNORE INTO {} ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {}, ?)", t,
+                  columns, now);
   for (std::size_t c = 0; c < batch_classes; ++c) {
     std::string values;
     std::string keys;
