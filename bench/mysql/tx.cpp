@@ -204,12 +204,6 @@ void tx_handwritten_scenario(const Config& config) {
   server.conn(0).query(dedup_ddl("bench_dedup"));
   const std::size_t per = config.ops(5'000, 1'500) / threads;
   const std::size_t total = per * threads;
-  // 3 requests in 25 (12%) repeat a key this thread finished 20 requests ago, as in mysql.mix.
-  auto id_of = [&](int r, int t, std::size_t i) {
-    const std::size_t m = i % 25;
-    if (i >= 25 && (m == 7 || m == 15 || m == 23)) return key_id(r, t, i - 20);
-    return key_id(r, t, i);
-  };
   const std::string lib_order = order_insert_sql("bench_lib_order");
   std::atomic<long> lib_runs{0}, raw_runs{0}, bodies{0};
   Side library{[&](int) {
@@ -219,7 +213,7 @@ void tx_handwritten_scenario(const Config& config) {
                [&](int t, int r) {
                  long runs = 0;
                  for (std::size_t i = 0; i < per; ++i) {
-                   const std::string id = id_of(r, t, i);
+                   const std::string id = mix_key_id(r, t, i);
                    const auto out = idem::mysql::with_transaction(*server.pool, [&](Connection& c) {
                      ++bodies;
                      auto tx = server.store->bind(c);
@@ -246,7 +240,7 @@ void tx_handwritten_scenario(const Config& config) {
                   if (!h) h = std::make_unique<Handwritten>(server.conn(t));
                   long runs = 0;
                   for (std::size_t i = 0; i < per; ++i)
-                    runs += h->run(id_of(r, t, i)) ? 1 : 0;
+                    runs += h->run(mix_key_id(r, t, i)) ? 1 : 0;
                   raw_runs += runs;
                 }};
   const auto t = alternate(name, config.rounds_per_side(), threads, total, library, baseline);
