@@ -101,16 +101,12 @@ class CachedStore {
     if (std::optional<Record> copy = cached(key)) {
       // A final record that has not expired decides replay or conflict, never a takeover.
       const Decision d = decide(*copy, fingerprint, params_.clock());
-      if (d == Decision::replay || d == Decision::conflict) {
-        count(hits_);
-        if (options.observer != nullptr) {
-          options.observer->on_event(Event{EventKind::cache_hit, key.biz_type(), key.id(),
-                                           std::chrono::nanoseconds{0}, nullptr});
-        }
-        return {verdict_of(d), std::move(*copy)};
+      if (options.observer != nullptr) {
+        options.observer->on_event(Event{EventKind::cache_hit, key.biz_type(), key.id(),
+                                         std::chrono::nanoseconds{0}, nullptr});
       }
+      return {verdict_of(d), std::move(*copy)};
     }
-    count(misses_);
     ClaimResult r = store_.claim(key, fingerprint, options);
     if (r.verdict == Verdict::acquired) {
       remember_claim(r.record);
@@ -166,13 +162,6 @@ class CachedStore {
   };
   using Lru = std::list<Entry>;  // most recently used first
 
-  // Claims acquired through this cache and not finished yet, so that complete() and fail()
-  // can keep the finished record without reading it back. As many as entries at most; the
-  // oldest is forgotten first (its finished record is then simply not kept).
-  struct Claim {
-    Record record;
-  };
-
   static bool is_final(const Record& r) noexcept {
     return r.status == Status::succeeded || (r.status == Status::failed && !r.retryable);
   }
@@ -181,24 +170,23 @@ class CachedStore {
            r.snapshot.size() + r.ticket.owner.size();
   }
 
+  // The copy of a final record that still counts (a hit), or nullopt (a miss), counted as such.
   std::optional<Record> cached(const Key& key) {
     std::lock_guard lock(mutex_);
     auto it = index_.find(key);
-    if (it == index_.end()) return std::nullopt;
-    const Entry& e = *it->second;
-    const bool stale = std::chrono::steady_clock::now() - e.kept_at >= params_.max_age ||
-                       is_expired(e.record, params_.clock() + params_.clock_margin);
-    if (stale) {
+    if (it != index_.end()) {
+      const Entry& e = *it->second;
+      const bool stale = std::chrono::steady_clock::now() - e.kept_at >= params_.max_age ||
+                         is_expired(e.record, params_.clock() + params_.clock_margin);
+      if (!stale) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        ++hits_;
+        return e.record;
+      }
       drop(it->second);
-      return std::nullopt;
     }
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return e.record;
-  }
-
-  void count(std::uint64_t& counter) {
-    std::lock_guard lock(mutex_);
-    ++counter;
+    ++misses_;
+    return std::nullopt;
   }
 
   void keep(const Record& r) {
@@ -224,10 +212,10 @@ class CachedStore {
   void remember_claim(const Record& r) {
     if (params_.max_entries == 0) return;
     std::lock_guard lock(mutex_);
-    claims_.push_front(Claim{r});
+    claims_.push_front(r);
     claim_index_[r.ticket.owner] = claims_.begin();
     if (claims_.size() > params_.max_entries) {
-      claim_index_.erase(claims_.back().record.ticket.owner);
+      claim_index_.erase(claims_.back().ticket.owner);
       claims_.pop_back();
     }
   }
@@ -239,9 +227,7 @@ class CachedStore {
       std::lock_guard lock(mutex_);
       auto it = claim_index_.find(ticket.owner);
       if (it == claim_index_.end()) return;
-      if (it->second->record.key == key && it->second->record.ticket == ticket) {
-        held = std::move(it->second->record);
-      }
+      if (it->second->key == key && it->second->ticket == ticket) held = std::move(*it->second);
       claims_.erase(it->second);
       claim_index_.erase(it);
     }
@@ -255,8 +241,11 @@ class CachedStore {
   mutable std::mutex mutex_;
   Lru lru_;
   std::unordered_map<Key, typename Lru::iterator> index_;
-  std::list<Claim> claims_;
-  std::unordered_map<std::string, typename std::list<Claim>::iterator> claim_index_;
+  // Claims acquired through this cache and not finished yet, so that complete() and fail()
+  // can keep the finished record without reading it back. As many as entries at most; the
+  // oldest is forgotten first (its finished record is then simply not kept).
+  std::list<Record> claims_;
+  std::unordered_map<std::string, std::list<Record>::iterator> claim_index_;
   std::size_t bytes_ = 0;
   std::uint64_t hits_ = 0;
   std::uint64_t misses_ = 0;
