@@ -120,16 +120,18 @@ void tx_scenario(const Config& config, TxMode mode) {
         "RETURNING of the claim, business INSERT, fenced UPDATE of the record, COMMIT";
   } else if (mode == TxMode::claim_first) {
     j["library"] =
-        "mysql.tx with StoreParams::bound_claim = claim_first: START TRANSACTION, INSERT IGNORE "
-        "... RETURNING of the claim, business INSERT, fenced UPDATE of the record, COMMIT";
+        "mysql.tx with StoreParams::bound_claim = claim_first: (autocommit off, kept between "
+        "transactions) INSERT IGNORE ... RETURNING of the claim, business INSERT, fenced UPDATE of "
+        "the record, COMMIT";
   } else if (mode == TxMode::own) {
     j["library"] =
         "mysql.tx on the caller's own MYSQL* handles: with_transaction(lend) + store.bind(c) + "
         "run_once, every statement as text";
   } else {
     j["library"] =
-        "with_transaction + store.bind(c) + run_once (record_last): START TRANSACTION, read of "
-        "the key, business INSERT, INSERT of the finished record, COMMIT";
+        "with_transaction + store.bind(c) + run_once (record_last): (autocommit off, kept "
+        "between transactions) read of the key, business INSERT, INSERT of the finished record, "
+        "COMMIT";
   }
   j["baseline"] = "START TRANSACTION, business INSERT, COMMIT (C API)";
   emit(j);
@@ -251,9 +253,9 @@ void tx_handwritten_scenario(const Config& config) {
   j["baseline_executions"] = raw_runs.load() / config.rounds_per_side();
   j["library_transaction_tries"] = bodies.load();
   j["library"] =
-      "with_transaction + store.bind(c) + run_once, the default record_last: START TRANSACTION, "
-      "read of the key (a duplicate replays it), business INSERT, INSERT of the finished record, "
-      "COMMIT";
+      "with_transaction + store.bind(c) + run_once, the default record_last: (autocommit off, "
+      "kept between transactions) read of the key (a duplicate replays it), business INSERT, "
+      "INSERT of the finished record, COMMIT";
   j["baseline"] =
       "hand-written dedup (C API): START TRANSACTION, INSERT of a narrow dedup row (a duplicate: "
       "ROLLBACK and SELECT of the stored response), business INSERT, UPDATE storing the "

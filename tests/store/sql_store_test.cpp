@@ -174,7 +174,7 @@ struct FakeDriver {
   using Connection = FakeConnection;
   Server* server;
   std::unique_ptr<Connection> open() const { return std::make_unique<Connection>(server); }
-  static void ready(Connection&, idem::Duration) noexcept {}
+  static void ready(Connection&, idem::Duration, idem::PoolUse) noexcept {}
   static bool reusable(Connection&) noexcept { return true; }
   static std::string where() { return {}; }
 };

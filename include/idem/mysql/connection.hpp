@@ -127,6 +127,30 @@ class Connection {
     return mysql_ != nullptr && (mysql_->server_status & SERVER_STATUS_IN_TRANS) != 0;
   }
 
+  // Whether a statement outside a transaction commits on its own (the server's status flag,
+  // known without a round trip).
+  bool autocommit() const noexcept {
+    return mysql_ != nullptr && (mysql_->server_status & SERVER_STATUS_AUTOCOMMIT) != 0;
+  }
+
+  // Begins a transaction (what with_transaction does). On one of idem's connections by turning
+  // autocommit off, once: it stays off between transactions, so each later transaction begins
+  // with its first statement and costs no START TRANSACTION round trip. restore_autocommit()
+  // (the pool's acquire, for anything but with_transaction) turns it back on. On a borrowed
+  // handle, whose session stays the caller's: START TRANSACTION. Throws StoreError.
+  void begin_transaction() {
+    if (borrowed_) return query("START TRANSACTION");
+    if (!autocommit()) return;  // off already: the next statement begins the transaction
+    set_autocommit(false);
+    autocommit_off_ = true;
+  }
+  // Turns autocommit back on where begin_transaction turned it off (a round trip only then).
+  void restore_autocommit() {
+    if (!autocommit_off_) return;
+    set_autocommit(true);
+    autocommit_off_ = false;
+  }
+
   // Whether the server runs INSERT ... RETURNING (MariaDB 10.5 and later): a claim then gets
   // its row back from the INSERT itself instead of reading it in a second round trip.
   bool supports_returning() const noexcept { return returning_; }
@@ -149,6 +173,7 @@ class Connection {
     detail::library_init();
     detail::thread_init();
     broken_ = false;
+    autocommit_off_ = false;  // a new session starts as the server sets it up
     mysql_ = mysql_init(nullptr);
     if (mysql_ == nullptr) throw StoreError("idem::mysql: mysql_init failed (out of memory)", true);
     const unsigned connect_timeout = static_cast<unsigned>(params_.connect_timeout.count());
@@ -186,6 +211,13 @@ class Connection {
     statements_.clear();
     if (mysql_ != nullptr) mysql_close(mysql_);
     mysql_ = nullptr;
+  }
+
+  void set_autocommit(bool on) {
+    require_usable();
+    noting_loss([&] {
+      if (mysql_autocommit(mysql_, on) != 0) throw error_from(mysql_, "autocommit");
+    });
   }
 
   // Runs f; a StoreError that says the connection was lost marks it broken on its way out
@@ -265,6 +297,7 @@ class Connection {
   bool broken_ = false;
   bool returning_ = false;
   bool galera_ = false;
+  bool autocommit_off_ = false;  // by begin_transaction, on a session opened with autocommit on
   detail::StatementCache statements_;
   detail::ParamBinds param_binds_;  // scratch reused across calls
   detail::ResultBinds results_;

@@ -7,6 +7,8 @@
 //   pool recovers from a database restart without restarting the process.
 // - A handle returned while its connection is broken closes that connection; one returned
 //   with a transaction still open is rolled back first.
+// - acquire() hands out the session as it was opened (autocommit as the server set it up),
+//   also when with_transaction last used the connection and left autocommit off.
 // - Running out of connections is a StoreError that idem's stores do not retry on their own:
 //   it surfaces after acquire_timeout, so an overloaded service fails fast.
 
@@ -42,9 +44,13 @@ struct PoolDriver {
     thread_init();
     return std::make_unique<Connection>(params);
   }
-  void ready(Connection& c, Duration idle_for) const {
+  void ready(Connection& c, Duration idle_for, PoolUse use) const {
     thread_init();
-    if (c.broken() || (idle_for > ping_after_idle && !c.ping())) c.reconnect();
+    if (c.broken() || (idle_for > ping_after_idle && !c.ping())) {
+      c.reconnect();
+    } else if (use == PoolUse::statements) {
+      c.restore_autocommit();
+    }
   }
   // A transaction left open by the last user must not leak into the next one.
   static bool reusable(Connection& c) noexcept {

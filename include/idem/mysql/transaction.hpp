@@ -82,7 +82,7 @@ namespace detail {
 struct ConnectionTry {
   Connection& c;
   const void* handle() const noexcept { return c.native(); }
-  void begin() { c.query("START TRANSACTION"); }
+  void begin() { c.begin_transaction(); }
   void commit() { c.query("COMMIT"); }
   void roll_back() { c.query("ROLLBACK"); }
   void roll_back_quietly() noexcept {
@@ -111,7 +111,7 @@ auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
   return idem::detail::retry_transaction(params, "idem::mysql::with_transaction",
                                          [&](idem::detail::TryReport& report) -> decltype(auto) {
-                                           auto conn = pool.acquire();
+                                           auto conn = pool.acquire(PoolUse::transaction);
                                            return detail::run_try(*conn, body, report);
                                          });
 }

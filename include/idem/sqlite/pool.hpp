@@ -31,7 +31,7 @@ struct PoolDriver {
   ConnectionParams params;
 
   std::unique_ptr<Connection> open() const { return std::make_unique<Connection>(path, params); }
-  static void ready(Connection&, Duration) noexcept {}
+  static void ready(Connection&, Duration, PoolUse) noexcept {}
   // Someone gave the handle back mid-transaction; the next user must not run in it.
   static bool reusable(Connection& c) noexcept {
     if (!c.broken() && c.in_transaction()) {

@@ -6,9 +6,10 @@
 //   struct Driver {
 //     using Connection = ...;
 //     std::unique_ptr<Connection> open();                 // throws StoreError
-//     void ready(Connection&, Duration idle_for);         // e.g. ping or reopen; throws StoreError
-//     bool reusable(Connection&) noexcept;                // cleaned (rolled back) and healthy?
-//     std::string where() const;                          // for the "no connection free" error
+//     void ready(Connection&, Duration idle_for, PoolUse); // e.g. ping or reopen; throws
+//     StoreError bool reusable(Connection&) noexcept;                // cleaned (rolled back) and
+//     healthy? std::string where() const;                          // for the "no connection free"
+//     error
 //   };
 //
 // - At most `size` connections exist; acquire() waits up to `acquire_timeout` for one.
@@ -34,6 +35,12 @@
 #include "idem/errors.hpp"
 
 namespace idem {
+
+// What a connection is taken for. A with_transaction begins its transaction itself, so the
+// driver may hand the connection over in the session state the last transaction left it in
+// (idem::mysql keeps autocommit off between transactions, see Connection::begin_transaction);
+// anything else gets the session as it was opened.
+enum class PoolUse { statements, transaction };
 
 template <class Driver>
 class BasicPool {
@@ -73,7 +80,7 @@ class BasicPool {
 
   // A ready connection for this thread's exclusive use. Throws StoreError: retryable when
   // none frees up within the acquire timeout, or as the driver says when one cannot be opened.
-  Handle acquire() {
+  Handle acquire(PoolUse use = PoolUse::statements) {
     std::unique_ptr<Connection> conn;
     Clock::time_point idle_since{};
     {
@@ -95,7 +102,7 @@ class BasicPool {
       if (!conn) {
         conn = driver_.open();
       } else {
-        driver_.ready(*conn, std::chrono::duration_cast<Duration>(Clock::now() - idle_since));
+        driver_.ready(*conn, std::chrono::duration_cast<Duration>(Clock::now() - idle_since), use);
       }
     } catch (...) {
       {
