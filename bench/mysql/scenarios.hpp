@@ -13,11 +13,11 @@ void returning_scenario(const Config& config, bool duplicates);
 void cycle_scenario(const Config& config, bool mix, bool floor = false);
 
 // mysql.tx: the library's same-transaction mode (its default, BoundClaim::record_last).
-// mysql.tx_claim_first: the same with BoundClaim::claim_first. mysql.tx_floor: claim-first's
-// five statements (its SQL text, from idem::mysql::detail::make_record_sql) sent through the
-// bare C API: the best any claim-first implementation can do on this server. mysql.tx_own:
-// mysql.tx on the caller's own handles (with_transaction on a lender, a borrowed MYSQL*, whose
-// statements travel as text instead of as cached prepared statements).
+// mysql.tx_claim_first: the same with BoundClaim::claim_first. mysql.tx_floor: record_last's
+// four statements (its SQL text, from idem::mysql::detail::make_record_sql) sent through the
+// bare C API on a session with autocommit off: the best that shape can do on this server.
+// mysql.tx_own: mysql.tx on the caller's own handles (with_transaction on a lender, a borrowed
+// MYSQL*, whose statements travel as text instead of as cached prepared statements).
 enum class TxMode { library, claim_first, floor, own };
 void tx_scenario(const Config& config, TxMode mode);
 // mysql.tx_handwritten: the dedup a service writes by hand (a narrow dedup row INSERTed first,

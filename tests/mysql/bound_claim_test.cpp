@@ -285,3 +285,120 @@ TEST_CASE("record-last answers a live standalone claim in_progress and a mismatc
   running.commit(1);
   CHECK(verdict_for("fp") == idem::Verdict::replayed);
 }
+
+TEST_CASE(
+    "record-last in with_transaction: the record travels with the COMMIT, three statements "
+    "for a fresh request") {
+  Table t(1);  // one connection: the transactions' and the counters'
+  BusinessTable biz(t.pool);
+  auto pay = [&](const std::string& id) {
+    return idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      auto tx = t.store.bind(c);
+      return idem::run_once(tx, idem::Key{"PAY", id}, "fp", [&] {
+        biz.insert(c, id);
+        return id;
+      });
+    });
+  };
+  REQUIRE(pay("warm-up"));  // autocommit goes off once, on the connection's first transaction
+  auto questions = [&] {
+    return idem::mysql::with_transaction(
+        *t.pool, [&](idem::mysql::Connection& c) { return session_count(c, "Questions"); });
+  };
+  const long long before = questions();
+  const auto out = pay("fresh");
+  // The read, the business INSERT, and the record's INSERT with the COMMIT in one statement;
+  // then the SHOW of the next questions() and its COMMIT.
+  CHECK(questions() - before == 3 + 2);
+  REQUIRE(out.verdict() == idem::Verdict::acquired);
+  CHECK(t.count("idempotent_key = 'fresh' AND status = 1") == 1);
+  CHECK(pay("fresh").verdict() == idem::Verdict::replayed);
+  CHECK(biz.rows("trade_no = 'fresh'") == 1);
+}
+
+TEST_CASE(
+    "record-last in with_transaction: a record met at the COMMIT supersedes the claim, "
+    "and the run again replays") {
+  Table t(4);
+  BusinessTable biz(t.pool);
+  const idem::Key key{"PAY", "late"};
+  std::latch first_finished(1), second_committed(1);
+  std::atomic<int> first_bodies{0};
+  bool waited = false;
+  std::optional<idem::Outcome<std::string>> second;
+  std::thread other([&] {
+    first_finished.wait();  // the first request's record now waits for its COMMIT
+    second = idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      auto tx = t.store.bind(c);
+      return idem::run_once(tx, key, "fp", [&] {
+        biz.insert(c, key.id());
+        return std::string("second");
+      });
+    });
+    second_committed.count_down();
+  });
+  const auto first = idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+    auto tx = t.store.bind(c);
+    auto out = idem::run_once(tx, key, "fp", [&] {
+      ++first_bodies;
+      biz.insert(c, key.id());
+      return std::string("first");
+    });
+    if (!waited) {
+      waited = true;
+      first_finished.count_down();
+      second_committed.wait();
+    }
+    return out;
+  });
+  other.join();
+  REQUIRE(second);
+  CHECK(second->verdict() == idem::Verdict::acquired);
+  CHECK(first_bodies == 1);  // the run again read the second's record and did not execute
+  CHECK(first.verdict() == idem::Verdict::replayed);
+  REQUIRE(first);
+  CHECK(first.value() == "second");
+  CHECK(biz.rows() == 1);  // the first's speculative write was rolled back
+  CHECK(t.count("status = 1") == 1);
+}
+
+TEST_CASE(
+    "record-last in with_transaction: a second claim in the same transaction sees the "
+    "first's record") {
+  Table t(2);
+  BusinessTable biz(t.pool);
+  std::vector<idem::Verdict> verdicts;
+  idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+    auto tx = t.store.bind(c);
+    for (const char* id : {"a", "a", "b"}) {
+      verdicts.push_back(idem::run_once(tx, idem::Key{"PAY", id}, "fp", [&] {
+                           biz.insert(c, id);
+                           return 1;
+                         }).verdict());
+    }
+    REQUIRE(tx.find(idem::Key{"PAY", "b"}));  // a read of the store writes what waits first
+  });
+  CHECK(verdicts ==
+        std::vector{idem::Verdict::acquired, idem::Verdict::replayed, idem::Verdict::acquired});
+  CHECK(biz.rows() == 2);
+  CHECK(t.count("status = 1") == 2);
+}
+
+TEST_CASE(
+    "record-last in with_transaction: a retryable failure leaves no record and no "
+    "business row") {
+  Table t(2);
+  BusinessTable biz(t.pool);
+  const idem::Key key{"PAY", "flaky"};
+  const auto out = idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+    auto tx = t.store.bind(c);
+    idem::IdempotencyGuard guard{tx, key, "fp"};
+    REQUIRE(guard.acquired());
+    biz.insert(c, key.id());
+    guard.fail({{"error", "gateway timeout"}}, true);
+    return 503;
+  });
+  CHECK(out == 503);
+  CHECK(t.count() == 0);
+  CHECK(biz.rows() == 0);
+}

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <idem/detail/transaction_try.hpp>
 #include <idem/store/pool.hpp>
 #include <idem/store/sql_store.hpp>
 
@@ -151,6 +152,16 @@ struct FakeOps {
       idem::Record stored = r;
       stored.updated_at = server->now;
       return server->rows.emplace(r.key, stored).second;
+    });
+  }
+  // The same, and the COMMIT, as one statement: a duplicate commits nothing.
+  bool insert_finished_and_commit(FakeConnection& c, const idem::Record& r) const {
+    return server->run("insert_finished_and_commit", [&] {
+      idem::Record stored = r;
+      stored.updated_at = server->now;
+      if (!server->rows.emplace(r.key, stored).second) return false;
+      c.in_transaction = false;
+      return true;
     });
   }
   std::vector<idem::ClaimResult> claim_chunk(FakeConnection& c,
@@ -485,5 +496,102 @@ TEST_CASE("sql_store: a record-last claim writes its finished record last, or is
     tx.complete(key, r.record.ticket, "2");
     CHECK(server.calls.back() == "finish");  // the fenced UPDATE, not an INSERT
     CHECK(tx.committable());
+  }
+}
+
+namespace {
+
+// One try of with_transaction on the fake connection (idem::detail::run_try), its ends noted
+// among the server's calls.
+struct FakeTry {
+  FakeConnection& c;
+  const void* handle() const noexcept { return c.server; }
+  void begin() { c.in_transaction = true; }
+  void commit() {
+    c.server->calls.emplace_back("commit");
+    c.in_transaction = false;
+  }
+  void roll_back() {
+    c.server->calls.emplace_back("roll_back");
+    c.in_transaction = false;
+  }
+  void roll_back_quietly() noexcept { roll_back(); }
+};
+
+}  // namespace
+
+TEST_CASE("sql_store: in with_transaction a record-last result travels with the COMMIT") {
+  Server server;
+  FakeStore store(server);
+  FakeConnection c(&server);
+  FakeTry tx{c};
+  idem::detail::TryReport report;
+  const idem::Key key{"PAY", "deferred"};
+  const idem::Options o{.lease = 10s, .ttl = 1h};
+  auto in_try = [&](auto&& body) { return idem::detail::run_try(tx, "fake tx", report, body); };
+
+  SECTION("fresh: a probe, then the INSERT and the COMMIT as one statement") {
+    in_try([&] {
+      auto bound = store.bind(c, idem::BoundClaim::record_last);
+      const auto r = bound.claim(key, "fp", o);
+      REQUIRE(r.verdict == idem::Verdict::acquired);
+      bound.complete(key, r.record.ticket, "7");
+      CHECK(server.rows.empty());  // it waits for the COMMIT
+      CHECK(bound.committable());
+    });
+    CHECK(server.calls == std::vector<std::string>{"probe", "insert_finished_and_commit"});
+    CHECK(server.rows.at(key).snapshot == "7");
+  }
+
+  SECTION("a row met at the COMMIT: superseded, rolled back, a retryable StoreError") {
+    try {
+      in_try([&] {
+        auto bound = store.bind(c, idem::BoundClaim::record_last);
+        const auto r = bound.claim(key, "fp", o);
+        bound.complete(key, r.record.ticket, "2");
+        server.rows.emplace(key,
+                            idem::finished(idem::claim_record(key, "winner", "fp", server.now, o),
+                                           idem::Status::succeeded, "1", false, server.now));
+      });
+      FAIL("the try committed");
+    } catch (const idem::StoreError& e) {
+      CHECK(e.retryable());
+      CHECK_THAT(e.what(), Catch::Contains("superseded"));
+    }
+    CHECK(server.calls ==
+          std::vector<std::string>{"probe", "insert_finished_and_commit", "roll_back"});
+    CHECK(server.rows.at(key).snapshot == "1");
+  }
+
+  SECTION("a retryable failure rolls back without writing the record") {
+    in_try([&] {
+      auto bound = store.bind(c, idem::BoundClaim::record_last);
+      const auto r = bound.claim(key, "fp", o);
+      bound.fail(key, r.record.ticket, "{}", true);
+    });
+    CHECK(server.calls == std::vector<std::string>{"probe", "roll_back"});
+    CHECK(server.rows.empty());
+  }
+
+  SECTION("the store's next claim or read writes the waiting record first") {
+    in_try([&] {
+      auto bound = store.bind(c, idem::BoundClaim::record_last);
+      const auto r = bound.claim(key, "fp", o);
+      bound.complete(key, r.record.ticket, "7");
+      CHECK(bound.claim(key, "fp", o).verdict == idem::Verdict::replayed);
+      const idem::Key other{"PAY", "other"};
+      const auto r2 = bound.claim(other, "fp", o);
+      bound.complete(other, r2.record.ticket, "8");
+      CHECK(bound.find(other));
+    });
+    CHECK(server.calls == std::vector<std::string>{"probe", "insert_finished", "probe", "probe",
+                                                   "insert_finished", "read", "commit"});
+  }
+
+  SECTION("a transaction of the caller's own writes the record at once") {
+    auto bound = store.bind(c, idem::BoundClaim::record_last);
+    const auto r = bound.claim(key, "fp", o);
+    bound.complete(key, r.record.ticket, "7");
+    CHECK(server.calls == std::vector<std::string>{"probe", "insert_finished"});
   }
 }

@@ -12,7 +12,9 @@
 // the whole try must roll back and run again, and the run again replays the other's result.
 
 #include <algorithm>
+#include <functional>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,10 +48,34 @@ class ClaimLedger {
                 // with a retryable one: roll back and throw UsageError(why())
   };
 
+  // A record-last claim's finished record that waits to be written with the try's COMMIT, in
+  // one round trip (a bound store of with_transaction's, see BoundSqlStore). write(true)
+  // writes it and commits, write(false) writes it alone; each answers false when it met
+  // another request's row (and then committed nothing).
+  struct Deferred {
+    Key key;
+    Ticket ticket;
+    std::function<bool(bool with_commit)> write;
+  };
+
   void reset() noexcept {
     entries_.clear();
     observer_ = nullptr;
     rollback_only_ = false;
+    deferred_.reset();
+  }
+
+  // At most one record waits: the store writes an earlier one (send_deferred) first.
+  void defer(Deferred d) { deferred_ = std::move(d); }
+  // Writes the waiting record, if any, alone or with the COMMIT; false when none waited. On
+  // another request's row the claim is noted superseded and superseded_error(who) is thrown.
+  bool send_deferred(bool with_commit, std::string_view who) {
+    if (!deferred_) return false;
+    Deferred d = std::move(*deferred_);
+    deferred_.reset();
+    if (d.write(with_commit)) return true;
+    ended(d.key, d.ticket, State::superseded);
+    throw superseded_error(who);
   }
 
   // The body's result already tells its caller that nothing of this transaction happened
@@ -158,6 +184,7 @@ class ClaimLedger {
   std::vector<Entry> entries_;
   Observer* observer_ = nullptr;
   bool rollback_only_ = false;
+  std::optional<Deferred> deferred_;  // dropped unsent when the try rolls back
 };
 
 // with_transaction registers the ledger of the try it runs on a handle (a MYSQL*, a

@@ -44,6 +44,8 @@ struct TryReport {
 // says, or rolls back and throws UsageError prefixed with `who`; rolls back on every
 // exception, leaving in `report` whom to tell.
 //
+// A record-last claim's finished record that a bound store left waiting in the ledger is
+// written together with the COMMIT; meeting another request's row there supersedes the claim.
 // A try with a superseded record-last claim rolls back and throws the ledger's retryable
 // StoreError, also in place of the body's own exception: a speculative body that met the
 // winner's writes (its duplicate row, its changed state) fails for that reason, and the next
@@ -58,7 +60,7 @@ std::invoke_result_t<Fn&> run_try(Tx& tx, std::string_view who, TryReport& repor
     auto end = [&] {
       switch (ledger.ending()) {
         case ClaimLedger::Ending::commit:
-          tx.commit();
+          if (!ledger.send_deferred(true, who)) tx.commit();
           break;
         case ClaimLedger::Ending::retry:
           throw ledger.superseded_error(who);

@@ -23,6 +23,7 @@ namespace idem::mysql {
 
 namespace code {
 inline constexpr unsigned dup_entry = 1062;          // ER_DUP_ENTRY
+inline constexpr unsigned parse_error = 1064;        // ER_PARSE_ERROR
 inline constexpr unsigned lock_wait_timeout = 1205;  // ER_LOCK_WAIT_TIMEOUT
 inline constexpr unsigned deadlock = 1213;  // ER_LOCK_DEADLOCK (also Galera certification failures)
 inline constexpr unsigned query_interrupted = 1317;  // ER_QUERY_INTERRUPTED

@@ -29,6 +29,9 @@
 //   RecordProbe probe(c, key)           a non-locking read: the row, if any, and the store's now
 //   bool insert_finished(c, record)     INSERTs a finished record (its updated_at: the store's
 //                                       now at the INSERT); false: the key exists
+// and optionally, to send that INSERT with with_transaction's COMMIT:
+//   bool insert_finished_and_commit(c, record)  the same and COMMIT, as one round trip; false:
+//                                               the key exists, and nothing was committed
 //
 // The rules the skeleton applies come from idem/store/record_rules.hpp; tests/store/
 // sql_store_test.cpp drives it through a scripted backend, without a server.
@@ -346,7 +349,9 @@ class SqlStore {
 //
 // With BoundClaim::record_last a fresh claim writes nothing: the store keeps it until its
 // result is INSERTed as the finished record. A takeover of an existing row is written first,
-// under the row's lock, as with claim_first.
+// under the row's lock, as with claim_first. Inside with_transaction, where the Ops can, that
+// INSERT waits in the ledger and travels with the COMMIT (one round trip fewer); the store's
+// next claim or read on the connection writes it first, so that it sees its own record.
 template <class Backend>
 class BoundSqlStore {
  public:
@@ -362,6 +367,11 @@ class BoundSqlStore {
       requires(const Ops& ops, Connection& c, const Key& key, const Record& r) {
     { ops.probe(c, key) } -> std::same_as<RecordProbe>;
     { ops.insert_finished(c, r) } -> std::same_as<bool>;
+  };
+  // Whether the backend's Ops can send a finished record with the COMMIT.
+  static constexpr bool can_commit_with_record =
+      requires(const Ops& ops, Connection& c, const Record& r) {
+    { ops.insert_finished_and_commit(c, r) } -> std::same_as<bool>;
   };
 
   // On a connection of the store's kind, or on the caller's own handle (borrowed, see the
@@ -391,6 +401,7 @@ class BoundSqlStore {
           "would commit on its own",
           Backend::name, Backend::begin_hint));
     }
+    send_deferred();  // the read below must see the record a claim before it finished
     ledger_->claiming(options.observer);
     ClaimResult r = how_ == BoundClaim::record_last ? claim_last(key, fingerprint, options)
                                                     : claim_first(key, fingerprint, options);
@@ -417,11 +428,14 @@ class BoundSqlStore {
   void abandon(const Key& key, const Ticket& ticket, std::string_view error) {
     ledger_->ended(key, ticket, Ledger::State::abandoned);
     if (const Speculative* s = speculative(key, ticket); s != nullptr && !s->open) return;
-    (void)write(key, ticket, error, Status::failed, true);
+    // Written at once, not with the COMMIT: a speculative body that failed on the first
+    // request's writes learns here that it was superseded, and the try runs again.
+    (void)write(key, ticket, error, Status::failed, true, false);
   }
 
   // The stored row: a record-last claim that has not finished has none yet.
   std::optional<Record> find(const Key& key) {
+    send_deferred();
     auto row = ops_->read(*connection_, key, false);
     if (!row) return std::nullopt;
     return std::move(row->record);
@@ -505,23 +519,41 @@ class BoundSqlStore {
     return nullptr;
   }
 
+  // with_transaction's ledger commits what waits in it; a transaction of the caller's own
+  // does not, and a handle this store borrowed itself is gone before the COMMIT.
+  bool defers() const noexcept { return ledger_ != own_.get() && borrowed_ == nullptr; }
+
+  void send_deferred() {
+    if (defers()) ledger_->send_deferred(false, Backend::name);
+  }
+
   enum class Written { yes, superseded };
 
   // Records the result: the fenced UPDATE of a written claim, or the INSERT of a record-last
   // one, which answers superseded when it met another request's row (so noted in the
-  // ledger). Throws LeaseLost when the claim is not held.
+  // ledger), or, `may_defer` inside with_transaction, leaves that INSERT for the COMMIT.
+  // Throws LeaseLost when the claim is not held.
   Written write(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
-                bool retryable) {
+                bool retryable, bool may_defer = true) {
     detail::check_snapshot(snapshot);
     if constexpr (can_record_last) {
       if (Speculative* s = speculative(key, ticket)) {
         if (!s->open) throw lease_lost(Backend::name, key, ticket);
         s->open = false;  // whatever the INSERT does, this claim is not written twice
         // (The INSERT stamps updated_at with the store's now.)
-        if (ops_->insert_finished(
-                *connection_, finished(s->record, to, snapshot, retryable, s->record.updated_at))) {
-          return Written::yes;
+        Record done = finished(s->record, to, snapshot, retryable, s->record.updated_at);
+        if constexpr (can_commit_with_record) {
+          if (may_defer && defers()) {
+            send_deferred();
+            ledger_->defer(
+                {key, ticket, [ops = ops_, c = connection_, r = std::move(done)](bool with_commit) {
+                   return with_commit ? ops->insert_finished_and_commit(*c, r)
+                                      : ops->insert_finished(*c, r);
+                 }});
+            return Written::yes;
+          }
         }
+        if (ops_->insert_finished(*connection_, done)) return Written::yes;
         ledger_->ended(key, ticket, Ledger::State::superseded);
         return Written::superseded;
       }

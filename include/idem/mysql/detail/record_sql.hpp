@@ -49,7 +49,8 @@ struct RecordSql {
   std::string select_locking;  // shared-locking read: inside a caller's transaction, the latest row
   std::string probe;           // a record-last claim's read: one row, the record's columns NULL
                                // when there is none, and the server's time
-  std::string insert_finished;  // a record-last claim's result, written last
+  std::string insert_finished;         // a record-last claim's result, written last
+  std::string insert_finished_commit;  // ... and the COMMIT, as one statement (MariaDB)
   std::string take_over_retry;
   std::string take_over_expired;
   std::string finish;  // complete and fail
@@ -89,9 +90,13 @@ inline RecordSql make_record_sql(const std::string& t) {
       columns, t);
   // IGNORE: meeting another request's row answers 0 rows instead of ER_DUP_ENTRY (every value
   // was validated before it got here, so a duplicate is all it can skip).
-  s.insert_finished =
-      fmt::format("INSERT IGNORE INTO {} ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {}, ?)", t,
-                  columns, now);
+  const std::string finished_into =
+      fmt::format(" INTO {} ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {}, ?)", t, columns, now);
+  s.insert_finished = "INSERT IGNORE" + finished_into;
+  // A compound statement (MariaDB's anonymous block, prepared like any other): the COMMIT
+  // travels with the INSERT. Without IGNORE: meeting another request's row is ER_DUP_ENTRY,
+  // which ends the block before its COMMIT and leaves the transaction open to roll back.
+  s.insert_finished_commit = "BEGIN NOT ATOMIC INSERT" + finished_into + "; COMMIT; END";
   for (std::size_t c = 0; c < batch_classes; ++c) {
     std::string values;
     std::string keys;
