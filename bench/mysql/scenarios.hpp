@@ -14,7 +14,7 @@ void cycle_scenario(const Config& config, bool mix, bool floor = false);
 
 // mysql.tx: the library's same-transaction mode (its default, BoundClaim::record_last).
 // mysql.tx_claim_first: the same with BoundClaim::claim_first. mysql.tx_floor: record_last's
-// four statements (its SQL text, from idem::mysql::detail::make_record_sql) sent through the
+// three statements (its SQL text, from idem::mysql::detail::make_record_sql) sent through the
 // bare C API on a session with autocommit off: the best that shape can do on this server.
 // mysql.tx_own: mysql.tx on the caller's own handles (with_transaction on a lender, a borrowed
 // MYSQL*, whose statements travel as text instead of as cached prepared statements).
