@@ -69,6 +69,7 @@ struct FakeConnection {
   Server* server;
   bool in_transaction = true;
   Server* native() noexcept { return server; }
+  static bool borrowed() noexcept { return false; }
 };
 
 struct FakeOps {

@@ -29,7 +29,8 @@
 //   RecordProbe probe(c, key)           a non-locking read: the row, if any, and the store's now
 //   bool insert_finished(c, record)     INSERTs a finished record (its updated_at: the store's
 //                                       now at the INSERT); false: the key exists
-// and optionally, to send that INSERT with with_transaction's COMMIT:
+// and optionally, to send that INSERT with with_transaction's COMMIT (the Connection then
+// also says bool borrowed(): a handle of the caller's):
 //   bool insert_finished_and_commit(c, record)  the same and COMMIT, as one round trip; false:
 //                                               the key exists, and nothing was committed
 //
@@ -543,7 +544,9 @@ class BoundSqlStore {
         // (The INSERT stamps updated_at with the store's now.)
         Record done = finished(s->record, to, snapshot, retryable, s->record.updated_at);
         if constexpr (can_commit_with_record) {
-          if (may_defer && defers()) {
+          // Not on a borrowed handle: a Connection the caller made to borrow it could be gone
+          // before the COMMIT.
+          if (may_defer && defers() && !connection_->borrowed()) {
             send_deferred();
             ledger_->defer(
                 {key, ticket, [ops = ops_, c = connection_, r = std::move(done)](bool with_commit) {
