@@ -197,7 +197,7 @@ struct FakeBackend {
   using Pool = idem::BasicPool<FakeDriver>;
   using Ops = FakeOps;
   static constexpr std::string_view name = "fake";
-  static constexpr bool bound_supports_wait = true;
+  [[maybe_unused]] static constexpr bool bound_supports_wait = true;
   static constexpr std::string_view begin_hint = "BEGIN";
   static idem::FailureKind classify(const idem::StoreError& e) noexcept {
     switch (e.diagnostics().code) {
