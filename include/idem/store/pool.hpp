@@ -6,10 +6,9 @@
 //   struct Driver {
 //     using Connection = ...;
 //     std::unique_ptr<Connection> open();                 // throws StoreError
-//     void ready(Connection&, Duration idle_for, PoolUse); // e.g. ping or reopen; throws
-//     StoreError bool reusable(Connection&) noexcept;                // cleaned (rolled back) and
-//     healthy? std::string where() const;                          // for the "no connection free"
-//     error
+//     void ready(Connection&, Duration idle_for, PoolUse);  // ping, reopen; throws StoreError
+//     bool reusable(Connection&) noexcept;  // cleaned (rolled back) and healthy?
+//     std::string where() const;            // for the "no connection free" error
 //   };
 //
 // - At most `size` connections exist; acquire() waits up to `acquire_timeout` for one.

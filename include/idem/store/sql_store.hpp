@@ -520,12 +520,12 @@ class BoundSqlStore {
     return nullptr;
   }
 
-  // with_transaction's ledger commits what waits in it; a transaction of the caller's own
-  // does not, and a handle this store borrowed itself is gone before the COMMIT.
-  bool defers() const noexcept { return ledger_ != own_.get() && borrowed_ == nullptr; }
+  // Whether the ledger is a with_transaction try's, which sends what waits in it with its
+  // COMMIT (a transaction of the caller's own has this store's ledger, and waits for nothing).
+  bool ledger_commits() const noexcept { return ledger_ != own_.get(); }
 
   void send_deferred() {
-    if (defers()) ledger_->send_deferred(false, Backend::name);
+    if (ledger_commits()) ledger_->send_deferred(false, Backend::name);
   }
 
   enum class Written { yes, superseded };
@@ -544,9 +544,9 @@ class BoundSqlStore {
         // (The INSERT stamps updated_at with the store's now.)
         Record done = finished(s->record, to, snapshot, retryable, s->record.updated_at);
         if constexpr (can_commit_with_record) {
-          // Not on a borrowed handle: a Connection the caller made to borrow it could be gone
-          // before the COMMIT.
-          if (may_defer && defers() && !connection_->borrowed()) {
+          // Not on a borrowed handle: the Connection borrowing it (this store's own, or one
+          // the caller made) may be gone before the COMMIT.
+          if (may_defer && ledger_commits() && !connection_->borrowed()) {
             send_deferred();
             ledger_->defer(
                 {key, ticket, [ops = ops_, c = connection_, r = std::move(done)](bool with_commit) {
