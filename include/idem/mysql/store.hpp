@@ -115,7 +115,7 @@ class RecordOps {
 
   // A record-last claim's result; false when another request's row is there.
   bool insert_finished(Connection& c, const Record& r) const {
-    return c.execute(sql_.insert_finished, finished_params(r)) == 1;
+    return execute_finished(c, sql_.insert_finished, r) == 1;
   }
 
   // The same, and COMMIT, in one round trip where the server runs compound statements
@@ -124,7 +124,7 @@ class RecordOps {
   bool insert_finished_and_commit(Connection& c, const Record& r) const {
     if (c.supports_returning()) {
       try {
-        c.execute(sql_.insert_finished_commit, finished_params(r));
+        execute_finished(c, sql_.insert_finished_commit, r);
         return true;
       } catch (const StoreError& e) {
         if (e.diagnostics().code == code::dup_entry) return false;
@@ -273,19 +273,12 @@ class RecordOps {
   }
 
  private:
-  static std::vector<Param> finished_params(const Record& r) {
-    return {r.key.id(),
-            r.key.biz_type(),
-            static_cast<int>(r.status),
-            r.ticket.fence,
-            r.ticket.owner,
-            r.fingerprint,
-            Param::blob(r.snapshot),
-            r.retryable ? 1 : 0,
-            r.attempts,
-            Param::time(r.lease_until),
-            Param::time(r.created_at),
-            Param::time(r.expire_at)};
+  // Runs insert_finished or insert_finished_commit with the finished record as its values.
+  static std::uint64_t execute_finished(Connection& c, const std::string& sql, const Record& r) {
+    return c.execute(sql, {r.key.id(), r.key.biz_type(), static_cast<int>(r.status), r.ticket.fence,
+                           r.ticket.owner, r.fingerprint, Param::blob(r.snapshot),
+                           r.retryable ? 1 : 0, r.attempts, Param::time(r.lease_until),
+                           Param::time(r.created_at), Param::time(r.expire_at)});
   }
 
   RecordSql sql_;  // built once, when the store is made
