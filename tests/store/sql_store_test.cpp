@@ -212,10 +212,10 @@ struct FakeBackend {
   static bool in_transaction(Connection& c) noexcept { return c.in_transaction; }
 };
 
-class FakeStore : public idem::SqlStore<FakeBackend> {
+class FakeStore : public idem::StoreSkeleton<FakeBackend> {
  public:
   explicit FakeStore(Server& server, idem::RetryPolicy retry = {.backoff = 1ms, .max_backoff = 1ms})
-      : SqlStore(FakeOps{&server}, retry), pool_(FakeDriver{&server}, 2, 100ms, "fake pool") {
+      : StoreSkeleton(FakeOps{&server}, retry), pool_(FakeDriver{&server}, 2, 100ms, "fake pool") {
     attach(&pool_);
   }
   idem::BoundSqlStore<FakeBackend> bind(

@@ -82,7 +82,7 @@ struct StoreParams {
 
 namespace detail {
 
-// The record operations on one connection, shared by both modes (see idem/store/sql_store.hpp).
+// The record operations on one connection, shared by both modes (see idem/store/skeleton.hpp).
 // `bound` reads with LOCK IN SHARE MODE: inside a caller's transaction a plain read could
 // return an old snapshot, and an exclusive lock would deadlock the duplicates that all hold
 // the shared lock their failed INSERT took (the S-then-X upgrade deadlock of concurrent
@@ -285,7 +285,7 @@ class RecordOps {
   bool returning_;
 };
 
-// idem::mysql for the store skeleton (idem/store/sql_store.hpp).
+// idem::mysql for the store skeleton (idem/store/skeleton.hpp, idem/store/sql_store.hpp).
 struct Backend : BackendTypes<mysql::Connection, MYSQL, mysql::Pool, RecordOps> {
   static constexpr std::string_view name = "idem::mysql";
   // A duplicate's wait would hold the shared row lock of its reads until the transaction ends
@@ -314,7 +314,7 @@ struct Backend : BackendTypes<mysql::Connection, MYSQL, mysql::Pool, RecordOps> 
 // committed state, whatever the transaction's snapshot.
 using BoundStore = BoundSqlStore<detail::Backend>;
 
-class Store : public SqlStore<detail::Backend> {
+class Store : public StoreSkeleton<detail::Backend> {
  public:
   // The store shares the pool (other stores or the caller's transactions may use it too).
   explicit Store(std::shared_ptr<Pool> pool, StoreParams params = {}) : Store(std::move(params)) {
@@ -326,7 +326,7 @@ class Store : public SqlStore<detail::Backend> {
   // A store without a pool, only ever bound to the caller's connections (bind()); its
   // standalone operations throw UsageError.
   explicit Store(StoreParams params = {})
-      : SqlStore(detail::RecordOps(quote_identifier(params.table), params.insert_returning),
+      : StoreSkeleton(detail::RecordOps(quote_identifier(params.table), params.insert_returning),
                  params.retry),
         table_(quote_identifier(params.table)),
         bound_claim_(params.bound_claim) {}
@@ -355,9 +355,9 @@ class Store : public SqlStore<detail::Backend> {
   BoundStore bind(MYSQL* mysql) const { return BoundStore(ops(), mysql, bound_claim_); }
 
   const std::string& table() const noexcept { return table_; }
-  using SqlStore::has_pool;
+  using StoreSkeleton::has_pool;
   // Throws UsageError for a store without a pool.
-  using SqlStore::pool;
+  using StoreSkeleton::pool;
 
  private:
   std::shared_ptr<Pool> shared_pool_;

@@ -142,7 +142,7 @@ class RecordOps {
   std::function<TimePoint()> clock_;
 };
 
-// idem::sqlite for the store skeleton (idem/store/sql_store.hpp).
+// idem::sqlite for the store skeleton (idem/store/skeleton.hpp, idem/store/sql_store.hpp).
 struct Backend : BackendTypes<sqlite::Connection, sqlite3, sqlite::Pool, RecordOps> {
   static constexpr std::string_view name = "idem::sqlite";
   static constexpr bool bound_supports_wait = true;
@@ -165,13 +165,13 @@ struct Backend : BackendTypes<sqlite::Connection, sqlite3, sqlite::Pool, RecordO
 // caller's (or with_transaction's) call.
 using BoundStore = BoundSqlStore<detail::Backend>;
 
-class Store : public SqlStore<detail::Backend> {
+class Store : public StoreSkeleton<detail::Backend> {
  public:
   // Opens (creating it when missing) the database file at `path` and, unless
   // params.create_schema is false, creates the record table. Throws StoreError when the file
   // cannot be opened or is not a SQLite database, InvalidArgument for bad params.
   explicit Store(std::filesystem::path path, StoreParams params = {})
-      : SqlStore(detail::RecordOps(parse_table_name(params.table), params.clock), params.retry),
+      : StoreSkeleton(detail::RecordOps(parse_table_name(params.table), params.clock), params.retry),
         params_(checked(path, std::move(params))),
         name_(parse_table_name(params_.table)),
         table_(name_.quoted()),

@@ -1,31 +1,18 @@
 #pragma once
-// The skeleton of an SQL store, written once for every backend: the claim loop, retries,
-// finish with LeaseLost and the reconciliation of a write whose reply was lost, housekeeping
-// in batches, claim_batch with its halving, and the bound (same-transaction) store with its
-// claim ledger. A backend provides only its SQL and driver, as a Backend description:
+// The bound (same-transaction) store of an SQL backend, over the store skeleton
+// (idem/store/skeleton.hpp): the claims of one transaction on the caller's connection, with
+// the claim ledger that says when it may commit, and the two ways of claiming (BoundClaim).
+// Its Backend also says:
 //
 //   struct Backend {
-//     using Connection = ...;  // one connection; Connection(Native*) borrows a caller's handle
-//     using Native = ...;      // the driver's handle type (MYSQL, sqlite3)
-//     using Pool = ...;        // a BasicPool of Connections (idem/store/pool.hpp)
-//     using Ops = ...;         // the record operations on one connection, below
-//     static constexpr std::string_view name = "idem::mysql";
+//     ...                                  // as idem/store/skeleton.hpp asks
+//     using Native = ...;                  // Connection(Native*) borrows a caller's handle
 //     static constexpr bool bound_supports_wait = ...;  // see idem/store/abilities.hpp
 //     static constexpr std::string_view begin_hint = "START TRANSACTION";  // for the error
-//     static FailureKind classify(const StoreError&);   // the backend's error classification
 //     static bool in_transaction(Connection&);
 //   };
 //
-// Ops, on one connection (`bound`: inside the caller's transaction):
-//   std::optional<Record> insert(c, key, fp, options, token, bound)  the fresh claim written,
-//                                                                   or nullopt: the key exists
-//   std::optional<RecordRead> read(c, key, bound)                    the row and the store's now
-//   bool write_takeover(c, decision, next, read_ticket)              guarded by sql_guards.hpp
-//   bool finish(c, key, ticket, snapshot, to, retryable)             guarded by holds()
-//   std::size_t purge(c, batch)  std::size_t release(c, batch)       one batch each
-// and optionally, for claim_batch: static constexpr std::size_t max_batch_rows, and
-//   std::vector<ClaimResult> claim_chunk(c, requests, tokens, options)
-// and, for a bound store's BoundClaim::record_last:
+// and its Ops, for BoundClaim::record_last:
 //   RecordProbe probe(c, key)           a non-locking read: the row, if any, and the store's now
 //   bool insert_finished(c, record)     INSERTs a finished record (its updated_at: the store's
 //                                       now at the INSERT); false: the key exists
@@ -34,25 +21,18 @@
 //   bool insert_finished_and_commit(c, record)  the same and COMMIT, as one round trip; false:
 //                                               the key exists, and nothing was committed
 //
-// The rules the skeleton applies come from idem/store/record_rules.hpp; tests/store/
-// sql_store_test.cpp drives it through a scripted backend, without a server.
+// tests/store/sql_store_test.cpp drives it through a scripted backend, without a server.
 
-#include <algorithm>
 #include <concepts>
-#include <cstddef>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
-#include <tuple>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "idem/batch.hpp"
 #include "idem/detail/checks.hpp"
 #include "idem/detail/claim_ledger.hpp"
 #include "idem/detail/token.hpp"
@@ -62,34 +42,11 @@
 #include "idem/record.hpp"
 #include "idem/store.hpp"
 #include "idem/store/record_rules.hpp"
-#include "idem/store/retry.hpp"
+#include "idem/store/skeleton.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
 namespace idem {
-
-// How a backend classifies a StoreError for its retry loop.
-enum class FailureKind {
-  fatal,       // not retried: a bug, bad data, a full pool, an unknown error
-  transient,   // retried; the failed statement did not happen (deadlock, lock wait, busy file)
-  reply_lost,  // retried; the statement may have happened (the connection died after it was
-               // sent): a later try must look at the row before it writes
-};
-
-// The four types a Backend names, in one line of the backend's.
-template <class C, class N, class P, class O>
-struct BackendTypes {
-  using Connection = C;
-  using Native = N;
-  using Pool = P;
-  using Ops = O;
-};
-
-// A row as read, with the store's `now` at that read (the server's clock on MySQL).
-struct RecordRead {
-  Record record;
-  TimePoint now;
-};
 
 // A read that also answers when there is no row: the store's `now` comes either way.
 struct RecordProbe {
@@ -107,235 +64,6 @@ enum class BoundClaim {
   // INSERT the finished record last. A concurrent duplicate runs its body too; its INSERT
   // meets the first one's row, and its transaction rolls back and runs again, replaying.
   record_last,
-};
-
-namespace detail {
-
-// Each round of a claim loses only to another caller's completed write, so a bound is only a
-// guard against a bug: a claim that does not settle is a retryable StoreError.
-inline constexpr int claim_rounds = 16;
-
-// One claim on one connection, by the decision table. `token` is the owner token of this
-// claim call: if an earlier try of the same call already wrote it (its reply was lost), the
-// row is recognised as ours.
-template <class Ops, class Connection>
-ClaimResult claim_on(std::string_view who, const Ops& ops, Connection& c, const Key& key,
-                     std::string_view fp, const Options& o, const std::string& token, bool bound) {
-  for (int round = 0; round < claim_rounds; ++round) {
-    if (std::optional<Record> fresh = ops.insert(c, key, fp, o, token, bound)) {
-      return {Verdict::acquired, std::move(*fresh)};
-    }
-    std::optional<RecordRead> row = ops.read(c, key, bound);
-    if (!row) continue;  // purged between the INSERT and the read: insert again
-    Record& stored = row->record;
-    if (stored.ticket.owner == token) return {Verdict::acquired, std::move(stored)};
-    const Decision d = decide(stored, fp, row->now);
-    if (!is_takeover(d)) return {verdict_of(d), std::move(stored)};
-    Record next = take_over(stored, d, fp, token, row->now, o);
-    if (ops.write_takeover(c, d, next, stored.ticket)) return {Verdict::acquired, std::move(next)};
-    // Someone else moved the row on: read it again.
-  }
-  throw StoreError(fmt::format("{}: the claim on {}/{} did not settle after {} rounds", who,
-                               key.biz_type(), printable(key.id()), claim_rounds),
-                   true);
-}
-
-}  // namespace detail
-
-template <class Backend>
-class SqlStore {
- public:
-  using Connection = typename Backend::Connection;
-  using Pool = typename Backend::Pool;
-  using Ops = typename Backend::Ops;
-
-  SqlStore(const SqlStore&) = delete;
-  SqlStore& operator=(const SqlStore&) = delete;
-
-  ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
-    validate(options);
-    detail::check_fingerprint(fingerprint);
-    const std::string token = detail::new_owner_token();
-    return with_retries("claim", [&](Connection& c, bool) {
-      return detail::claim_on(Backend::name, ops_, c, key, fingerprint, options, token, false);
-    });
-  }
-
-  // Many claims in few round trips (see idem/batch.hpp), for a backend whose Ops claim a chunk
-  // of keys at once: results[i] is what claim() would have answered for requests[i] had the
-  // requests been claimed one after another. Distinct keys go up to max_batch_rows at a time,
-  // in primary key order (concurrent batches then lock rows in the same order); a key
-  // repeated within the batch is claimed again after them, so it sees its first occurrence's
-  // claim.
-  std::vector<ClaimResult> claim_batch(std::span<const ClaimRequest> requests,
-                                       const Options& options) requires
-      requires(const Ops& ops, Connection& c, std::span<const ClaimRequest* const> r,
-               std::span<const std::string> t) {
-    { ops.claim_chunk(c, r, t, options) } -> std::same_as<std::vector<ClaimResult>>;
-    Ops::max_batch_rows;
-  }
-  {
-    detail::validate_batch(requests, options);
-    std::vector<std::optional<ClaimResult>> slots(requests.size());
-    std::vector<std::size_t> firsts;  // index of each key's first occurrence
-    std::vector<std::size_t> repeats;
-    {
-      std::unordered_map<Key, std::size_t> seen;
-      for (std::size_t i = 0; i < requests.size(); ++i) {
-        (seen.emplace(requests[i].key, i).second ? firsts : repeats).push_back(i);
-      }
-    }
-    std::sort(firsts.begin(), firsts.end(), [&](std::size_t a, std::size_t b) {
-      return std::tie(requests[a].key.id(), requests[a].key.biz_type()) <
-             std::tie(requests[b].key.id(), requests[b].key.biz_type());
-    });
-
-    // One owner token per key for the whole call: a retried statement recognises the rows an
-    // earlier try created before its answer was lost.
-    std::vector<std::string> tokens(firsts.size());
-    for (auto& token : tokens)
-      token = detail::new_owner_token();
-    // Rows per statement. A deadlock or a lost certification rolls a whole statement back, and
-    // under contention a wide one keeps meeting other writers (on Galera it can lose eight
-    // times running); so every failed try halves the statement and every clean one doubles it.
-    std::size_t width = Ops::max_batch_rows;
-    std::vector<const ClaimRequest*> chunk;
-    for (std::size_t begin = 0, end = 0; begin < firsts.size(); begin = end) {
-      auto claimed = with_retries(
-          "claim_batch",
-          [&](Connection& c, bool) {
-            end = std::min(firsts.size(), begin + width);
-            chunk.clear();
-            for (std::size_t k = begin; k < end; ++k)
-              chunk.push_back(&requests[firsts[k]]);
-            return ops_.claim_chunk(c, chunk, std::span(tokens).subspan(begin, end - begin),
-                                    options);
-          },
-          [&] { width = std::max<std::size_t>(1, width / 2); });
-      for (std::size_t k = begin; k < end; ++k)
-        slots[firsts[k]] = std::move(claimed[k - begin]);
-      width = std::min(Ops::max_batch_rows, width * 2);
-    }
-    for (std::size_t i : repeats) {
-      slots[i] = claim(requests[i].key, requests[i].fingerprint, options);
-    }
-    std::vector<ClaimResult> results;
-    results.reserve(requests.size());
-    for (auto& slot : slots)
-      results.push_back(std::move(*slot));
-    return results;
-  }
-
-  void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
-    finish(key, ticket, snapshot, Status::succeeded, false);
-  }
-
-  void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable) {
-    finish(key, ticket, error, Status::failed, retryable);
-  }
-
-  std::optional<Record> find(const Key& key) {
-    return with_retries("find", [&](Connection& c, bool) -> std::optional<Record> {
-      auto row = ops_.read(c, key, false);
-      if (!row) return std::nullopt;
-      return std::move(row->record);
-    });
-  }
-
-  std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
-    // One retried unit per batch, so that a deadlock in a later batch does not drop the count
-    // of the batches already deleted (only a batch whose reply was lost goes uncounted).
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < max_batches && batch > 0; ++i) {
-      const std::size_t n =
-          with_retries("purge_expired", [&](Connection& c, bool) { return ops_.purge(c, batch); });
-      total += n;
-      if (n < batch) break;
-    }
-    return total;
-  }
-
-  std::size_t release_stale(std::size_t batch) {
-    if (batch == 0) return 0;
-    return with_retries("release_stale",
-                        [&](Connection& c, bool) { return ops_.release(c, batch); });
-  }
-
-  const Ops& ops() const noexcept { return ops_; }
-
- protected:
-  SqlStore(Ops ops, RetryPolicy retry) : ops_(std::move(ops)), retry_(retry) {
-    validate(retry_, fmt::format("{}::Store", Backend::name));
-  }
-  ~SqlStore() = default;
-
-  // The pool the standalone operations take their connections from (none: a store that is
-  // only ever bound).
-  void attach(Pool* pool) noexcept { pool_ = pool; }
-  bool has_pool() const noexcept { return pool_ != nullptr; }
-  Pool& pool() const {
-    if (pool_ == nullptr) {
-      throw UsageError(
-          fmt::format("{}::Store: this store has no pool (it is only bound)", Backend::name));
-    }
-    return *pool_;
-  }
-
-  // Runs op(connection, uncertain) on a pooled connection; on a transient failure backs off
-  // and tries again on a (possibly new) connection. `uncertain` tells op that an earlier try
-  // lost its connection after sending a statement, so its outcome must be looked up, not
-  // assumed. before_retry() runs after each failed try that will be tried again.
-  template <class Op, class BeforeRetry>
-  auto with_retries(std::string_view what, Op&& op, BeforeRetry&& before_retry)
-      -> decltype(op(std::declval<Connection&>(), false)) {
-    bool uncertain = false;
-    return retry(
-        retry_, Backend::name, what,
-        [&](int) {
-          auto handle = pool().acquire();
-          return op(*handle, uncertain);
-        },
-        [&](const StoreError& e, int n) {
-          switch (Backend::classify(e)) {
-            case FailureKind::fatal:
-              throw;
-            case FailureKind::reply_lost:
-              uncertain = true;
-              break;
-            case FailureKind::transient:
-              break;
-          }
-          if (n < retry_.max_attempts) before_retry();
-        });
-  }
-  template <class Op>
-  auto with_retries(std::string_view what, Op&& op)
-      -> decltype(op(std::declval<Connection&>(), false)) {
-    return with_retries(what, std::forward<Op>(op), [] {});
-  }
-
- private:
-  void finish(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
-              bool retryable) {
-    detail::check_snapshot(snapshot);
-    auto ours = [&](Connection& c) {
-      const auto row = ops_.read(c, key, false);
-      return row && finished_as(row->record, ticket, to, snapshot, retryable);
-    };
-    const bool done = with_retries("record", [&](Connection& c, bool uncertain) {
-      // A previous try may have been applied before its connection died: look before writing.
-      if (uncertain && ours(c)) return true;
-      if (ops_.finish(c, key, ticket, snapshot, to, retryable)) return true;
-      // The killed try may still have been committing during the read above; the UPDATE
-      // waited for its row lock, so a read now sees whether that write was ours.
-      return uncertain && ours(c);
-    });
-    if (!done) throw lease_lost(Backend::name, key, ticket);
-  }
-
-  Ops ops_;
-  RetryPolicy retry_;
-  Pool* pool_ = nullptr;
 };
 
 // A store bound to one connection and the transaction open on it. Nothing is retried here:
