@@ -8,6 +8,8 @@ IDEM_DEPS=(
     nlohmann-json3-dev catch2 libfmt-dev libssl-dev
     default-libmysqlclient-dev mariadb-server libsqlite3-dev
     libclang-rt-14-dev libcpp-httplib-dev ca-certificates
+    # The Redis store (idem::redis) and its throwaway servers (scripts/redis).
+    libhiredis-dev redis-server redis-tools
     # The Galera suite (scripts/galera): the provider, the client tools, rsync state transfer
     # and what its SST script calls (ss or lsof, ps, hostname, setpriv).
     mariadb-client galera-4 rsync iproute2 lsof procps psmisc socat hostname util-linux

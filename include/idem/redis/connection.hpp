@@ -1,0 +1,336 @@
+#pragma once
+// idem::redis::Connection: a session with one Redis server, or with a Redis Cluster, for one
+// thread at a time (the Pool hands it out).
+//
+// - A single server: one connection (detail::Link), opened at once. A failure on the client
+//   side (the connection broke, a reply timed out) leaves the session broken, and the Pool
+//   opens it again.
+// - A cluster (ConnectionParams::cluster_nodes): the session reads which node serves which
+//   hash slot (CLUSTER SLOTS), keeps one connection per node it needed, opened when first
+//   needed, and sends each script to the node that serves its keys' slot. A MOVED reply
+//   (the slot moved for good) updates the map and sends the script on; ASK (the slot is
+//   moving) sends it, once, to the node named, after ASKING. A node that cannot be reached
+//   makes the session read the map again before its next command, so that it follows a
+//   failover to the promoted replica.
+// - An error reply of the server is a StoreError with the reply in its Diagnostics.
+// - Scripts run by EVALSHA; a server that does not know the script (restarted, flushed, a
+//   new node) answers NOSCRIPT, and the script is sent whole with EVAL, which caches it.
+//
+// Every argument is passed with its length: keys and values are binary-safe.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/errors.hpp"
+#include "idem/redis/connection_params.hpp"
+#include "idem/redis/detail/link.hpp"
+#include "idem/redis/detail/script.hpp"
+#include "idem/redis/detail/slot.hpp"
+#include "idem/redis/errors.hpp"
+#include "idem/redis/reply.hpp"
+
+namespace idem::redis {
+
+// One script call: its keys (all in one hash slot) and its arguments.
+struct ScriptCall {
+  std::vector<std::string_view> keys;
+  std::vector<std::string_view> args;
+};
+
+class Connection {
+ public:
+  explicit Connection(ConnectionParams params) : params_(std::move(params)) {
+    for (const std::string& node : params_.cluster_nodes)
+      seeds_.push_back(detail::Address::parse(node));
+    if (cluster()) {
+      refresh_slots();
+    } else {
+      single_ = std::make_unique<detail::Link>(
+          params_, detail::Address{params_.host, params_.port, params_.unix_socket});
+    }
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Sends one command and waits for its reply; in a cluster, to the node serving the slot of
+  // its first argument after the command's name (its key), and without redirections. Throws
+  // StoreError on a client failure or an error reply.
+  Reply command(std::span<const std::string_view> args) {
+    detail::Link& l = cluster() ? route(args.size() > 1 ? detail::key_slot(args[1]) : 0) : *single_;
+    return l.command(args);
+  }
+  Reply command(std::initializer_list<std::string_view> args) {
+    return command(std::span<const std::string_view>(args.begin(), args.size()));
+  }
+
+  // Runs a script by its SHA1 on the node serving its keys, and by its source when that node
+  // does not know it yet.
+  Reply eval(const detail::Script& script, const ScriptCall& call) {
+    const std::vector<std::string_view> args = evalsha_args(script, call);
+    if (!cluster()) return single_->checked(run(*single_, script, args, false));
+    const std::uint16_t slot = call.keys.empty() ? 0 : detail::key_slot(call.keys.front());
+    std::optional<detail::Address> ask;
+    for (int hop = 0;; ++hop) {
+      detail::Link& l = ask ? link(*ask) : route(slot);
+      Reply r = run(l, script, args, ask.has_value());
+      ask.reset();
+      if (!r.is_error() || hop == max_redirections) return l.checked(std::move(r));
+      const std::string_view text = r.text();
+      const std::string_view name = error_name(text);
+      if (name == "MOVED") {
+        own(slot, redirect_target(text));
+      } else if (name == "ASK") {
+        ask = redirect_target(text);
+      } else {
+        return l.checked(std::move(r));
+      }
+    }
+  }
+
+  // Runs the script once per call, pipelined: every call to a node is written before the
+  // first reply is read (one round trip per node). The replies come in the calls' order; an
+  // error reply throws after every reply was read, so each connection stays in step.
+  std::vector<Reply> eval_all(const detail::Script& script, std::span<const ScriptCall> calls) {
+    std::vector<std::optional<Reply>> replies(calls.size());
+    std::vector<detail::Link*> via(calls.size());
+    // The calls by the link that serves them, in order.
+    std::vector<std::pair<detail::Link*, std::vector<std::size_t>>> groups;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      detail::Link* l =
+          cluster() ? &route(calls[i].keys.empty() ? 0 : detail::key_slot(calls[i].keys.front()))
+                    : single_.get();
+      via[i] = l;
+      auto g = std::find_if(groups.begin(), groups.end(), [&](auto& e) { return e.first == l; });
+      if (g == groups.end()) g = groups.insert(groups.end(), {l, {}});
+      g->second.push_back(i);
+    }
+    try {
+      for (auto& [l, indexes] : groups) {
+        for (const std::size_t i : indexes)
+          l->append(evalsha_args(script, calls[i]));
+      }
+      for (auto& [l, indexes] : groups) {
+        for (const std::size_t i : indexes)
+          replies[i] = l->receive();
+      }
+    } catch (...) {
+      // A link that failed mid-pipeline is broken; the others may still owe replies, which
+      // the next user must not read as its own: close them.
+      for (auto& [l, indexes] : groups)
+        drop(*l);
+      throw;
+    }
+    std::vector<Reply> out;
+    out.reserve(calls.size());
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      Reply& r = *replies[i];
+      if (r.is_error()) {
+        const std::string_view name = error_name(r.text());
+        if (name == "NOSCRIPT" || name == "MOVED" || name == "ASK") {
+          out.push_back(eval(script, calls[i]));
+          continue;
+        }
+      }
+      out.push_back(via[i]->checked(std::move(r)));
+    }
+    return out;
+  }
+
+  // PING; false when the server (in a cluster: a node) does not answer.
+  bool ping() noexcept {
+    try {
+      return command({"PING"}).text() == "PONG";
+    } catch (const Error&) {
+      return false;
+    }
+  }
+
+  // Opens again: the single server's connection, or the cluster's map and connections.
+  // Throws StoreError.
+  void reconnect() {
+    if (cluster()) {
+      links_.clear();
+      refresh_slots();
+    } else {
+      single_.reset();
+      single_ = std::make_unique<detail::Link>(
+          params_, detail::Address{params_.host, params_.port, params_.unix_socket});
+    }
+  }
+
+  // A single server's session is broken after a client failure; a cluster's never is (it
+  // reopens the connection it needs), unless it has no map.
+  bool broken() const noexcept {
+    return cluster() ? owners_.empty() : single_ == nullptr || single_->broken();
+  }
+  bool cluster() const noexcept { return !seeds_.empty(); }
+  const ConnectionParams& params() const noexcept { return params_; }
+
+  // Where the session goes, for messages: the socket path or host:port, or the cluster's
+  // seed nodes.
+  std::string where() const {
+    if (!cluster()) {
+      return detail::Address{params_.host, params_.port, params_.unix_socket}.text();
+    }
+    std::string out = "cluster";
+    for (const detail::Address& a : seeds_)
+      out += " " + a.text();
+    return out;
+  }
+
+ private:
+  static constexpr int max_redirections = 5;
+  static constexpr std::uint16_t no_node = 0xffff;
+
+  static std::vector<std::string_view> evalsha_args(const detail::Script& script,
+                                                    const ScriptCall& call) {
+    static constexpr std::string_view counts[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8"};
+    std::vector<std::string_view> args;
+    args.reserve(3 + call.keys.size() + call.args.size());
+    args.push_back("EVALSHA");
+    args.push_back(script.sha);
+    args.push_back(counts[std::min<std::size_t>(call.keys.size(), std::size(counts) - 1)]);
+    args.insert(args.end(), call.keys.begin(), call.keys.end());
+    args.insert(args.end(), call.args.begin(), call.args.end());
+    return args;
+  }
+
+  // One EVALSHA on `l` (after ASKING when `asking`), and EVAL when the node answers NOSCRIPT.
+  // A client failure drops the link and throws.
+  Reply run(detail::Link& l, const detail::Script& script, std::vector<std::string_view> args,
+            bool asking) {
+    try {
+      for (int pass = 0;; ++pass) {
+        if (asking) l.append({"ASKING"});
+        l.append(args);
+        if (asking) (void)l.receive();  // +OK
+        Reply r = l.receive();
+        if (pass == 1 || !r.is_error() || error_name(r.text()) != "NOSCRIPT") return r;
+        args[0] = "EVAL";
+        args[1] = script.source;
+      }
+    } catch (const StoreError&) {
+      drop(l);
+      throw;
+    }
+  }
+
+  // The link of the node serving `slot`; reads the map first when it is stale.
+  detail::Link& route(std::uint16_t slot) {
+    if (owners_.empty() || stale_) refresh_slots();
+    std::uint16_t node = owners_[slot];
+    if (node == no_node) {
+      refresh_slots();
+      node = owners_[slot];
+      if (node == no_node) {
+        throw StoreError(
+            fmt::format("idem::redis: no node of the {} serves slot {}", where(), slot), true,
+            Diagnostics{0, "", "CLUSTERDOWN no node serves the slot", true});
+      }
+    }
+    return link(nodes_[node]);
+  }
+
+  // The open link to `a`, opened now if there is none (or it broke).
+  detail::Link& link(const detail::Address& a) {
+    const std::string name = a.text();
+    auto it = links_.find(name);
+    if (it != links_.end() && !it->second->broken()) return *it->second;
+    if (it != links_.end()) links_.erase(it);
+    try {
+      return *links_.emplace(name, std::make_unique<detail::Link>(params_, a)).first->second;
+    } catch (const StoreError&) {
+      stale_ = true;  // the node may be gone: a replica may serve its slots by now
+      throw;
+    }
+  }
+
+  // Forgets a link that failed (single server: the session is broken until reconnect()).
+  void drop(detail::Link& l) noexcept {
+    if (!cluster()) return;  // hiredis marked it broken; broken() tells the Pool
+    stale_ = true;
+    for (auto it = links_.begin(); it != links_.end(); ++it) {
+      if (it->second.get() == &l) {
+        links_.erase(it);
+        return;
+      }
+    }
+  }
+
+  static detail::Address redirect_target(std::string_view reply) {
+    // "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>"
+    const auto space = reply.rfind(' ');
+    return detail::Address::parse(reply.substr(space + 1));
+  }
+
+  std::uint16_t node_index(const detail::Address& a) {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].host == a.host && nodes_[i].port == a.port)
+        return static_cast<std::uint16_t>(i);
+    }
+    nodes_.push_back(a);
+    return static_cast<std::uint16_t>(nodes_.size() - 1);
+  }
+
+  void own(std::uint16_t slot, const detail::Address& a) {
+    if (owners_.empty()) owners_.assign(detail::slot_count, no_node);
+    owners_[slot] = node_index(a);
+  }
+
+  // Reads the slot map from the first node that answers: the nodes known from the last map,
+  // then the seeds.
+  void refresh_slots() {
+    std::vector<detail::Address> candidates = nodes_;
+    candidates.insert(candidates.end(), seeds_.begin(), seeds_.end());
+    std::optional<StoreError> last;
+    for (const detail::Address& a : candidates) {
+      try {
+        detail::Link& l = link(a);
+        const Reply r = l.command({"CLUSTER", "SLOTS"});
+        std::vector<std::uint16_t> owners(detail::slot_count, no_node);
+        for (std::size_t i = 0; i < r.size(); ++i) {
+          const ReplyView range = r[i];
+          const ReplyView master = range[2];
+          std::string host(master[0].text());
+          if (host.empty()) host = a.host;  // "": the node that answered
+          const auto port = static_cast<unsigned>(master[1].integer());
+          const std::uint16_t node = node_index(detail::Address{host, port, {}});
+          for (std::int64_t s = range[0].integer(); s <= range[1].integer(); ++s) {
+            if (s >= 0 && s < detail::slot_count) owners[static_cast<std::size_t>(s)] = node;
+          }
+        }
+        owners_ = std::move(owners);
+        stale_ = false;
+        return;
+      } catch (const StoreError& e) {
+        last = e;
+      }
+    }
+    throw last ? *last
+               : StoreError(fmt::format("idem::redis: no node of the {} answered", where()), true);
+  }
+
+  ConnectionParams params_;
+  std::vector<detail::Address> seeds_;
+  std::unique_ptr<detail::Link> single_;  // a single server
+  // A cluster: the nodes seen, which node serves each slot (an index into nodes_), and the
+  // open links by address.
+  std::vector<detail::Address> nodes_;
+  std::vector<std::uint16_t> owners_;
+  std::map<std::string, std::unique_ptr<detail::Link>> links_;
+  bool stale_ = false;
+};
+
+}  // namespace idem::redis

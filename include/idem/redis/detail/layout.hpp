@@ -1,0 +1,108 @@
+#pragma once
+// Where idem::redis keeps a record and its indexes (docs/redis.md, "Layout").
+//
+// Records are spread over `buckets` buckets by a hash of the key; everything of one bucket
+// carries the same hash tag, so that it lies in one cluster slot and one script may touch a
+// record and its bucket's indexes together:
+//
+//   <prefix>:{<bucket>}:r:<biz_type>:<id>   the record, a hash (fields: record_fields)
+//   <prefix>:{<bucket>}:leases              sorted set of the bucket's processing records,
+//                                           scored by lease_until (release_stale reads it)
+//   <prefix>:{<bucket>}:expiry              sorted set of all the bucket's records, scored
+//                                           by expire_at (purge_expired reads it)
+//
+// An index member is "<biz_type>:<id>": biz_type has no ':', so the member names one key.
+// The id is stored byte for byte (hash tags stop at the first '}', which the prefix and the
+// bucket number come before).
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+
+namespace idem::redis::detail {
+
+// The record hash's fields, in the order the scripts read them (HMGET) and write them.
+// Times are milliseconds since the Unix epoch (UTC), by the server's clock; status is
+// to_string(Status); retryable is 0 or 1.
+inline constexpr std::array<std::string_view, 11> record_fields = {
+    "status",   "fence",      "owner",      "fingerprint", "snapshot", "retryable",
+    "attempts", "created_at", "updated_at", "lease_until", "expire_at"};
+
+// The bucket of a key: FNV-1a (32 bits) of "<biz_type>:<id>", modulo the bucket count.
+// Part of the layout: every process sharing a prefix must agree on it.
+inline std::uint32_t bucket_of(std::string_view member, std::uint32_t buckets) noexcept {
+  std::uint32_t h = 2166136261u;
+  for (const char c : member) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 16777619u;
+  }
+  return h % buckets;
+}
+
+// The three keys one script about one record touches (all in the bucket's slot).
+struct RecordKeys {
+  std::string record;
+  std::string leases;
+  std::string expiry;
+};
+
+class Layout {
+ public:
+  Layout(std::string prefix, std::uint32_t buckets)
+      : prefix_(std::move(prefix)), buckets_(buckets) {}
+
+  static std::string member(const Key& key) {
+    std::string m;
+    m.reserve(key.biz_type().size() + 1 + key.id().size());
+    m.append(key.biz_type()).append(1, ':').append(key.id());
+    return m;
+  }
+
+  // The key an index member names; CorruptRecord when it names none.
+  static Key key_of(std::string_view member) {
+    const auto colon = member.find(':');
+    if (colon == std::string_view::npos) {
+      throw CorruptRecord(fmt::format("idem::redis: the index member \"{}\" names no key",
+                                      idem::detail::printable(member)));
+    }
+    try {
+      return Key{std::string(member.substr(0, colon)), std::string(member.substr(colon + 1))};
+    } catch (const InvalidArgument& e) {
+      throw CorruptRecord(fmt::format("idem::redis: the index member \"{}\" names no key: {}",
+                                      idem::detail::printable(member), e.what()));
+    }
+  }
+
+  std::uint32_t bucket(std::string_view member) const noexcept {
+    return bucket_of(member, buckets_);
+  }
+  std::uint32_t buckets() const noexcept { return buckets_; }
+
+  RecordKeys keys(std::string_view member) const { return keys(bucket(member), member); }
+  RecordKeys keys(std::uint32_t bucket, std::string_view member) const {
+    const std::string tag = fmt::format("{}:{{{}}}:", prefix_, bucket);
+    std::string record;
+    record.reserve(tag.size() + 2 + member.size());
+    record.append(tag).append("r:").append(member);
+    return {std::move(record), tag + "leases", tag + "expiry"};
+  }
+  std::string leases(std::uint32_t bucket) const {
+    return fmt::format("{}:{{{}}}:leases", prefix_, bucket);
+  }
+  std::string expiry(std::uint32_t bucket) const {
+    return fmt::format("{}:{{{}}}:expiry", prefix_, bucket);
+  }
+  const std::string& prefix() const noexcept { return prefix_; }
+
+ private:
+  std::string prefix_;
+  std::uint32_t buckets_;
+};
+
+}  // namespace idem::redis::detail

@@ -1,0 +1,183 @@
+#pragma once
+// The Lua scripts of idem::redis: each operation on a record is one script, atomic on the
+// server, its `now` read inside it from the server's clock (TIME). Decisions are taken in
+// C++ by idem/store/record_rules.hpp; a script only re-checks, on the record as it is now,
+// the rule under which its write may happen, and each such check is named after that rule.
+// Every script touches one record and its bucket's indexes (detail/layout.hpp), all in one
+// hash slot, and every key it touches is declared in KEYS.
+
+#include <cstddef>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "idem/redis/detail/layout.hpp"
+#include "idem/redis/detail/script.hpp"
+#include "idem/status.hpp"
+
+namespace idem::redis::detail {
+
+struct RecordScripts {
+  Script claim;      // insert a fresh claim, or answer with the record there
+  Script take_over;  // rewrite a record read earlier, guarded by takeover_holds
+  Script finish;     // complete or fail, guarded by holds
+  Script read;       // the record and the server's now
+  Script due;        // members of an index whose score has come
+  Script release;    // release one stale claim, guarded by is_stale
+  Script purge;      // delete one expired record, guarded by is_expired
+};
+
+namespace script_text {
+
+// The prelude of every script: the server's clock in milliseconds, integers written as
+// integers (Lua numbers are doubles, and would otherwise be written as 1.7e+12), the record's
+// fields in record_fields' order, and the status names.
+inline std::string prelude() {
+  std::string fields;
+  for (std::size_t i = 0; i < record_fields.size(); ++i) {
+    fields += fmt::format("{}'{}'", i == 0 ? "" : ", ", record_fields[i]);
+  }
+  return fmt::format(R"(local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function int(n) return string.format('%d', n) end
+local FIELDS = {{{}}}
+local PROCESSING, FAILED = '{}', '{}'
+)",
+                     fields, to_string(Status::processing), to_string(Status::failed));
+}
+
+// KEYS: record, leases, expiry. ARGV: owner, fingerprint, lease ms, ttl ms, keep ms, member.
+// Answers {1, now} after writing record_rules' claim_record, or {0, now, fields} with the
+// record that is there. Also drops the expiry index's entries of records Redis has already
+// deleted by itself (their expire_at + keep has passed), so that the index stays bounded
+// without a janitor.
+inline constexpr const char* claim = R"(
+local now = now_ms()
+local keep = tonumber(ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. int(now - keep))
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {0, now, redis.call('HMGET', KEYS[1], unpack(FIELDS))}
+end
+local lease_until = now + tonumber(ARGV[3])
+local expire_at = now + tonumber(ARGV[4])
+redis.call('HSET', KEYS[1], 'status', PROCESSING, 'fence', '1', 'owner', ARGV[1],
+  'fingerprint', ARGV[2], 'snapshot', '', 'retryable', '0', 'attempts', '1',
+  'created_at', int(now), 'updated_at', int(now), 'lease_until', int(lease_until),
+  'expire_at', int(expire_at))
+redis.call('PEXPIREAT', KEYS[1], int(expire_at + keep))
+redis.call('ZADD', KEYS[2], int(lease_until), ARGV[6])
+redis.call('ZADD', KEYS[3], int(expire_at), ARGV[6])
+return {1, now}
+)";
+
+// KEYS: record, leases, expiry. ARGV: decision ("expired" or "retry"), the fence and owner
+// read, keep ms, member, then the new record's values in FIELDS' order (take_over()'s).
+// Answers 1 when written, 0 when the record moved on since it was read.
+inline constexpr const char* take_over = R"(
+local now = now_ms()
+local s = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner', 'retryable', 'lease_until',
+  'expire_at')
+if not s[1] or s[2] ~= ARGV[2] or s[3] ~= ARGV[3] then return 0 end
+-- record_rules: is_expired
+local expired = tonumber(s[6]) <= now
+local holds
+if ARGV[1] == 'expired' then
+  holds = expired
+else
+  -- record_rules: is_retry_due
+  holds = not expired and ((s[1] == PROCESSING and tonumber(s[5]) <= now) or
+                           (s[1] == FAILED and s[4] == '1'))
+end
+if not holds then return 0 end
+local values = {}
+local new = {}
+for i, f in ipairs(FIELDS) do
+  values[#values + 1] = f
+  values[#values + 1] = ARGV[5 + i]
+  new[f] = ARGV[5 + i]
+end
+redis.call('HSET', KEYS[1], unpack(values))
+redis.call('PEXPIREAT', KEYS[1], int(tonumber(new.expire_at) + tonumber(ARGV[4])))
+redis.call('ZADD', KEYS[2], new.lease_until, ARGV[5])
+redis.call('ZADD', KEYS[3], new.expire_at, ARGV[5])
+return 1
+)";
+
+// KEYS: record, leases. ARGV: fence, owner, status, snapshot, retryable, member. Writes
+// record_rules' finished() when the claim is still held; answers 1, or 0 (nothing written).
+inline constexpr const char* finish = R"(
+local s = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner')
+-- record_rules: holds
+if s[1] ~= PROCESSING or s[2] ~= ARGV[1] or s[3] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'snapshot', ARGV[4], 'retryable', ARGV[5],
+  'updated_at', int(now_ms()))
+redis.call('ZREM', KEYS[2], ARGV[6])
+return 1
+)";
+
+// KEYS: record. Answers {now} or {now, fields}.
+inline constexpr const char* read = R"(
+local now = now_ms()
+if redis.call('EXISTS', KEYS[1]) == 0 then return {now} end
+return {now, redis.call('HMGET', KEYS[1], unpack(FIELDS))}
+)";
+
+// KEYS: an index. ARGV: limit. The members whose score (a lease_until or an expire_at) has
+// come, by the server's clock.
+inline constexpr const char* due = R"(
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', int(now_ms()), 'LIMIT', '0', ARGV[1])
+)";
+
+// KEYS: record, leases. ARGV: member, then record_rules' released(): status, snapshot,
+// retryable. Answers 1 when it released a stale claim. An entry that no longer names a
+// processing record (finished, purged, expired) leaves the index; one whose lease was renewed
+// by a takeover is scored anew.
+inline constexpr const char* release = R"(
+local now = now_ms()
+local s = redis.call('HMGET', KEYS[1], 'status', 'lease_until', 'expire_at')
+if s[1] ~= PROCESSING or tonumber(s[3]) <= now then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return 0
+end
+if tonumber(s[2]) > now then
+  redis.call('ZADD', KEYS[2], s[2], ARGV[1])
+  return 0
+end
+-- record_rules: is_stale
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'snapshot', ARGV[3], 'retryable', ARGV[4],
+  'updated_at', int(now))
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
+)";
+
+// KEYS: record, leases, expiry. ARGV: member. Deletes the record when it has expired and
+// answers 1. An entry of a record that is gone leaves the indexes; one whose record was
+// renewed by a takeover is scored anew.
+inline constexpr const char* purge = R"(
+local now = now_ms()
+local e = redis.call('HGET', KEYS[1], 'expire_at')
+-- record_rules: is_expired
+if e and tonumber(e) > now then
+  redis.call('ZADD', KEYS[3], e, ARGV[1])
+  return 0
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if not e then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+)";
+
+}  // namespace script_text
+
+inline RecordScripts make_record_scripts() {
+  const std::string p = script_text::prelude();
+  return {make_script(p + script_text::claim),  make_script(p + script_text::take_over),
+          make_script(p + script_text::finish), make_script(p + script_text::read),
+          make_script(p + script_text::due),    make_script(p + script_text::release),
+          make_script(p + script_text::purge)};
+}
+
+}  // namespace idem::redis::detail

@@ -1,0 +1,59 @@
+#pragma once
+// idem::redis::Pool: a bounded, thread-safe pool of Redis connections handed out as RAII
+// handles (idem::BasicPool).
+//
+// - At most PoolParams::size connections exist; acquire() waits up to acquire_timeout for one.
+// - Connections are opened lazily. One that sat idle longer than ping_after_idle is pinged
+//   before it is handed out; a broken one (killed by CLIENT KILL, a server restart, a timeout)
+//   is opened again, so the pool recovers from a server restart without restarting the
+//   process.
+// - Running out of connections is a StoreError that idem's stores do not retry on their own:
+//   it surfaces after acquire_timeout, so an overloaded service fails fast.
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "idem/clock.hpp"
+#include "idem/redis/connection.hpp"
+#include "idem/redis/connection_params.hpp"
+#include "idem/store/pool.hpp"
+
+namespace idem::redis {
+
+struct PoolParams {
+  std::size_t size = 8;
+  std::chrono::milliseconds acquire_timeout{10'000};
+  std::chrono::milliseconds ping_after_idle{5'000};
+};
+
+namespace detail {
+
+// How idem::redis::Pool opens, readies and takes back its connections (see BasicPool).
+struct PoolDriver {
+  using Connection = redis::Connection;
+  ConnectionParams params;
+  std::chrono::milliseconds ping_after_idle;
+
+  std::unique_ptr<Connection> open() const { return std::make_unique<Connection>(params); }
+  void ready(Connection& c, Duration idle_for, PoolUse) const {
+    if (c.broken() || (idle_for > ping_after_idle && !c.ping())) c.reconnect();
+  }
+  static bool reusable(Connection& c) noexcept { return !c.broken(); }
+  static std::string where() { return {}; }
+};
+
+}  // namespace detail
+
+class Pool : public BasicPool<detail::PoolDriver> {
+ public:
+  explicit Pool(ConnectionParams params, PoolParams pool = {})
+      : BasicPool(detail::PoolDriver{std::move(params), pool.ping_after_idle}, pool.size,
+                  pool.acquire_timeout, "idem::redis::Pool") {}
+
+  const ConnectionParams& params() const noexcept { return driver().params; }
+};
+
+}  // namespace idem::redis

@@ -1,0 +1,328 @@
+#pragma once
+// idem::redis::Store: idempotency records in Redis, one hash per record (docs/redis.md).
+//
+// Every operation is one Lua script, atomic on the server, with `now` from the server's clock
+// (detail/record_scripts.hpp). A claim is one round trip: the script writes a fresh claim, or
+// answers with the record that is there, and decide() (idem/store/record_rules.hpp) takes
+// the verdict; a takeover is a second script, guarded by the fence and owner token it read.
+// complete() and fail() are fenced by fence and owner token; a write whose reply was lost
+// with its connection is reconciled by reading the record (the owner token says whether it
+// was ours), as on MySQL (idem/store/skeleton.hpp).
+//
+// Expiry: a record also expires in Redis itself (PEXPIREAT), StoreParams::keep_expired after
+// its expire_at. Until then it is an expired record as on any store (a claim takes it over
+// with the next fence, find() shows it, purge_expired() deletes it); after that Redis has
+// deleted it, and the key starts afresh at fence 1.
+
+#include <charconv>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/redis/connection.hpp"
+#include "idem/redis/detail/layout.hpp"
+#include "idem/redis/detail/record_scripts.hpp"
+#include "idem/redis/errors.hpp"
+#include "idem/redis/pool.hpp"
+#include "idem/redis/reply.hpp"
+#include "idem/status.hpp"
+#include "idem/store.hpp"
+#include "idem/store/record_rules.hpp"
+#include "idem/store/retry.hpp"
+#include "idem/store/skeleton.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem::redis {
+
+struct StoreParams {
+  // The first part of every key of the store (1-64 bytes of [A-Za-z0-9_.:-]). Stores with
+  // different prefixes share a server without seeing each other's records.
+  std::string prefix = "idem";
+  // Buckets the records are spread over (1-16384); each bucket lies in one cluster slot.
+  // Part of the layout: every process that shares the prefix must use the same count.
+  std::uint32_t buckets = 1024;
+  // How long Redis keeps a record past its expire_at before deleting it by itself (at least
+  // 1 s). purge_expired() deletes expired records sooner; without a janitor this is when
+  // they go.
+  std::chrono::milliseconds keep_expired{std::chrono::hours{1}};
+  // Tries per operation on transient failures (a lost connection, a server loading its data,
+  // a failover), and the jittered backoff between them.
+  RetryPolicy retry{};
+};
+
+namespace detail {
+
+inline std::string decimal(std::int64_t v) {
+  return fmt::format_int(v).str();
+}
+
+// The record a script answered with (its fields in record_fields' order).
+inline Record decode_record(const Key& key, ReplyView fields) {
+  if (fields.size() != record_fields.size()) {
+    throw CorruptRecord(fmt::format("idem::redis: the record {}/{} has {} fields, not {}",
+                                    key.biz_type(), idem::detail::printable(key.id()),
+                                    fields.size(), record_fields.size()));
+  }
+  auto text = [&](std::size_t i) -> std::string_view {
+    const ReplyView v = fields[i];
+    if (v.is_nil()) {
+      throw CorruptRecord(fmt::format("idem::redis: the record {}/{} has no field {}",
+                                      key.biz_type(), idem::detail::printable(key.id()),
+                                      record_fields[i]));
+    }
+    return v.text();
+  };
+  auto number = [&](std::size_t i) -> std::int64_t {
+    const std::string_view s = text(i);
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc{} || end != s.data() + s.size() || v < 0) {
+      throw CorruptRecord(
+          fmt::format("idem::redis: the record {}/{} has {} = \"{}\", not a "
+                      "count or a time",
+                      key.biz_type(), idem::detail::printable(key.id()), record_fields[i],
+                      idem::detail::printable(s)));
+    }
+    return v;
+  };
+  auto time = [&](std::size_t i) { return TimePoint{Duration{number(i)}}; };
+
+  const std::string_view name = text(0);
+  Status status = Status::processing;
+  if (name == to_string(Status::succeeded)) {
+    status = Status::succeeded;
+  } else if (name == to_string(Status::failed)) {
+    status = Status::failed;
+  } else if (name != to_string(Status::processing)) {
+    throw CorruptRecord(fmt::format("idem::redis: the record {}/{} has status \"{}\"",
+                                    key.biz_type(), idem::detail::printable(key.id()),
+                                    idem::detail::printable(name)));
+  }
+  return Record{.key = key,
+                .status = status,
+                .ticket = Ticket{static_cast<std::uint64_t>(number(1)), std::string(text(2))},
+                .fingerprint = std::string(text(3)),
+                .snapshot = std::string(text(4)),
+                .retryable = number(5) != 0,
+                .attempts = static_cast<std::uint32_t>(number(6)),
+                .created_at = time(7),
+                .updated_at = time(8),
+                .lease_until = time(9),
+                .expire_at = time(10)};
+}
+
+// The record operations (see idem/store/skeleton.hpp), one script each.
+class RecordOps {
+ public:
+  RecordOps(Layout layout, std::chrono::milliseconds keep_expired)
+      : layout_(std::move(layout)),
+        keep_(decimal(keep_expired.count())),
+        scripts_(make_record_scripts()) {}
+
+  InsertOrRead insert_or_read(Connection& c, const Key& key, std::string_view fp, const Options& o,
+                              const std::string& token) const {
+    const std::string member = Layout::member(key);
+    const RecordKeys k = layout_.keys(member);
+    const std::string lease = decimal(o.lease.count());
+    const std::string ttl = decimal(o.ttl.count());
+    const Reply r = c.eval(
+        scripts_.claim, {{k.record, k.leases, k.expiry}, {token, fp, lease, ttl, keep_, member}});
+    const TimePoint now{Duration{r[1].integer()}};
+    if (r[0].integer() == 1) return {claim_record(key, token, fp, now, o), std::nullopt};
+    return {std::nullopt, RecordRead{decode_record(key, r[2]), now}};
+  }
+
+  std::optional<RecordRead> read(Connection& c, const Key& key, bool) const {
+    const std::string member = Layout::member(key);
+    const RecordKeys k = layout_.keys(member);
+    const Reply r = c.eval(scripts_.read, {{k.record}, {}});
+    if (r.size() < 2) return std::nullopt;
+    return RecordRead{decode_record(key, r[1]), TimePoint{Duration{r[0].integer()}}};
+  }
+
+  bool write_takeover(Connection& c, Decision d, const Record& next, const Ticket& read) const {
+    const std::string member = Layout::member(next.key);
+    const RecordKeys k = layout_.keys(member);
+    const std::string read_fence = decimal(static_cast<std::int64_t>(read.fence));
+    const std::array<std::string, record_fields.size()> values = encode(next);
+    ScriptCall call{{k.record, k.leases, k.expiry},
+                    {d == Decision::take_over_expired ? "expired" : "retry", read_fence, read.owner,
+                     keep_, member}};
+    call.args.insert(call.args.end(), values.begin(), values.end());
+    return c.eval(scripts_.take_over, call).integer() == 1;
+  }
+
+  bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
+              bool retryable) const {
+    const std::string member = Layout::member(key);
+    const RecordKeys k = layout_.keys(member);
+    const std::string fence = decimal(static_cast<std::int64_t>(t.fence));
+    return c.eval(scripts_.finish, {{k.record, k.leases},
+                                    {fence, t.owner, to_string(to), snapshot,
+                                     stored_retryable(to, retryable) ? "1" : "0", member}})
+               .integer() == 1;
+  }
+
+  std::size_t purge(Connection& c, std::size_t batch) const {
+    return sweep(c, batch, [&](std::uint32_t b) { return layout_.expiry(b); }, scripts_.purge, true,
+                 {});
+  }
+
+  std::size_t release(Connection& c, std::size_t batch) const {
+    return sweep(c, batch, [&](std::uint32_t b) { return layout_.leases(b); }, scripts_.release,
+                 false,
+                 {to_string(released_status), released_snapshot, released_retryable ? "1" : "0"});
+  }
+
+  const Layout& layout() const noexcept { return layout_; }
+  const RecordScripts& scripts() const noexcept { return scripts_; }
+
+ private:
+  // A record's values in record_fields' order, as the scripts write them.
+  static std::array<std::string, record_fields.size()> encode(const Record& r) {
+    auto ms = [](TimePoint t) { return decimal(t.time_since_epoch().count()); };
+    return {std::string(to_string(r.status)),
+            decimal(static_cast<std::int64_t>(r.ticket.fence)),
+            r.ticket.owner,
+            r.fingerprint,
+            r.snapshot,
+            r.retryable ? "1" : "0",
+            decimal(r.attempts),
+            ms(r.created_at),
+            ms(r.updated_at),
+            ms(r.lease_until),
+            ms(r.expire_at)};
+  }
+
+  // One batch of purge or release: the due members of every bucket's index (a few per
+  // bucket, pipelined), then the guarded script on at most `batch` of them (pipelined), with
+  // the record's keys (and the expiry index's when `with_expiry`) and `extra` arguments.
+  // Answers how many records the script changed.
+  template <class IndexOf>
+  std::size_t sweep(Connection& c, std::size_t batch, IndexOf index_of, const Script& act,
+                    bool with_expiry, std::vector<std::string_view> extra) const {
+    if (batch == 0) return 0;
+    const std::uint32_t buckets = layout_.buckets();
+    // Records spread evenly over the buckets: twice the even share, so that one batch finds
+    // `batch` due members unless fewer are due.
+    const std::string limit =
+        decimal(static_cast<std::int64_t>(std::min<std::size_t>(batch, 2 * (batch / buckets) + 2)));
+    std::vector<std::string> indexes;
+    indexes.reserve(buckets);
+    std::vector<ScriptCall> scans;
+    scans.reserve(buckets);
+    for (std::uint32_t b = 0; b < buckets; ++b) {
+      indexes.push_back(index_of(b));
+      scans.push_back({{indexes.back()}, {limit}});
+    }
+    const std::vector<Reply> due = c.eval_all(scripts_.due, scans);
+
+    std::vector<std::string> members;
+    std::vector<RecordKeys> keys;
+    for (std::uint32_t b = 0; b < buckets && members.size() < batch; ++b) {
+      for (std::size_t i = 0; i < due[b].size() && members.size() < batch; ++i) {
+        members.emplace_back(due[b][i].text());
+        keys.push_back(layout_.keys(b, members.back()));
+      }
+    }
+    std::vector<ScriptCall> acts;
+    acts.reserve(members.size());
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      ScriptCall call{{keys[i].record, keys[i].leases, keys[i].expiry}, {members[i]}};
+      if (!with_expiry) call.keys.pop_back();
+      call.args.insert(call.args.end(), extra.begin(), extra.end());
+      acts.push_back(std::move(call));
+    }
+    std::size_t changed = 0;
+    for (const Reply& r : c.eval_all(act, acts)) {
+      if (r.integer() == 1) ++changed;
+    }
+    return changed;
+  }
+
+  Layout layout_;
+  std::string keep_;
+  RecordScripts scripts_;
+};
+
+// idem::redis for the store skeleton (idem/store/skeleton.hpp).
+struct Backend : BackendTypes<redis::Connection, redisContext, redis::Pool, RecordOps> {
+  static constexpr std::string_view name = "idem::redis";
+
+  // An error reply of a server that is loading, failing over or moving slots: the script did
+  // not run, try again. A lost connection or a timed-out reply: it may have run, so a retry
+  // looks at the record first. Anything else (a refused AUTH, OOM under maxmemory, a script
+  // error) is not retried.
+  static FailureKind classify(const StoreError& e) noexcept {
+    const Diagnostics& d = e.diagnostics();
+    if (d.from_server)
+      return is_transient_reply(d.message) ? FailureKind::transient : FailureKind::fatal;
+    return is_connection_lost(d.code) ? FailureKind::reply_lost : FailureKind::fatal;
+  }
+};
+
+// Throws InvalidArgument when a parameter breaks its rule.
+inline void validate(const StoreParams& p) {
+  if (p.prefix.empty() || p.prefix.size() > 64) {
+    throw InvalidArgument(fmt::format(
+        "idem::redis::Store: prefix must be 1-64 bytes of [A-Za-z0-9_.:-], got {} bytes",
+        p.prefix.size()));
+  }
+  for (const char ch : p.prefix) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == ':' || ch == '-';
+    if (!ok) {
+      throw InvalidArgument(fmt::format(
+          "idem::redis::Store: prefix must be 1-64 bytes of [A-Za-z0-9_.:-], got \"{}\"",
+          idem::detail::printable(p.prefix)));
+    }
+  }
+  if (p.buckets < 1 || p.buckets > 16384) {
+    throw InvalidArgument(
+        fmt::format("idem::redis::Store: buckets must be 1-16384, got {}", p.buckets));
+  }
+  if (p.keep_expired < std::chrono::seconds{1}) {
+    throw InvalidArgument(
+        fmt::format("idem::redis::Store: keep_expired must be at least 1000 ms, got {} ms",
+                    p.keep_expired.count()));
+  }
+}
+
+}  // namespace detail
+
+class Store : public StoreSkeleton<detail::Backend> {
+ public:
+  // The store shares the pool (other stores may use it too).
+  explicit Store(std::shared_ptr<Pool> pool, StoreParams params = {})
+      : StoreSkeleton(checked_ops(params), params.retry), pool_(std::move(pool)) {
+    if (!pool_) throw InvalidArgument("idem::redis::Store: pool must not be null");
+    attach(pool_.get());
+  }
+
+  using StoreSkeleton::pool;
+
+ private:
+  static detail::RecordOps checked_ops(const StoreParams& p) {
+    detail::validate(p);
+    return detail::RecordOps(detail::Layout(p.prefix, p.buckets), p.keep_expired);
+  }
+
+  std::shared_ptr<Pool> pool_;
+};
+
+static_assert(idem::Store<Store>);
+
+}  // namespace idem::redis

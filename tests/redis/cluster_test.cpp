@@ -1,0 +1,382 @@
+// idem::redis::Store on a Redis Cluster of 3 masters and 3 replicas (the fixture's): the
+// conformance suite, services on different nodes racing the same keys, slots migrating under
+// load (MOVED, ASK, TRYAGAIN), and a master SIGKILLed under load (the failover, and what
+// asynchronous replication loses).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <idem/redis.hpp>
+#include <idem/redis/detail/slot.hpp>
+
+#include "../support/redis_server.hpp"
+#include "../support/threads.hpp"
+
+using namespace std::chrono_literals;
+using idem::redis::detail::key_slot;
+
+namespace {
+
+struct ClusterFixture {
+  idem_test::RedisCluster cluster;
+  std::shared_ptr<idem::redis::Pool> pool =
+      std::make_shared<idem::redis::Pool>(cluster.params(), idem::redis::PoolParams{.size = 8});
+  idem::redis::Store s{pool, idem_test::fresh_params()};
+  idem::redis::Store& store() { return s; }
+  void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
+};
+
+// What CLUSTER NODES says of one node.
+struct NodeInfo {
+  std::string id;
+  unsigned port = 0;
+  bool master = false;
+  bool failed = false;
+  std::vector<std::pair<int, int>> slots;  // ranges a master serves
+  bool serves(int slot) const {
+    return std::any_of(slots.begin(), slots.end(),
+                       [&](auto r) { return slot >= r.first && slot <= r.second; });
+  }
+};
+
+std::vector<NodeInfo> cluster_nodes(const idem_test::RedisCluster& cl, unsigned ask_port) {
+  idem::redis::Connection c(cl.node(ask_port));
+  std::vector<NodeInfo> out;
+  std::istringstream lines{std::string(c.command({"CLUSTER", "NODES"}).text())};
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream f(line);
+    NodeInfo n;
+    std::string addr, flags, master, ping, pong, epoch, link;
+    f >> n.id >> addr >> flags >> master >> ping >> pong >> epoch >> link;
+    n.port = static_cast<unsigned>(std::stoul(addr.substr(addr.find(':') + 1)));
+    n.master = flags.find("master") != std::string::npos;
+    n.failed = flags.find("fail") != std::string::npos;
+    for (std::string range; f >> range;) {
+      if (range.front() == '[') continue;  // a slot being migrated
+      const auto dash = range.find('-');
+      const int a = std::stoi(range.substr(0, dash));
+      n.slots.emplace_back(a, dash == std::string::npos ? a : std::stoi(range.substr(dash + 1)));
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+// Waits until every live node says cluster_state:ok and sees 3 masters with slots.
+void wait_cluster_ok(const idem_test::RedisCluster& cl) {
+  for (int i = 0; i < 300; ++i) {
+    bool ok = true;
+    for (const unsigned port : cl.ports()) {
+      try {
+        idem::redis::Connection c(cl.node(port));
+        ok = ok && std::string(c.command({"CLUSTER", "INFO"}).text()).find("cluster_state:ok") !=
+                       std::string::npos;
+      } catch (const idem::StoreError&) {
+        // a node that is down is not asked
+      }
+    }
+    if (ok) return;
+    std::this_thread::sleep_for(100ms);
+  }
+  FAIL("the cluster did not return to cluster_state:ok");
+}
+
+struct Runs {
+  std::mutex mutex;
+  std::map<std::string, int> per_key;
+  std::vector<std::string> errors;
+  void executed(const std::string& id) {
+    std::lock_guard lock(mutex);
+    ++per_key[id];
+  }
+  void error(const std::string& what) {
+    std::lock_guard lock(mutex);
+    errors.push_back(what);
+  }
+  int twice() {
+    std::lock_guard lock(mutex);
+    return static_cast<int>(
+        std::count_if(per_key.begin(), per_key.end(), [](auto& e) { return e.second > 1; }));
+  }
+  int total() {
+    std::lock_guard lock(mutex);
+    int n = 0;
+    for (const auto& [id, c] : per_key)
+      n += c;
+    return n;
+  }
+};
+
+}  // namespace
+
+#define IDEM_CONFORMANCE_FIXTURES std::tuple<ClusterFixture>
+#include <idem/testing/conformance.hpp>
+
+TEST_CASE("3 services x 16 threads race the same keys on every master - each key runs once") {
+  idem_test::RedisCluster cl;
+  const idem::redis::StoreParams params = idem_test::fresh_params();
+  // Three services, each knowing the cluster by a different node first.
+  std::vector<std::unique_ptr<idem::redis::Store>> services;
+  for (unsigned i = 0; i < 3; ++i) {
+    auto seeds = cl.ports();
+    std::rotate(seeds.begin(), seeds.begin() + i, seeds.end());
+    services.push_back(std::make_unique<idem::redis::Store>(
+        std::make_shared<idem::redis::Pool>(cl.params(seeds), idem::redis::PoolParams{.size = 16}),
+        params));
+  }
+  constexpr int keys = 600;
+  // The keys' records lie on all three masters.
+  std::set<unsigned> masters;
+  const auto nodes = cluster_nodes(cl, cl.ports()[0]);
+  for (int k = 0; k < keys; ++k) {
+    const auto& layout = services[0]->ops().layout();
+    const auto slot = key_slot(layout.keys("PAY:k" + std::to_string(k)).record);
+    for (const NodeInfo& n : nodes) {
+      if (n.master && n.serves(slot)) masters.insert(n.port);
+    }
+  }
+  CHECK(masters.size() == 3);
+
+  Runs runs;
+  std::atomic<int> answered{0};
+  idem_test::run_threads(48, [&](int t) {
+    idem::redis::Store& store = *services[static_cast<std::size_t>(t % 3)];
+    std::vector<int> order(keys);
+    for (int k = 0; k < keys; ++k)
+      order[static_cast<std::size_t>(k)] = k;
+    std::mt19937 rng(static_cast<unsigned>(t));
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const int k : order) {
+      const std::string id = "k" + std::to_string(k);
+      try {
+        const auto out = idem::run_once(
+            store, idem::Key{"PAY", id}, "",
+            [&] {
+              runs.executed(id);
+              return id;
+            },
+            idem::Options{.wait = 10s});
+        if (out && out.value() == id) ++answered;
+      } catch (const std::exception& e) {
+        runs.error(e.what());
+      }
+    }
+  });
+  INFO("first error: " << (runs.errors.empty() ? std::string("none") : runs.errors.front()));
+  CHECK(runs.errors.empty());
+  CHECK(runs.total() == keys);
+  CHECK(runs.twice() == 0);
+  CHECK(answered == 48 * keys);
+}
+
+TEST_CASE("slots migrating under load - the store follows MOVED and ASK, each key runs once") {
+  idem_test::RedisCluster cl;
+  // Few buckets, so that the keys lie in a few slots, which the test moves.
+  auto pool = std::make_shared<idem::redis::Pool>(cl.params(), idem::redis::PoolParams{.size = 8});
+  idem::redis::Store store(
+      pool,
+      idem_test::fresh_params({.buckets = 4, .retry = {.max_attempts = 40, .max_backoff = 50ms}}));
+  const auto& layout = store.ops().layout();
+  std::vector<int> slots;
+  for (std::uint32_t b = 0; b < 4; ++b)
+    slots.push_back(key_slot(layout.leases(b)));
+
+  Runs runs;
+  std::atomic<bool> stop{false};
+  std::atomic<int> next{0}, answered{0};
+  std::thread load([&] {
+    idem_test::run_threads(8, [&](int) {
+      while (!stop.load()) {
+        const int k = next++;
+        // Each key twice: a fresh claim, and a duplicate that must replay.
+        for (int pass = 0; pass < 2; ++pass) {
+          const std::string id = "m" + std::to_string(k);
+          try {
+            const auto out = idem::run_once(store, idem::Key{"PAY", id}, "", [&] {
+              runs.executed(id);
+              return id;
+            });
+            if (out && out.value() == id) ++answered;
+          } catch (const std::exception& e) {
+            runs.error(e.what());
+          }
+        }
+      }
+    });
+  });
+
+  // Move each slot to another master, key by key, as redis-cli --cluster reshard does.
+  int moved_keys = 0;
+  std::string migrate_error = "none";
+  try {
+    for (const int slot : slots) {
+      const auto nodes = cluster_nodes(cl, cl.ports()[0]);
+      const NodeInfo* from = nullptr;
+      const NodeInfo* to = nullptr;
+      for (const NodeInfo& n : nodes) {
+        if (!n.master || n.failed) continue;
+        if (n.serves(slot)) {
+          from = &n;
+        } else if (to == nullptr) {
+          to = &n;
+        }
+      }
+      REQUIRE(from != nullptr);
+      REQUIRE(to != nullptr);
+      idem::redis::Connection src(cl.node(from->port));
+      idem::redis::Connection dst(cl.node(to->port));
+      const std::string s = std::to_string(slot);
+      dst.command({"CLUSTER", "SETSLOT", s, "IMPORTING", from->id});
+      src.command({"CLUSTER", "SETSLOT", s, "MIGRATING", to->id});
+      std::this_thread::sleep_for(50ms);  // claims meet the slot half-moved
+      for (;;) {
+        const auto keys = src.command({"CLUSTER", "GETKEYSINSLOT", s, "10"});
+        if (keys.size() == 0) break;
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          src.command(
+              {"MIGRATE", "127.0.0.1", std::to_string(to->port), keys[i].text(), "0", "5000"});
+          ++moved_keys;
+        }
+        std::this_thread::sleep_for(5ms);
+      }
+      for (const NodeInfo& n : nodes) {
+        if (n.master && !n.failed) {
+          idem::redis::Connection c(cl.node(n.port));
+          c.command({"CLUSTER", "SETSLOT", s, "NODE", to->id});
+        }
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  } catch (const std::exception& e) {
+    migrate_error = e.what();
+  }
+  std::this_thread::sleep_for(200ms);
+  stop = true;
+  load.join();
+  wait_cluster_ok(cl);
+
+  INFO("migration: " << migrate_error << "; first error: "
+                     << (runs.errors.empty() ? std::string("none") : runs.errors.front()));
+  CHECK(migrate_error == "none");
+  CHECK(moved_keys > 0);
+  CHECK(runs.errors.empty());
+  CHECK(runs.twice() == 0);
+  CHECK(answered == 2 * next.load());
+  // Every record is found on its slot's new master.
+  for (int k = 0; k < std::min(next.load(), 200); ++k) {
+    const auto r = store.find(idem::Key{"PAY", "m" + std::to_string(k)});
+    CHECK((r && r->status == idem::Status::succeeded));
+  }
+}
+
+TEST_CASE(
+    "a master SIGKILLed under load - the store follows the failover; what asynchronous "
+    "replication lost runs again, nothing else") {
+  idem_test::RedisCluster cl;
+  auto pool = std::make_shared<idem::redis::Pool>(cl.params(), idem::redis::PoolParams{.size = 16});
+  // Enough tries to outlast a failover: the node timeout (2 s here) and an election.
+  idem::redis::Store store(
+      pool, idem_test::fresh_params(
+                {.retry = {.max_attempts = 80, .backoff = 10ms, .max_backoff = 250ms}}));
+  constexpr int requests = 20'000;
+  constexpr int distinct = requests * 88 / 100;
+  std::vector<int> order;
+  for (int k = 0; k < distinct; ++k)
+    order.push_back(k);
+  std::mt19937 rng(9);
+  while (static_cast<int>(order.size()) < requests)
+    order.push_back(static_cast<int>(rng() % distinct));
+  std::shuffle(order.begin(), order.end(), rng);
+
+  using Clock = std::chrono::steady_clock;
+  Runs runs;
+  std::mutex mutex;
+  std::set<std::string> acked;
+  std::atomic<int> answered{0};
+  Clock::duration slowest{};
+  auto request = [&](const std::string& id) {
+    const auto t0 = Clock::now();
+    try {
+      const auto out = idem::run_once(
+          store, idem::Key{"ORDER", id}, "",
+          [&] {
+            runs.executed(id);
+            return id;
+          },
+          idem::Options{.lease = 20s, .ttl = 1h, .wait = 20s});
+      if (out && out.value() == id) {
+        std::lock_guard lock(mutex);
+        acked.insert(id);
+      }
+    } catch (const std::exception& e) {
+      runs.error(id + ": " + e.what());
+    }
+    std::lock_guard lock(mutex);
+    slowest = std::max(slowest, Clock::now() - t0);
+    ++answered;
+  };
+
+  // The master that serves the first bucket dies once a third of the calls answered.
+  const unsigned victim = [&] {
+    const auto slot = key_slot(store.ops().layout().leases(0));
+    for (const NodeInfo& n : cluster_nodes(cl, cl.ports()[0])) {
+      if (n.master && n.serves(slot)) return n.port;
+    }
+    return 0u;
+  }();
+  REQUIRE(victim != 0);
+  Clock::time_point killed_at{};
+  std::thread killer([&] {
+    while (answered.load() < requests / 3)
+      std::this_thread::sleep_for(1ms);
+    cl.kill(victim);
+    killed_at = Clock::now();
+  });
+  std::atomic<std::size_t> next{0};
+  idem_test::run_threads(16, [&](int) {
+    for (std::size_t i = next++; i < order.size(); i = next++)
+      request("order-" + std::to_string(order[i]));
+  });
+  killer.join();
+  const auto storm_end = Clock::now();
+  const auto storm_slowest = slowest;
+
+  // Acknowledged results the promoted replica never received.
+  int lost = 0;
+  for (const std::string& id : acked) {
+    const auto r = store.find(idem::Key{"ORDER", id});
+    if (!r || r->status != idem::Status::succeeded) ++lost;
+  }
+  const int storm_errors = static_cast<int>(runs.errors.size());
+  // The gateway retries every key: what survived replays, what was lost runs again.
+  for (int k = 0; k < distinct; ++k)
+    request("order-" + std::to_string(k));
+  cl.resume(victim);  // it rejoins as a replica of the promoted node
+  wait_cluster_ok(cl);
+
+  INFO("first error: " << (runs.errors.empty() ? std::string("none") : runs.errors.front()));
+  CHECK(killed_at < storm_end);
+  CHECK(storm_errors == 0);
+  CHECK(runs.errors.empty());
+  CHECK(runs.twice() <= lost);
+  for (int k = 0; k < distinct; ++k) {
+    const auto r = store.find(idem::Key{"ORDER", "order-" + std::to_string(k)});
+    CHECK((r && r->status == idem::Status::succeeded));
+  }
+  WARN("redis cluster failover: "
+       << acked.size() << " acknowledged, " << lost << " lost with the killed master, "
+       << runs.twice() << " keys ran twice, slowest call "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(slowest).count() << " ms");
+}

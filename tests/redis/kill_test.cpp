@@ -1,0 +1,124 @@
+// Redis connections killed at random (CLIENT KILL from a killer thread) under sustained load:
+// a script whose reply was lost with its connection must be reconciled by the owner token
+// (a claim recognises its own record, a complete its own result), never run twice.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <idem/redis.hpp>
+
+#include "../support/redis_server.hpp"
+#include "../support/threads.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// The ids of the clients named `name` in CLIENT LIST.
+std::vector<std::string> clients_named(idem::redis::Connection& admin, const std::string& name) {
+  std::vector<std::string> ids;
+  std::istringstream lines{std::string(admin.command({"CLIENT", "LIST"}).text())};
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(" name=" + name + " ") == std::string::npos) continue;
+    const auto id = line.find("id=");
+    if (id == 0) ids.push_back(line.substr(3, line.find(' ') - 3));
+  }
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "connections killed at random during a sustained load - nothing runs twice, lost replies "
+    "are reconciled") {
+  idem::redis::ConnectionParams params = idem_test::redis_server();
+  params.client_name = idem_test::unique_prefix("killed");
+  auto pool = std::make_shared<idem::redis::Pool>(params, idem::redis::PoolParams{.size = 16});
+  // Enough tries that a call outlives the killer's aim at its connection.
+  idem::redis::Store store(
+      pool, idem_test::fresh_params({.retry = {.max_attempts = 30, .max_backoff = 50ms}}));
+
+  constexpr int requests = 20'000;
+  constexpr int distinct = requests * 88 / 100;
+  std::vector<int> order;
+  for (int k = 0; k < distinct; ++k)
+    order.push_back(k);
+  std::mt19937 rng(31);
+  while (static_cast<int>(order.size()) < requests)
+    order.push_back(static_cast<int>(rng() % distinct));
+  std::shuffle(order.begin(), order.end(), rng);
+
+  std::mutex mutex;
+  std::map<std::string, int> executions;
+  std::vector<std::string> errors;
+  std::atomic<int> answered{0};
+  const idem::Options options{.lease = 10s, .ttl = 1h, .wait = 10s};
+  auto request = [&](const std::string& id) {
+    try {
+      const auto out = idem::run_once(
+          store, idem::Key{"ORDER", id}, idem::fingerprint(nlohmann::json{{"order", id}}),
+          [&] {
+            std::lock_guard lock(mutex);
+            ++executions[id];
+            return id;
+          },
+          options);
+      if (out && out.value() == id) ++answered;
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mutex);
+      errors.push_back(id + ": " + e.what());
+    }
+  };
+
+  std::atomic<bool> stop{false};
+  std::atomic<long> kills{0};
+  std::string killer_error = "none";
+  std::thread killer([&] {
+    try {
+      idem::redis::Connection admin(idem_test::redis_server());
+      std::mt19937 pick(7);
+      while (!stop.load()) {
+        const auto ids = clients_named(admin, params.client_name);
+        if (!ids.empty()) {
+          kills += admin.command({"CLIENT", "KILL", "ID", ids[pick() % ids.size()]}).integer();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds{1 + pick() % 3});
+      }
+    } catch (const std::exception& e) {
+      killer_error = e.what();
+    }
+  });
+  std::atomic<std::size_t> next{0};
+  idem_test::run_threads(16, [&](int) {
+    for (std::size_t i = next++; i < order.size(); i = next++)
+      request("order-" + std::to_string(order[i]));
+  });
+  stop = true;
+  killer.join();
+
+  int executed = 0, twice = 0;
+  for (const auto& [id, n] : executions) {
+    executed += n;
+    twice += n > 1 ? 1 : 0;
+  }
+  INFO("killer: " << killer_error
+                  << "; first error: " << (errors.empty() ? std::string("none") : errors.front()));
+  CHECK(killer_error == "none");
+  CHECK(kills > 100);
+  CHECK(errors.empty());
+  CHECK(twice == 0);
+  CHECK(executed == distinct);
+  CHECK(answered == requests);
+  WARN("redis kill: " << requests << " requests, " << kills.load() << " connections killed, "
+                      << errors.size() << " calls failed");
+}

@@ -1,0 +1,280 @@
+// idem::redis::Store against the throwaway redis-server: races of real threads on real
+// connections, the documented layout, expiry in Redis itself, scripts the server forgot,
+// corrupt records and bad parameters.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <idem/redis.hpp>
+#include <idem/redis/detail/slot.hpp>
+
+#include "../support/redis_server.hpp"
+#include "../support/threads.hpp"
+
+using namespace std::chrono_literals;
+using idem_test::Errors;
+using idem_test::RedisStore;
+using idem_test::run_threads;
+
+namespace {
+
+// Executions per key, counted by the business itself.
+struct Executions {
+  std::mutex mutex;
+  std::map<std::string, int> per_key;
+  void add(const std::string& id) {
+    std::lock_guard lock(mutex);
+    ++per_key[id];
+  }
+  int total() {
+    std::lock_guard lock(mutex);
+    int n = 0;
+    for (const auto& [id, count] : per_key)
+      n += count;
+    return n;
+  }
+  int max_per_key() {
+    std::lock_guard lock(mutex);
+    int m = 0;
+    for (const auto& [id, count] : per_key)
+      m = std::max(m, count);
+    return m;
+  }
+};
+
+// A command on a connection of the test's own.
+idem::redis::Reply raw(std::initializer_list<std::string_view> args) {
+  thread_local idem::redis::Connection c(idem_test::redis_server());
+  if (c.broken()) c.reconnect();
+  return c.command(args);
+}
+
+std::string record_key(const idem::redis::Store& store, const idem::Key& key) {
+  return store.ops().layout().keys(idem::redis::detail::Layout::member(key)).record;
+}
+
+}  // namespace
+
+TEST_CASE("200 threads over a 32-connection pool race one key - one execution, no errors") {
+  RedisStore s(32);
+  const idem::Key key{"PAY", "CH-race-200"};
+  const auto fp = idem::fingerprint(nlohmann::json{{"trade_no", "CH-race-200"}, {"amount", 29900}});
+  Executions runs;
+  std::atomic<int> replayed{0}, in_progress{0}, errors{0};
+  Errors failures;
+  run_threads(200, [&](int) {
+    try {
+      const auto out = idem::run_once(s.store, key, fp, [&] {
+        runs.add(key.id());
+        std::this_thread::sleep_for(50ms);
+        return std::string("paid");
+      });
+      if (out.verdict() == idem::Verdict::replayed) ++replayed;
+      if (out.verdict() == idem::Verdict::in_progress) ++in_progress;
+    } catch (const std::exception& e) {
+      ++errors;
+      failures.add(e.what());
+    }
+  });
+  INFO("first error: " << failures.first());
+  CHECK(errors == 0);
+  CHECK(runs.total() == 1);
+  CHECK(replayed + in_progress == 199);
+  const auto r = s.store.find(key);
+  REQUIRE(r);
+  CHECK(r->status == idem::Status::succeeded);
+  CHECK(r->ticket.fence == 1);
+}
+
+TEST_CASE("10,000 requests at 12% duplicates over 32 connections - executions equal keys") {
+  RedisStore s(32);
+  constexpr int requests = 10'000;
+  constexpr int distinct = requests * 88 / 100;  // 8,800 keys, 1,200 duplicate requests
+  std::vector<int> order;
+  for (int k = 0; k < distinct; ++k)
+    order.push_back(k);
+  std::mt19937 rng(12);
+  while (static_cast<int>(order.size()) < requests)
+    order.push_back(static_cast<int>(rng() % distinct));
+  std::shuffle(order.begin(), order.end(), rng);
+
+  std::atomic<std::size_t> next{0};
+  std::atomic<int> answered{0}, errors{0};
+  Executions runs;
+  Errors failures;
+  run_threads(32, [&](int) {
+    for (std::size_t i = next++; i < order.size(); i = next++) {
+      const std::string id = "order-" + std::to_string(order[i]);
+      try {
+        const auto out = idem::run_once(
+            s.store, idem::Key{"ORDER", id}, "",
+            [&] {
+              runs.add(id);
+              return id;
+            },
+            idem::Options{.wait = 10s});
+        if (out && out.value() == id) ++answered;
+      } catch (const std::exception& e) {
+        ++errors;
+        failures.add(e.what());
+      }
+    }
+  });
+  INFO("first error: " << failures.first());
+  CHECK(errors == 0);
+  CHECK(runs.total() == distinct);
+  CHECK(runs.max_per_key() == 1);
+  CHECK(answered == requests);
+}
+
+TEST_CASE("a record is a hash with the documented fields, in its bucket's slot") {
+  RedisStore s;
+  const idem::Key key{"PAY", "layout-1"};
+  const auto c = s.store.claim(key, "fp", idem::Options{.lease = 30s, .ttl = 1h});
+  const std::string rk = record_key(s.store, key);
+  const std::string member = "PAY:layout-1";
+  const auto bucket = idem::redis::detail::bucket_of(member, 1024);
+  CHECK(rk == s.store.ops().layout().prefix() + ":{" + std::to_string(bucket) + "}:r:" + member);
+
+  const auto all = raw({"HGETALL", rk});
+  std::map<std::string, std::string> fields;
+  for (std::size_t i = 0; i + 1 < all.size(); i += 2)
+    fields[std::string(all[i].text())] = std::string(all[i + 1].text());
+  CHECK(fields.size() == idem::redis::detail::record_fields.size());
+  CHECK(fields["status"] == "processing");
+  CHECK(fields["fence"] == "1");
+  CHECK(fields["owner"] == c.record.ticket.owner);
+  CHECK(fields["fingerprint"] == "fp");
+  CHECK(fields["attempts"] == "1");
+  CHECK(fields["retryable"] == "0");
+  CHECK(fields["snapshot"].empty());
+  CHECK(fields["expire_at"] == std::to_string(c.record.expire_at.time_since_epoch().count()));
+  CHECK(fields["lease_until"] == std::to_string(c.record.lease_until.time_since_epoch().count()));
+
+  // The indexes: the claim is in the bucket's leases (until it finishes) and expiry sets.
+  const auto& layout = s.store.ops().layout();
+  CHECK(std::string(raw({"ZSCORE", layout.leases(bucket), member}).text()) ==
+        fields["lease_until"]);
+  CHECK(std::string(raw({"ZSCORE", layout.expiry(bucket), member}).text()) == fields["expire_at"]);
+  s.store.complete(key, c.record.ticket, R"({"ok":true})");
+  CHECK(raw({"ZSCORE", layout.leases(bucket), member}).is_nil());
+  CHECK(std::string(raw({"HGET", rk, "status"}).text()) == "succeeded");
+  CHECK(std::string(raw({"HGET", rk, "snapshot"}).text()) == R"({"ok":true})");
+
+  // Every key of the bucket hashes to one cluster slot, whatever the id holds.
+  using idem::redis::detail::key_slot;
+  const auto slot = key_slot(rk);
+  CHECK(key_slot(layout.leases(bucket)) == slot);
+  CHECK(key_slot(layout.expiry(bucket)) == slot);
+  const std::string braces = "{x}}{";
+  const auto keys = layout.keys(bucket, "PAY:" + braces);
+  CHECK(key_slot(keys.record) == slot);
+}
+
+TEST_CASE("Redis deletes a record by itself keep_expired after its expire_at") {
+  RedisStore s(2, {.keep_expired = 1s});
+  const idem::Key key{"PAY", "self-expiring"};
+  const auto c = s.store.claim(key, "", idem::Options{.lease = 100ms, .ttl = 300ms});
+  s.store.complete(key, c.record.ticket, "1");
+  const auto pexpiretime = raw({"PEXPIRETIME", record_key(s.store, key)}).integer();
+  CHECK(pexpiretime == c.record.expire_at.time_since_epoch().count() + 1000);
+  std::this_thread::sleep_for(400ms);
+  // Expired, still there: the next claim takes it over with the next fence.
+  REQUIRE(s.store.find(key));
+  std::this_thread::sleep_for(1200ms);
+  CHECK_FALSE(s.store.find(key));
+  const auto again = s.store.claim(key, "", {});
+  CHECK(again.verdict == idem::Verdict::acquired);
+  CHECK(again.record.ticket.fence == 1);
+}
+
+TEST_CASE("the expiry index drops the entries of records Redis deleted by itself") {
+  RedisStore s(2, {.buckets = 1, .keep_expired = 1s});
+  for (int i = 0; i < 20; ++i)
+    s.store.claim(idem::Key{"GONE", std::to_string(i)}, "", {.lease = 50ms, .ttl = 100ms});
+  const std::string expiry = s.store.ops().layout().expiry(0);
+  CHECK(raw({"ZCARD", expiry}).integer() == 20);
+  std::this_thread::sleep_for(1300ms);
+  // The next claim in the bucket trims the index; nothing else had to run.
+  s.store.claim(idem::Key{"LIVE", "1"}, "", {});
+  CHECK(raw({"ZCARD", expiry}).integer() == 1);
+}
+
+TEST_CASE("a server that forgot the scripts (SCRIPT FLUSH, a restart) is sent them again") {
+  RedisStore s;
+  const idem::Key key{"PAY", "noscript"};
+  const auto c = s.store.claim(key, "", {});
+  raw({"SCRIPT", "FLUSH"});
+  s.store.complete(key, c.record.ticket, "1");
+  raw({"SCRIPT", "FLUSH"});
+  CHECK(s.store.claim(key, "", {}).verdict == idem::Verdict::replayed);
+  raw({"SCRIPT", "FLUSH"});
+  CHECK(s.store.purge_expired(10, 1) == 0);
+  CHECK(s.store.release_stale(10) == 0);
+}
+
+TEST_CASE("a record edited by hand into nonsense is a CorruptRecord, and nothing is written") {
+  RedisStore s;
+  const idem::Key key{"PAY", "corrupt"};
+  s.store.claim(key, "", {});
+  const std::string rk = record_key(s.store, key);
+  raw({"HSET", rk, "fence", "many"});
+  CHECK_THROWS_AS(s.store.claim(key, "", {}), idem::CorruptRecord);
+  CHECK_THROWS_AS(s.store.find(key), idem::CorruptRecord);
+  raw({"HSET", rk, "fence", "1", "status", "paid"});
+  CHECK_THROWS_AS(s.store.find(key), idem::CorruptRecord);
+  raw({"HDEL", rk, "status"});
+  CHECK_THROWS_AS(s.store.find(key), idem::CorruptRecord);
+  CHECK(std::string(raw({"HGET", rk, "fence"}).text()) == "1");
+}
+
+TEST_CASE("store parameters are validated") {
+  auto pool = idem_test::make_redis_pool(1);
+  CHECK_THROWS_AS(idem::redis::Store(pool, {.prefix = ""}), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::redis::Store(pool, {.prefix = "a{b}"}), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::redis::Store(pool, {.prefix = std::string(65, 'p')}),
+                  idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::redis::Store(pool, {.buckets = 0}), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::redis::Store(pool, {.buckets = 16385}), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::redis::Store(pool, {.keep_expired = 999ms}), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::redis::Store(nullptr), idem::InvalidArgument);
+  CHECK_NOTHROW(idem::redis::Store(pool, {.prefix = "svc-a:idem_1.v2", .buckets = 16384}));
+}
+
+TEST_CASE("a server that cannot be reached is a retryable StoreError with the client's text") {
+  idem::redis::ConnectionParams p;
+  p.unix_socket = "/nonexistent/redis.sock";
+  try {
+    idem::redis::Connection c(p);
+    FAIL("connected to nothing");
+  } catch (const idem::StoreError& e) {
+    CHECK(e.retryable());
+    CHECK_FALSE(e.diagnostics().from_server);
+    CHECK(e.diagnostics().code != 0);
+    CHECK_FALSE(e.diagnostics().message.empty());
+    CHECK(std::string(e.what()).find("/nonexistent/redis.sock") != std::string::npos);
+  }
+}
+
+TEST_CASE("server errors keep the server's reply apart from idem's text") {
+  idem::redis::Connection c(idem_test::redis_server());
+  try {
+    c.command({"NOSUCHCOMMAND"});
+    FAIL("the server accepted a command it does not have");
+  } catch (const idem::StoreError& e) {
+    CHECK(e.diagnostics().from_server);
+    CHECK(e.diagnostics().message.rfind("ERR ", 0) == 0);
+    CHECK_FALSE(e.retryable());
+  }
+  CHECK_FALSE(c.broken());
+  CHECK(c.ping());
+}
