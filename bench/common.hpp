@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <latch>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,7 +32,8 @@ struct Config {
   std::string password;
   std::string work_dir = ".";               // where the SQLite files go
   std::vector<std::string> galera_sockets;  // unix sockets of a Galera cluster's nodes
-  int rounds = 0;                           // per side; 0: 3 with --quick, 5 otherwise
+  std::string redis_socket;  // Redis unix socket; empty: the redis.* scenarios cannot run
+  int rounds = 0;            // per side; 0: 3 with --quick, 5 otherwise
   // Rows of mysql.big_table; 0: 100,000 with --quick, 1,000,000 otherwise.
   long big_rows = 0;
   // Rows per DELETE in mysql.big_table; 0: 1000 (the Janitor's default).
@@ -200,6 +202,13 @@ inline nlohmann::json throughput_json(const std::string& scenario, int threads,
 inline void emit(const nlohmann::json& j) {
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
+}
+
+// One slot per thread for a baseline's per-thread state (a connection, its statements),
+// made by the thread on first use.
+template <class T>
+inline std::vector<std::unique_ptr<T>> per_thread(int threads) {
+  return std::vector<std::unique_ptr<T>>(static_cast<std::size_t>(threads));
 }
 
 // A key id that no other round, thread or operation uses.

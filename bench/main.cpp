@@ -2,7 +2,7 @@
 //
 //   idem-bench [--quick] [--only name[,name...]] [--socket PATH] [--database NAME]
 //              [--user NAME] [--password PW] [--work-dir DIR] [--rounds N] [--threads N]
-//              [--big-rows N] [--galera-sockets A,B,C]
+//              [--big-rows N] [--galera-sockets A,B,C] [--redis-socket PATH]
 //              [--list]
 //
 // Prints one JSON object per scenario per line on stdout; progress on stderr. Exits 0 when
@@ -42,7 +42,8 @@ namespace {
       "               Janitor, JanitorParams::purge_pause; default 0)\n"
       "  --read-back  the library's MySQL claims read the new row back instead of\n"
       "               INSERT ... RETURNING (StoreParams::insert_returning = false)\n"
-      "  --galera-sockets  unix sockets of the Galera nodes for galera.cycle\n");
+      "  --galera-sockets  unix sockets of the Galera nodes for galera.cycle\n"
+      "  --redis-socket  Redis unix socket for the redis.* scenarios\n");
   std::exit(code);
 }
 
@@ -109,6 +110,8 @@ int main(int argc, char** argv) {
       config.purge_pause_ms = to_number(a, value());
     } else if (a == "--read-back") {
       config.read_back = true;
+    } else if (a == "--redis-socket") {
+      config.redis_socket = value();
     } else if (a == "--galera-sockets") {
       config.galera_sockets = split(value());
     } else if (a == "--list") {
@@ -149,6 +152,7 @@ int main(int argc, char** argv) {
   failed += bench::run_memory(config, selected);
   failed += bench::run_mysql(config, selected);
   failed += bench::run_sqlite(config, selected);
+  failed += bench::run_redis(config, selected);
   failed += bench::run_galera(config, selected);
   bench::progress(fmt::format("done in {:.1f} s; {}", bench::seconds_since(t0), bench::fmt_load()));
   return failed == 0 ? 0 : 1;

@@ -17,6 +17,7 @@ int run_memory(const Config& config, const Selected& selected);
 int run_mysql(const Config& config, const Selected& selected);
 int run_sqlite(const Config& config, const Selected& selected);
 int run_galera(const Config& config, const Selected& selected);
+int run_redis(const Config& config, const Selected& selected);
 
 // Every scenario name, in the order they run.
 inline const std::vector<std::string>& scenario_names() {
@@ -39,6 +40,10 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "mysql.storm",
                                                  "mysql.big_table",
                                                  "sqlite.cycle",
+                                                 "redis.claim",
+                                                 "redis.cycle",
+                                                 "redis.mix",
+                                                 "redis.cycle_setnx",
                                                  "galera.cycle"};
   return names;
 }

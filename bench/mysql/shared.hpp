@@ -136,11 +136,6 @@ struct Server {
 
 inline const idem::Options options{};
 
-template <class T>
-inline std::vector<std::unique_ptr<T>> per_thread(int threads) {
-  return std::vector<std::unique_ptr<T>>(static_cast<std::size_t>(threads));
-}
-
 // --- mysql.cycle ---------------------------------------------------------------------------
 
 struct RawCycle {
