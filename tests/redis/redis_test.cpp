@@ -278,3 +278,64 @@ TEST_CASE("server errors keep the server's reply apart from idem's text") {
   CHECK_FALSE(c.broken());
   CHECK(c.ping());
 }
+
+TEST_CASE("AUTH with an ACL user, SELECT of a database, CLIENT SETNAME") {
+  const std::string user = idem_test::unique_prefix("user");
+  raw({"ACL", "SETUSER", user, "on", ">s3cret", "~*", "&*", "+@all"});
+  idem::redis::ConnectionParams p = idem_test::redis_server();
+  p.user = user;
+  p.password = "s3cret";
+  p.database = 3;
+  p.client_name = user;
+  auto pool = std::make_shared<idem::redis::Pool>(p, idem::redis::PoolParams{.size = 1});
+  idem::redis::Store store(pool, idem_test::fresh_params());
+  const idem::Key key{"PAY", "in-db-3"};
+  store.claim(key, "", {});
+  {
+    auto c = pool->acquire();
+    CHECK(std::string(c->command({"CLIENT", "GETNAME"}).text()) == user);
+    CHECK(std::string(c->command({"ACL", "WHOAMI"}).text()) == user);
+  }
+  // The record is in database 3, not in database 0.
+  CHECK(raw({"EXISTS", record_key(store, key)}).integer() == 0);
+  idem::redis::ConnectionParams db3 = idem_test::redis_server();
+  db3.database = 3;
+  idem::redis::Connection c3(db3);
+  CHECK(c3.command({"EXISTS", record_key(store, key)}).integer() == 1);
+
+  // A wrong password is the configuration's fault: not retryable, and the store does not
+  // retry it.
+  p.password = "wrong";
+  auto bad = std::make_shared<idem::redis::Pool>(p, idem::redis::PoolParams{.size = 1});
+  idem::redis::Store refused(bad, idem_test::fresh_params());
+  try {
+    refused.claim(key, "", {});
+    FAIL("a wrong password was accepted");
+  } catch (const idem::StoreError& e) {
+    CHECK_FALSE(e.retryable());
+    CHECK(e.diagnostics().from_server);
+    CHECK(e.diagnostics().message.rfind("WRONGPASS", 0) == 0);
+  }
+  raw({"ACL", "DELUSER", user});
+}
+
+TEST_CASE("a full server (maxmemory, noeviction) refuses a claim: retryable, nothing runs") {
+  idem_test::OwnRedis server("");
+  auto pool = std::make_shared<idem::redis::Pool>(server.params());
+  idem::redis::Store store(pool, idem_test::fresh_params());
+  {
+    // Any memory in use is over a limit of one byte.
+    idem::redis::Connection c(server.params());
+    c.command({"CONFIG", "SET", "maxmemory", "1"});
+  }
+  int runs = 0;
+  try {
+    (void)idem::run_once(store, idem::Key{"PAY", "no-room"}, "", [&] { return ++runs; });
+    FAIL("a full server took the claim");
+  } catch (const idem::StoreError& e) {
+    CHECK(e.retryable());
+    CHECK(e.diagnostics().message.find("OOM") != std::string::npos);
+  }
+  CHECK(runs == 0);
+  CHECK_FALSE(store.find(idem::Key{"PAY", "no-room"}));
+}

@@ -34,6 +34,13 @@ constexpr bool is_transient_reply(std::string_view reply) noexcept {
          name == "MASTERDOWN" || name == "READONLY" || name == "MOVED" || name == "ASK";
 }
 
+// Whether a call that got this error reply may succeed if made again later: the transient
+// errors, and a server out of memory under noeviction (it refuses writes until memory
+// frees; the stores report it at once rather than retry).
+constexpr bool is_retryable_reply(std::string_view reply) noexcept {
+  return is_transient_reply(reply) || error_name(reply) == "OOM";
+}
+
 // Client errors after which the command may or may not have run: the connection broke or
 // timed out after the command was written.
 constexpr bool is_connection_lost(unsigned c) noexcept {

@@ -151,7 +151,7 @@ class Link {
     if (!r.is_error()) return r;
     const std::string_view text = r.text();
     throw StoreError(fmt::format("idem::redis: {} answered: {}", where(), text),
-                     is_transient_reply(text), Diagnostics{0, "", std::string(text), true});
+                     is_retryable_reply(text), Diagnostics{0, "", std::string(text), true});
   }
 
   Reply command(std::span<const std::string_view> args) {

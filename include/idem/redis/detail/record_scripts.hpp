@@ -172,12 +172,17 @@ return 1
 
 }  // namespace script_text
 
+// Each script declares its flags (Redis 7): a writing script is refused with OOM by a
+// server at its maxmemory under noeviction, before it runs (a script without a shebang
+// would write anyway); a reading one runs there too.
 inline RecordScripts make_record_scripts() {
   const std::string p = script_text::prelude();
-  return {make_script(p + script_text::claim),  make_script(p + script_text::take_over),
-          make_script(p + script_text::finish), make_script(p + script_text::read),
-          make_script(p + script_text::due),    make_script(p + script_text::release),
-          make_script(p + script_text::purge)};
+  const std::string writes = "#!lua\n" + p;
+  const std::string reads = "#!lua flags=no-writes\n" + p;
+  return {make_script(writes + script_text::claim),  make_script(writes + script_text::take_over),
+          make_script(writes + script_text::finish), make_script(reads + script_text::read),
+          make_script(reads + script_text::due),     make_script(writes + script_text::release),
+          make_script(writes + script_text::purge)};
 }
 
 }  // namespace idem::redis::detail
