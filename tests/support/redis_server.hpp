@@ -66,7 +66,12 @@ class OwnRedis {
     std::filesystem::create_directories(std::filesystem::path(dir_).parent_path());
     run("IDEM_REDIS_OPTS='" + options + "' " + script() + " start " + dir_);
   }
-  ~OwnRedis() { std::system((script() + " stop " + dir_ + " >/dev/null 2>&1").c_str()); }
+  ~OwnRedis() {
+    std::system((script() + " stop " + dir_ + " >/dev/null 2>&1").c_str());
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+    std::filesystem::remove(dir_ + ".log", ignored);
+  }
   OwnRedis(const OwnRedis&) = delete;
   OwnRedis& operator=(const OwnRedis&) = delete;
 
