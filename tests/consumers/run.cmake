@@ -110,8 +110,9 @@ else()
 endif()
 
 if(MODE MATCHES "^find_package_(core|missing)$")
-  # A machine without the backends' libraries: pkg-config finds no mysqlclient (empty search
-  # path) and find_package(SQLite3) fails. The core consumer checks that both really fail.
+  # A machine without the backends' libraries: pkg-config finds neither mysqlclient nor
+  # hiredis (empty search path) and find_package(SQLite3) fails. The core consumer checks
+  # that they really fail.
   file(MAKE_DIRECTORY "${WORK_DIR}/no-pkgconfig")
   set(ENV{PKG_CONFIG_LIBDIR} "${WORK_DIR}/no-pkgconfig")
   set(ENV{PKG_CONFIG_PATH} "")
@@ -119,7 +120,7 @@ if(MODE MATCHES "^find_package_(core|missing)$")
 endif()
 
 if(MODE STREQUAL "find_package_missing")
-  # Both backends are required there; the error must say what to install for each.
+  # Every backend is required there; the error must say what to install for each.
   execute_process(COMMAND ${CMAKE_COMMAND} -S "${consumer_dir}" -B "${consumer_build}" ${common_args}
       ${consumer_args}
     RESULT_VARIABLE rc
@@ -128,7 +129,7 @@ if(MODE STREQUAL "find_package_missing")
   if(rc STREQUAL "0")
     message(FATAL_ERROR "[${MODE}] configure succeeded although the backends are missing:\n${out}")
   endif()
-  foreach(hint "default-libmysqlclient-dev" "pkg-config" "libsqlite3-dev")
+  foreach(hint "default-libmysqlclient-dev" "pkg-config" "libsqlite3-dev" "libhiredis-dev")
     string(FIND "${out}" "${hint}" at)
     if(at EQUAL -1)
       message(FATAL_ERROR "[${MODE}] the configure error does not name ${hint}:\n${out}")
