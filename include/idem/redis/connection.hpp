@@ -104,17 +104,29 @@ class Connection {
   // error reply throws after every reply was read, so each connection stays in step.
   std::vector<Reply> eval_all(const detail::Script& script, std::span<const ScriptCall> calls) {
     std::vector<std::optional<Reply>> replies(calls.size());
-    std::vector<detail::Link*> via(calls.size());
-    // The calls by the link that serves them, in order.
-    std::vector<std::pair<detail::Link*, std::vector<std::size_t>>> groups;
+    // The calls by the node that serves them, in order. The map is read (and maybe read
+    // again) for every call first, and only then are the links opened: reading the map may
+    // replace a broken link, which a pointer taken earlier would still name.
+    std::vector<std::uint16_t> node(calls.size(), 0);
+    if (cluster()) {
+      for (std::size_t i = 0; i < calls.size(); ++i) {
+        node[i] = node_for(calls[i].keys.empty() ? 0 : detail::key_slot(calls[i].keys.front()));
+      }
+    }
+    std::vector<std::pair<std::uint16_t, std::vector<std::size_t>>> by_node;
     for (std::size_t i = 0; i < calls.size(); ++i) {
-      detail::Link* l =
-          cluster() ? &route(calls[i].keys.empty() ? 0 : detail::key_slot(calls[i].keys.front()))
-                    : single_.get();
-      via[i] = l;
-      auto g = std::find_if(groups.begin(), groups.end(), [&](auto& e) { return e.first == l; });
-      if (g == groups.end()) g = groups.insert(groups.end(), {l, {}});
+      auto g =
+          std::find_if(by_node.begin(), by_node.end(), [&](auto& e) { return e.first == node[i]; });
+      if (g == by_node.end()) g = by_node.insert(by_node.end(), {node[i], {}});
       g->second.push_back(i);
+    }
+    std::vector<detail::Link*> via(calls.size());
+    std::vector<std::pair<detail::Link*, std::vector<std::size_t>>> groups;
+    for (auto& [n, indexes] : by_node) {
+      detail::Link* l = cluster() ? &link(nodes_[n]) : single_.get();
+      for (const std::size_t i : indexes)
+        via[i] = l;
+      groups.emplace_back(l, std::move(indexes));
     }
     try {
       for (auto& [l, indexes] : groups) {
@@ -227,8 +239,8 @@ class Connection {
     }
   }
 
-  // The link of the node serving `slot`; reads the map first when it is stale.
-  detail::Link& route(std::uint16_t slot) {
+  // The node serving `slot` (an index into nodes_); reads the map first when it is stale.
+  std::uint16_t node_for(std::uint16_t slot) {
     if (owners_.empty() || stale_) refresh_slots();
     std::uint16_t node = owners_[slot];
     if (node == no_node) {
@@ -240,8 +252,10 @@ class Connection {
             Diagnostics{0, "", "CLUSTERDOWN no node serves the slot", true});
       }
     }
-    return link(nodes_[node]);
+    return node;
   }
+  // The link of the node serving `slot`.
+  detail::Link& route(std::uint16_t slot) { return link(nodes_[node_for(slot)]); }
 
   // The open link to `a`, opened now if there is none (or it broke).
   detail::Link& link(const detail::Address& a) {
