@@ -63,24 +63,37 @@ struct ScenarioShape {
 
 const idem::Options options{};
 
+// The library's side of a scenario: an emptied server, and the store on a pool of one
+// connection per thread.
+struct LibraryStore {
+  idem::redis::ConnectionParams params;
+  std::shared_ptr<idem::redis::Pool> pool;
+  idem::redis::Store store;
+  LibraryStore(const Config& config, int threads)
+      : params(flushed(config)),
+        pool(std::make_shared<idem::redis::Pool>(
+            params, idem::redis::PoolParams{.size = static_cast<std::size_t>(threads)})),
+        store(pool, {.prefix = "bench-lib"}) {}
+
+  static idem::redis::ConnectionParams flushed(const Config& config) {
+    idem::redis::ConnectionParams p;
+    p.unix_socket = config.redis_socket;
+    idem::redis::Connection(p).command({"FLUSHALL"});
+    return p;
+  }
+};
+
 void redis_scenario(const Config& config, const ScenarioShape& shape) {
   const int threads = config.threads > 0 ? config.threads : 32;
   const std::size_t per = config.ops(20'000, 4'000) / static_cast<std::size_t>(threads);
   const std::size_t total = per * static_cast<std::size_t>(threads);
-  idem::redis::ConnectionParams params;
-  params.unix_socket = config.redis_socket;
-  {
-    idem::redis::Connection c(params);
-    c.command({"FLUSHALL"});
-  }
-  auto pool = std::make_shared<idem::redis::Pool>(
-      params, idem::redis::PoolParams{.size = static_cast<std::size_t>(threads)});
-  idem::redis::Store store(pool, {.prefix = "bench-lib"});
+  LibraryStore lib(config, threads);
+  idem::redis::Store& store = lib.store;
   // The baseline sends the very scripts, keys and arguments the store sends.
   const auto scripts = idem::redis::detail::make_record_scripts();
   const idem::redis::detail::Layout layout("bench-raw", 1024);
   {
-    idem::redis::Connection c(params);
+    idem::redis::Connection c(lib.params);
     for (const auto* s : {&scripts.claim, &scripts.finish})
       c.command({"SCRIPT", "LOAD", s->source});
   }
@@ -172,15 +185,8 @@ void redis_setnx(const Config& config) {
   const int threads = config.threads > 0 ? config.threads : 32;
   const std::size_t per = config.ops(20'000, 4'000) / static_cast<std::size_t>(threads);
   const std::size_t total = per * static_cast<std::size_t>(threads);
-  idem::redis::ConnectionParams params;
-  params.unix_socket = config.redis_socket;
-  {
-    idem::redis::Connection c(params);
-    c.command({"FLUSHALL"});
-  }
-  auto pool = std::make_shared<idem::redis::Pool>(
-      params, idem::redis::PoolParams{.size = static_cast<std::size_t>(threads)});
-  idem::redis::Store store(pool, {.prefix = "bench-lib"});
+  LibraryStore lib(config, threads);
+  idem::redis::Store& store = lib.store;
   Side library{{}, [&](int t, int r) {
                  for (std::size_t i = 0; i < per; ++i) {
                    auto out = idem::run_once(

@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "../support/fault_server.hpp"
+#include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
 using idem_fault::BusinessTable;
@@ -26,14 +27,9 @@ TEST_CASE(
   // only (a killed business INSERT would be the business's own ambiguity, not idem's).
   BusinessTable biz(idem_test::make_pool(16));
   constexpr int requests = 3'000;
-  constexpr int distinct = requests * 88 / 100;
-  std::vector<int> order;
-  for (int k = 0; k < distinct; ++k)
-    order.push_back(k);
-  std::mt19937 rng(31);
-  while (static_cast<int>(order.size()) < requests)
-    order.push_back(static_cast<int>(rng() % distinct));
-  std::shuffle(order.begin(), order.end(), rng);
+  const idem_test::Storm storm = idem_test::storm_of(requests, 31);
+  const int distinct = storm.distinct;
+  const std::vector<int>& order = storm.order;
 
   // A lease far longer than any call (retries included): no takeover can happen mid-call.
   const idem::Options options{.lease = 5s, .ttl = 1h, .wait = 10s};

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "../support/fault_server.hpp"
+#include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
 using idem_fault::BusinessTable;
@@ -23,14 +24,9 @@ TEST_CASE(
   idem_test::Table t(32);
   BusinessTable biz(t.pool);
   constexpr int requests = 4'000;
-  constexpr int distinct = requests * 88 / 100;  // 3,520 keys, 480 duplicate requests
-  std::vector<int> order;
-  for (int k = 0; k < distinct; ++k)
-    order.push_back(k);
-  std::mt19937 rng(8);
-  while (static_cast<int>(order.size()) < requests)
-    order.push_back(static_cast<int>(rng() % distinct));
-  std::shuffle(order.begin(), order.end(), rng);
+  const idem_test::Storm storm = idem_test::storm_of(requests, 8);
+  const int distinct = storm.distinct;  // 3,520 keys, 480 duplicate requests
+  const std::vector<int>& order = storm.order;
 
   // One request: the business write, the claim and the record commit in one transaction
   // (same-transaction mode), so a crash rolls all three back together.

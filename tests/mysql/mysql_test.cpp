@@ -18,6 +18,7 @@
 #include "../support/mysql_server.hpp"
 #include "../support/session_status.hpp"
 #include "../support/threads.hpp"
+#include "../support/workload.hpp"
 
 using idem_test::session_count;
 
@@ -137,14 +138,9 @@ TEST_CASE("10,000 requests at 12% duplicates over 32 connections - executions eq
   Table t(32);
   BusinessTable biz(t.pool);
   constexpr int requests = 10'000;
-  constexpr int distinct = requests * 88 / 100;  // 8,800 keys, 1,200 duplicate requests
-  std::vector<int> order;
-  for (int k = 0; k < distinct; ++k)
-    order.push_back(k);
-  std::mt19937 rng(12);
-  while (static_cast<int>(order.size()) < requests)
-    order.push_back(static_cast<int>(rng() % distinct));
-  std::shuffle(order.begin(), order.end(), rng);
+  const idem_test::Storm storm = idem_test::storm_of(requests, 12);
+  const int distinct = storm.distinct;  // 8,800 keys, 1,200 duplicate requests
+  const std::vector<int>& order = storm.order;
 
   std::atomic<std::size_t> next{0};
   std::atomic<int> executed{0}, answered{0}, errors{0};

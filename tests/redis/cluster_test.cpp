@@ -23,6 +23,7 @@
 
 #include "../support/redis_server.hpp"
 #include "../support/threads.hpp"
+#include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
 using idem::redis::detail::key_slot;
@@ -93,32 +94,6 @@ void wait_cluster_ok(const idem_test::RedisCluster& cl) {
   FAIL("the cluster did not return to cluster_state:ok");
 }
 
-struct Runs {
-  std::mutex mutex;
-  std::map<std::string, int> per_key;
-  std::vector<std::string> errors;
-  void executed(const std::string& id) {
-    std::lock_guard lock(mutex);
-    ++per_key[id];
-  }
-  void error(const std::string& what) {
-    std::lock_guard lock(mutex);
-    errors.push_back(what);
-  }
-  int twice() {
-    std::lock_guard lock(mutex);
-    return static_cast<int>(
-        std::count_if(per_key.begin(), per_key.end(), [](auto& e) { return e.second > 1; }));
-  }
-  int total() {
-    std::lock_guard lock(mutex);
-    int n = 0;
-    for (const auto& [id, c] : per_key)
-      n += c;
-    return n;
-  }
-};
-
 }  // namespace
 
 #define IDEM_CONFORMANCE_FIXTURES std::tuple<ClusterFixture>
@@ -149,7 +124,8 @@ TEST_CASE("3 services x 16 threads race the same keys on every master - each key
   }
   CHECK(masters.size() == 3);
 
-  Runs runs;
+  idem_test::Executions runs;
+  idem_test::Errors errors;
   std::atomic<int> answered{0};
   idem_test::run_threads(48, [&](int t) {
     idem::redis::Store& store = *services[static_cast<std::size_t>(t % 3)];
@@ -170,12 +146,12 @@ TEST_CASE("3 services x 16 threads race the same keys on every master - each key
             idem::Options{.wait = 10s});
         if (out && out.value() == id) ++answered;
       } catch (const std::exception& e) {
-        runs.error(e.what());
+        errors.add(e.what());
       }
     }
   });
-  INFO("first error: " << (runs.errors.empty() ? std::string("none") : runs.errors.front()));
-  CHECK(runs.errors.empty());
+  INFO("first error: " << (errors.first()));
+  CHECK(errors.size() == 0);
   CHECK(runs.total() == keys);
   CHECK(runs.twice() == 0);
   CHECK(answered == 48 * keys);
@@ -193,7 +169,8 @@ TEST_CASE("slots migrating under load - the store follows MOVED and ASK, each ke
   for (std::uint32_t b = 0; b < 4; ++b)
     slots.push_back(key_slot(layout.leases(b)));
 
-  Runs runs;
+  idem_test::Executions runs;
+  idem_test::Errors errors;
   std::atomic<bool> stop{false};
   std::atomic<int> next{0}, answered{0};
   std::thread load([&] {
@@ -210,7 +187,7 @@ TEST_CASE("slots migrating under load - the store follows MOVED and ASK, each ke
             });
             if (out && out.value() == id) ++answered;
           } catch (const std::exception& e) {
-            runs.error(e.what());
+            errors.add(e.what());
           }
         }
       }
@@ -270,11 +247,10 @@ TEST_CASE("slots migrating under load - the store follows MOVED and ASK, each ke
   load.join();
   wait_cluster_ok(cl);
 
-  INFO("migration: " << migrate_error << "; first error: "
-                     << (runs.errors.empty() ? std::string("none") : runs.errors.front()));
+  INFO("migration: " << migrate_error << "; first error: " << (errors.first()));
   CHECK(migrate_error == "none");
   CHECK(moved_keys > 0);
-  CHECK(runs.errors.empty());
+  CHECK(errors.size() == 0);
   CHECK(runs.twice() == 0);
   CHECK(answered == 2 * next.load());
   // Every record is found on its slot's new master.
@@ -294,17 +270,13 @@ TEST_CASE(
       pool, idem_test::fresh_params(
                 {.retry = {.max_attempts = 80, .backoff = 10ms, .max_backoff = 250ms}}));
   constexpr int requests = 20'000;
-  constexpr int distinct = requests * 88 / 100;
-  std::vector<int> order;
-  for (int k = 0; k < distinct; ++k)
-    order.push_back(k);
-  std::mt19937 rng(9);
-  while (static_cast<int>(order.size()) < requests)
-    order.push_back(static_cast<int>(rng() % distinct));
-  std::shuffle(order.begin(), order.end(), rng);
+  const idem_test::Storm storm = idem_test::storm_of(requests, 9);
+  const int distinct = storm.distinct;
+  const std::vector<int>& order = storm.order;
 
   using Clock = std::chrono::steady_clock;
-  Runs runs;
+  idem_test::Executions runs;
+  idem_test::Errors errors;
   std::mutex mutex;
   std::set<std::string> acked;
   std::atomic<int> answered{0};
@@ -324,7 +296,7 @@ TEST_CASE(
         acked.insert(id);
       }
     } catch (const std::exception& e) {
-      runs.error(id + ": " + e.what());
+      errors.add(id + ": " + e.what());
     }
     std::lock_guard lock(mutex);
     slowest = std::max(slowest, Clock::now() - t0);
@@ -362,17 +334,17 @@ TEST_CASE(
     const auto r = store.find(idem::Key{"ORDER", id});
     if (!r || r->status != idem::Status::succeeded) ++lost;
   }
-  const int storm_errors = static_cast<int>(runs.errors.size());
+  const int storm_errors = static_cast<int>(errors.size());
   // The gateway retries every key: what survived replays, what was lost runs again.
   for (int k = 0; k < distinct; ++k)
     request("order-" + std::to_string(k));
   cl.resume(victim);  // it rejoins as a replica of the promoted node
   wait_cluster_ok(cl);
 
-  INFO("first error: " << (runs.errors.empty() ? std::string("none") : runs.errors.front()));
+  INFO("first error: " << (errors.first()));
   CHECK(killed_at < storm_end);
   CHECK(storm_errors == 0);
-  CHECK(runs.errors.empty());
+  CHECK(errors.size() == 0);
   CHECK(runs.twice() <= lost);
   for (int k = 0; k < distinct; ++k) {
     const auto r = store.find(idem::Key{"ORDER", "order-" + std::to_string(k)});

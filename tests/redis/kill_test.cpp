@@ -19,6 +19,7 @@
 
 #include "../support/redis_server.hpp"
 #include "../support/threads.hpp"
+#include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
 
@@ -49,17 +50,12 @@ TEST_CASE(
       pool, idem_test::fresh_params({.retry = {.max_attempts = 30, .max_backoff = 50ms}}));
 
   constexpr int requests = 20'000;
-  constexpr int distinct = requests * 88 / 100;
-  std::vector<int> order;
-  for (int k = 0; k < distinct; ++k)
-    order.push_back(k);
-  std::mt19937 rng(31);
-  while (static_cast<int>(order.size()) < requests)
-    order.push_back(static_cast<int>(rng() % distinct));
-  std::shuffle(order.begin(), order.end(), rng);
+  const idem_test::Storm storm = idem_test::storm_of(requests, 31);
+  const int distinct = storm.distinct;
+  const std::vector<int>& order = storm.order;
 
   std::mutex mutex;
-  std::map<std::string, int> executions;
+  idem_test::Executions executions;
   std::vector<std::string> errors;
   std::atomic<int> answered{0};
   const idem::Options options{.lease = 10s, .ttl = 1h, .wait = 10s};
@@ -68,8 +64,7 @@ TEST_CASE(
       const auto out = idem::run_once(
           store, idem::Key{"ORDER", id}, idem::fingerprint(nlohmann::json{{"order", id}}),
           [&] {
-            std::lock_guard lock(mutex);
-            ++executions[id];
+            executions.executed(id);
             return id;
           },
           options);
@@ -106,11 +101,8 @@ TEST_CASE(
   stop = true;
   killer.join();
 
-  int executed = 0, twice = 0;
-  for (const auto& [id, n] : executions) {
-    executed += n;
-    twice += n > 1 ? 1 : 0;
-  }
+  const int executed = executions.total();
+  const int twice = executions.twice();
   INFO("killer: " << killer_error
                   << "; first error: " << (errors.empty() ? std::string("none") : errors.front()));
   CHECK(killer_error == "none");

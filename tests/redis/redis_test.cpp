@@ -19,37 +19,15 @@
 
 #include "../support/redis_server.hpp"
 #include "../support/threads.hpp"
+#include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
 using idem_test::Errors;
+using idem_test::Executions;
 using idem_test::RedisStore;
 using idem_test::run_threads;
 
 namespace {
-
-// Executions per key, counted by the business itself.
-struct Executions {
-  std::mutex mutex;
-  std::map<std::string, int> per_key;
-  void add(const std::string& id) {
-    std::lock_guard lock(mutex);
-    ++per_key[id];
-  }
-  int total() {
-    std::lock_guard lock(mutex);
-    int n = 0;
-    for (const auto& [id, count] : per_key)
-      n += count;
-    return n;
-  }
-  int max_per_key() {
-    std::lock_guard lock(mutex);
-    int m = 0;
-    for (const auto& [id, count] : per_key)
-      m = std::max(m, count);
-    return m;
-  }
-};
 
 // A command on a connection of the test's own.
 idem::redis::Reply raw(std::initializer_list<std::string_view> args) {
@@ -74,7 +52,7 @@ TEST_CASE("200 threads over a 32-connection pool race one key - one execution, n
   run_threads(200, [&](int) {
     try {
       const auto out = idem::run_once(s.store, key, fp, [&] {
-        runs.add(key.id());
+        runs.executed(key.id());
         std::this_thread::sleep_for(50ms);
         return std::string("paid");
       });
@@ -98,14 +76,9 @@ TEST_CASE("200 threads over a 32-connection pool race one key - one execution, n
 TEST_CASE("10,000 requests at 12% duplicates over 32 connections - executions equal keys") {
   RedisStore s(32);
   constexpr int requests = 10'000;
-  constexpr int distinct = requests * 88 / 100;  // 8,800 keys, 1,200 duplicate requests
-  std::vector<int> order;
-  for (int k = 0; k < distinct; ++k)
-    order.push_back(k);
-  std::mt19937 rng(12);
-  while (static_cast<int>(order.size()) < requests)
-    order.push_back(static_cast<int>(rng() % distinct));
-  std::shuffle(order.begin(), order.end(), rng);
+  const idem_test::Storm storm = idem_test::storm_of(requests, 12);
+  const int distinct = storm.distinct;  // 8,800 keys, 1,200 duplicate requests
+  const std::vector<int>& order = storm.order;
 
   std::atomic<std::size_t> next{0};
   std::atomic<int> answered{0}, errors{0};
@@ -118,7 +91,7 @@ TEST_CASE("10,000 requests at 12% duplicates over 32 connections - executions eq
         const auto out = idem::run_once(
             s.store, idem::Key{"ORDER", id}, "",
             [&] {
-              runs.add(id);
+              runs.executed(id);
               return id;
             },
             idem::Options{.wait = 10s});

@@ -18,6 +18,7 @@
 
 #include "../support/redis_server.hpp"
 #include "../support/threads.hpp"
+#include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
 
@@ -48,17 +49,12 @@ CrashRun crash_under_load(idem_test::OwnRedis& server, int requests) {
       pool, idem_test::fresh_params({.retry = {.max_attempts = 40, .max_backoff = 100ms}}));
   CrashRun run;
   run.requests = requests;
-  run.distinct = requests * 88 / 100;
-  std::vector<int> order;
-  for (int k = 0; k < run.distinct; ++k)
-    order.push_back(k);
-  std::mt19937 rng(5);
-  while (static_cast<int>(order.size()) < requests)
-    order.push_back(static_cast<int>(rng() % run.distinct));
-  std::shuffle(order.begin(), order.end(), rng);
+  const idem_test::Storm storm = idem_test::storm_of(requests, 5);
+  run.distinct = storm.distinct;
+  const std::vector<int>& order = storm.order;
 
   std::mutex mutex;
-  std::map<std::string, int> executions;
+  idem_test::Executions executions;
   std::map<std::string, Clock::time_point> acked;
   std::atomic<int> answered{0};
   const idem::Options options{.lease = 10s, .ttl = 1h, .wait = 10s};
@@ -67,8 +63,7 @@ CrashRun crash_under_load(idem_test::OwnRedis& server, int requests) {
       const auto out = idem::run_once(
           store, idem::Key{"ORDER", id}, "",
           [&] {
-            std::lock_guard lock(mutex);
-            ++executions[id];
+            executions.executed(id);
             return id;
           },
           options);
@@ -112,8 +107,7 @@ CrashRun crash_under_load(idem_test::OwnRedis& server, int requests) {
   // The gateway retries every key once more: a key whose record survived replays.
   for (int k = 0; k < run.distinct; ++k)
     request("order-" + std::to_string(k));
-  for (const auto& [id, n] : executions)
-    run.executed_twice += n > 1 ? 1 : 0;
+  run.executed_twice = executions.twice();
   return run;
 }
 

@@ -23,11 +23,7 @@
 
 namespace idem::redis {
 
-struct PoolParams {
-  std::size_t size = 8;
-  std::chrono::milliseconds acquire_timeout{10'000};
-  std::chrono::milliseconds ping_after_idle{5'000};
-};
+using PoolParams = idem::PoolParams;
 
 namespace detail {
 

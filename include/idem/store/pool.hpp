@@ -35,6 +35,15 @@
 
 namespace idem {
 
+// The size and timing of a server backend's pool (idem::mysql::Pool, idem::redis::Pool).
+struct PoolParams {
+  std::size_t size = 8;
+  // How long acquire() waits for a free connection before it throws.
+  std::chrono::milliseconds acquire_timeout{10'000};
+  // A connection idle longer than this is pinged before it is handed out.
+  std::chrono::milliseconds ping_after_idle{5'000};
+};
+
 // What a connection is taken for. A with_transaction begins its transaction itself, so the
 // driver may hand the connection over in the session state the last transaction left it in
 // (idem::mysql keeps autocommit off between transactions, see Connection::begin_transaction);
