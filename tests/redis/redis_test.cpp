@@ -312,3 +312,39 @@ TEST_CASE("a full server (maxmemory, noeviction) refuses a claim: retryable, not
   CHECK(runs == 0);
   CHECK_FALSE(store.find(idem::Key{"PAY", "no-room"}));
 }
+
+TEST_CASE("a takeover decided on an old read never overwrites what was written since") {
+  // The races peers shipped: an orphan recovery that wrote over a result completed after its
+  // read, and a live claim reclaimed as an orphan.
+  RedisStore s;
+  const idem::Key key{"PAY", "orphan-race"};
+  const auto first = s.store.claim(key, "", idem::Options{.lease = 100ms, .ttl = 1h});
+  std::this_thread::sleep_for(150ms);
+  auto c = s.pool->acquire();
+  const auto read = s.store.ops().read(*c, key, false);
+  REQUIRE(read);
+  const idem::Decision d = idem::decide(read->record, "", read->now);
+  REQUIRE(d == idem::Decision::take_over_retry);
+  const idem::Record next =
+      idem::take_over(read->record, d, "", "recoverer-token-0000000000000000", read->now, {});
+
+  // The first worker finishes between the read and the takeover's write.
+  s.store.complete(key, first.record.ticket, R"({"paid":true})");
+  CHECK_FALSE(s.store.ops().write_takeover(*c, d, next, read->record.ticket));
+  auto r = s.store.find(key);
+  REQUIRE(r);
+  CHECK(r->status == idem::Status::succeeded);
+  CHECK(r->snapshot == R"({"paid":true})");
+  CHECK(r->ticket == first.record.ticket);
+
+  // A live claim (its lease still running) is never taken over, whatever the caller decided.
+  const idem::Key live{"PAY", "live-claim"};
+  const auto holder = s.store.claim(live, "", idem::Options{.lease = 30s, .ttl = 1h});
+  const auto seen = s.store.ops().read(*c, live, false);
+  REQUIRE(seen);
+  const idem::Record forced = idem::take_over(seen->record, idem::Decision::take_over_retry, "",
+                                              "intruder-token-00000000000000000", seen->now, {});
+  CHECK_FALSE(s.store.ops().write_takeover(*c, idem::Decision::take_over_retry, forced,
+                                           seen->record.ticket));
+  CHECK(s.store.find(live)->ticket == holder.record.ticket);
+}
