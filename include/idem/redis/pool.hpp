@@ -1,14 +1,8 @@
 #pragma once
-// idem::redis::Pool: a bounded, thread-safe pool of Redis connections handed out as RAII
-// handles (idem::BasicPool).
-//
-// - At most PoolParams::size connections exist; acquire() waits up to acquire_timeout for one.
-// - Connections are opened lazily. One that sat idle longer than ping_after_idle is pinged
-//   before it is handed out; a broken one (killed by CLIENT KILL, a server restart, a timeout)
-//   is opened again, so the pool recovers from a server restart without restarting the
-//   process.
-// - Running out of connections is a StoreError that idem's stores do not retry on their own:
-//   it surfaces after acquire_timeout, so an overloaded service fails fast.
+// idem::redis::Pool: idem::BasicPool (idem/store/pool.hpp, which says how it bounds, waits
+// and fails) over Redis connections. A connection idle longer than ping_after_idle is pinged
+// before it is handed out, and a broken one (CLIENT KILL, a server restart, a timeout) is
+// opened again, so the pool recovers from a server restart without restarting the process.
 
 #include <chrono>
 #include <cstddef>
