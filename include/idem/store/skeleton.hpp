@@ -26,8 +26,9 @@
 // and optionally, for claim_batch: static constexpr std::size_t max_batch_rows, and
 //   std::vector<ClaimResult> claim_chunk(c, requests, tokens, options)
 //
-// The rules the skeleton applies come from idem/store/record_rules.hpp; tests/store/
-// sql_store_test.cpp drives it through a scripted backend, without a server.
+// The rules the skeleton applies come from idem/store/record_rules.hpp, its algorithms from
+// idem/store/steps.hpp (shared with the coroutine skeleton, idem/async/skeleton.hpp);
+// tests/store/sql_store_test.cpp drives it through a scripted backend, without a server.
 
 #include <algorithm>
 #include <concepts>
@@ -55,18 +56,11 @@
 #include "idem/store.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/retry.hpp"
+#include "idem/store/steps.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
 namespace idem {
-
-// How a backend classifies a StoreError for its retry loop.
-enum class FailureKind {
-  fatal,       // not retried: a bug, bad data, a full pool, an unknown error
-  transient,   // retried; the failed statement did not happen (deadlock, lock wait, busy file)
-  reply_lost,  // retried; the statement may have happened (the connection died after it was
-               // sent): a later try must look at the row before it writes
-};
 
 // The four types a Backend names, in one line of the backend's.
 template <class C, class N, class P, class O>
@@ -77,55 +71,34 @@ struct BackendTypes {
   using Ops = O;
 };
 
-// A row as read, with the store's `now` at that read (the server's clock on MySQL).
-struct RecordRead {
-  Record record;
-  TimePoint now;
-};
-
-// What insert_or_read answers: the fresh claim it wrote, or else the row it met (none: the
-// row vanished in between, so the claim tries again).
-struct InsertOrRead {
-  std::optional<Record> fresh;
-  std::optional<RecordRead> met;
-};
-
 namespace detail {
 
-// Each round of a claim loses only to another caller's completed write, so a bound is only a
-// guard against a bug: a claim that does not settle is a retryable StoreError.
-inline constexpr int claim_rounds = 16;
-
-// One claim on one connection, by the decision table. `token` is the owner token of this
-// claim call: if an earlier try of the same call already wrote it (its reply was lost), the
-// row is recognised as ours.
+// One claim on one connection: ClaimSteps (idem/store/steps.hpp) run by blocking calls.
 template <class Ops, class Connection>
 ClaimResult claim_on(std::string_view who, const Ops& ops, Connection& c, const Key& key,
                      std::string_view fp, const Options& o, const std::string& token, bool bound) {
-  for (int round = 0; round < claim_rounds; ++round) {
-    std::optional<RecordRead> row;
-    if constexpr (requires { ops.insert_or_read(c, key, fp, o, token); }) {
-      InsertOrRead answer = ops.insert_or_read(c, key, fp, o, token);
-      if (answer.fresh) return {Verdict::acquired, std::move(*answer.fresh)};
-      row = std::move(answer.met);
-    } else {
-      if (std::optional<Record> fresh = ops.insert(c, key, fp, o, token, bound)) {
-        return {Verdict::acquired, std::move(*fresh)};
-      }
-      row = ops.read(c, key, bound);
+  using Step = ClaimSteps::Step;
+  ClaimSteps steps(who, key, fp, o, token);
+  for (Step step = steps.start();;) {
+    switch (step) {
+      case Step::insert:
+        if constexpr (requires { ops.insert_or_read(c, key, fp, o, token); }) {
+          step = steps.answered(ops.insert_or_read(c, key, fp, o, token));
+        } else {
+          step = steps.inserted(ops.insert(c, key, fp, o, token, bound));
+        }
+        break;
+      case Step::read:
+        step = steps.met(ops.read(c, key, bound));
+        break;
+      case Step::take_over:
+        step = steps.written(
+            ops.write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
+        break;
+      case Step::done:
+        return std::move(steps).result();
     }
-    if (!row) continue;  // purged between the INSERT and the read: insert again
-    Record& stored = row->record;
-    if (stored.ticket.owner == token) return {Verdict::acquired, std::move(stored)};
-    const Decision d = decide(stored, fp, row->now);
-    if (!is_takeover(d)) return {verdict_of(d), std::move(stored)};
-    Record next = take_over(stored, d, fp, token, row->now, o);
-    if (ops.write_takeover(c, d, next, stored.ticket)) return {Verdict::acquired, std::move(next)};
-    // Someone else moved the row on: read it again.
   }
-  throw StoreError(fmt::format("{}: the claim on {}/{} did not settle after {} rounds", who,
-                               key.biz_type(), printable(key.id()), claim_rounds),
-                   true);
 }
 
 }  // namespace detail
@@ -276,23 +249,15 @@ class StoreSkeleton {
   template <class Op, class BeforeRetry>
   auto with_retries(std::string_view what, Op&& op, BeforeRetry&& before_retry)
       -> decltype(op(std::declval<Connection&>(), false)) {
-    bool uncertain = false;
+    detail::TryJudge judge;
     return retry(
         retry_, Backend::name, what,
         [&](int) {
           auto handle = pool().acquire();
-          return op(*handle, uncertain);
+          return op(*handle, judge.uncertain());
         },
         [&](const StoreError& e, int n) {
-          switch (Backend::classify(e)) {
-            case FailureKind::fatal:
-              throw;
-            case FailureKind::reply_lost:
-              uncertain = true;
-              break;
-            case FailureKind::transient:
-              break;
-          }
+          if (!judge.worth_retrying(Backend::classify(e))) throw;
           if (n < retry_.max_attempts) before_retry();
         });
   }
@@ -306,19 +271,24 @@ class StoreSkeleton {
   void finish(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
               bool retryable) {
     detail::check_snapshot(snapshot);
-    auto ours = [&](Connection& c) {
-      const auto row = ops_.read(c, key, false);
-      return row && finished_as(row->record, ticket, to, snapshot, retryable);
-    };
-    const bool done = with_retries("record", [&](Connection& c, bool uncertain) {
-      // A previous try may have been applied before its connection died: look before writing.
-      if (uncertain && ours(c)) return true;
-      if (ops_.finish(c, key, ticket, snapshot, to, retryable)) return true;
-      // The killed try may still have been committing during the read above; the UPDATE
-      // waited for its row lock, so a read now sees whether that write was ours.
-      return uncertain && ours(c);
+    const bool held = with_retries("record", [&](Connection& c, bool uncertain) {
+      using Step = detail::FinishSteps::Step;
+      detail::FinishSteps steps(uncertain);
+      for (Step step = steps.start();;) {
+        switch (step) {
+          case Step::look:
+            step = steps.looked(
+                detail::finished_by(ops_.read(c, key, false), ticket, to, snapshot, retryable));
+            break;
+          case Step::write:
+            step = steps.wrote(ops_.finish(c, key, ticket, snapshot, to, retryable));
+            break;
+          case Step::done:
+            return steps.held();
+        }
+      }
     });
-    if (!done) throw lease_lost(Backend::name, key, ticket);
+    if (!held) throw lease_lost(Backend::name, key, ticket);
   }
 
   Ops ops_;

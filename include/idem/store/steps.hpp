@@ -1,0 +1,196 @@
+#pragma once
+// The store skeleton's algorithms as steps, without I/O: a claim's rounds, a finish that
+// reconciles a lost reply, and the judging of a failed try. Each is a small state machine that
+// says which statement to run next and takes that statement's answer; a driver runs the
+// statements. The blocking skeleton (idem/store/skeleton.hpp) and the coroutine one
+// (idem/async/skeleton.hpp) are two such drivers, so both take every decision from here.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/status.hpp"
+#include "idem/store.hpp"
+#include "idem/store/record_rules.hpp"
+#include "idem/ticket.hpp"
+#include "idem/verdict.hpp"
+
+namespace idem {
+
+// How a backend classifies a StoreError for its retry loop.
+enum class FailureKind {
+  fatal,       // not retried: a bug, bad data, a full pool, an unknown error
+  transient,   // retried; the failed statement did not happen (deadlock, lock wait, busy file)
+  reply_lost,  // retried; the statement may have happened (the connection died after it was
+               // sent): a later try must look at the row before it writes
+};
+
+// A row as read, with the store's `now` at that read (the server's clock on MySQL).
+struct RecordRead {
+  Record record;
+  TimePoint now;
+};
+
+// What insert_or_read answers: the fresh claim it wrote, or else the row it met (none: the
+// row vanished in between, so the claim tries again).
+struct InsertOrRead {
+  std::optional<Record> fresh;
+  std::optional<RecordRead> met;
+};
+
+namespace detail {
+
+// Each round of a claim loses only to another caller's completed write, so a bound is only a
+// guard against a bug: a claim that does not settle is a retryable StoreError.
+inline constexpr int claim_rounds = 16;
+
+// One claim by the decision table. Each round inserts a fresh claim; when the key exists it
+// reads the row and decides; a takeover is written guarded by the ticket it read, and a lost
+// takeover (someone else moved the row on) starts the next round. `token` is the owner token
+// of this claim call: if an earlier try of the same call already wrote it (its reply was
+// lost), the row is recognised as ours.
+class ClaimSteps {
+ public:
+  enum class Step {
+    insert,     // ops.insert (or ops.insert_or_read), then inserted() (or answered())
+    read,       // ops.read, then met()
+    take_over,  // ops.write_takeover(decision(), next(), read_ticket()), then written()
+    done,       // result()
+  };
+
+  ClaimSteps(std::string_view who, const Key& key, std::string_view fingerprint,
+             const Options& options, const std::string& token)
+      : who_(who), key_(key), fingerprint_(fingerprint), options_(options), token_(token) {}
+
+  Step start() const noexcept { return Step::insert; }
+
+  Step inserted(std::optional<Record> fresh) {
+    if (!fresh) return Step::read;
+    return settle(Verdict::acquired, std::move(*fresh));
+  }
+
+  Step met(std::optional<RecordRead> row) {
+    if (!row) return next_round();  // purged between the insert and the read: insert again
+    Record& stored = row->record;
+    if (stored.ticket.owner == token_) return settle(Verdict::acquired, std::move(stored));
+    decision_ = decide(stored, fingerprint_, row->now);
+    if (!is_takeover(decision_)) return settle(verdict_of(decision_), std::move(stored));
+    next_.emplace(take_over(stored, decision_, fingerprint_, token_, row->now, options_));
+    read_ = std::move(stored.ticket);
+    return Step::take_over;
+  }
+
+  Step answered(InsertOrRead answer) {
+    return answer.fresh ? inserted(std::move(answer.fresh)) : met(std::move(answer.met));
+  }
+
+  Step written(bool won) {
+    if (won) return settle(Verdict::acquired, std::move(*next_));
+    return next_round();  // someone else moved the row on: look again
+  }
+
+  // For Step::take_over: what to write, and the ticket the write is guarded by.
+  Decision decision() const noexcept { return decision_; }
+  const Record& next() const noexcept { return *next_; }
+  const Ticket& read_ticket() const noexcept { return read_; }
+
+  ClaimResult result() && { return std::move(*result_); }
+
+ private:
+  Step settle(Verdict v, Record r) {
+    result_.emplace(ClaimResult{v, std::move(r)});
+    return Step::done;
+  }
+
+  Step next_round() {
+    if (++round_ >= claim_rounds) {
+      throw StoreError(fmt::format("{}: the claim on {}/{} did not settle after {} rounds", who_,
+                                   key_.biz_type(), printable(key_.id()), claim_rounds),
+                       true);
+    }
+    return Step::insert;
+  }
+
+  std::string_view who_;
+  const Key& key_;
+  std::string_view fingerprint_;
+  const Options& options_;
+  const std::string& token_;
+  int round_ = 0;
+  Decision decision_ = Decision::replay;
+  std::optional<Record> next_;
+  Ticket read_;
+  std::optional<ClaimResult> result_;
+};
+
+// complete / fail on one try: the fenced write, and when an earlier try lost its connection
+// after sending it (`uncertain`), a look at the row before it, and after it when it changed
+// nothing (the killed try may still have been committing during the first look; the write
+// waited for its row lock, so a look now tells whether that write was ours).
+class FinishSteps {
+ public:
+  enum class Step {
+    look,   // ops.read, then looked(ours(row))
+    write,  // ops.finish, then wrote()
+    done,   // held()
+  };
+
+  explicit FinishSteps(bool uncertain) noexcept : uncertain_(uncertain) {}
+
+  Step start() const noexcept { return uncertain_ ? Step::look : Step::write; }
+
+  Step looked(bool ours) noexcept {
+    if (ours || wrote_) return end(ours);
+    return Step::write;
+  }
+
+  Step wrote(bool changed) noexcept {
+    wrote_ = true;
+    if (changed || !uncertain_) return end(changed);
+    return Step::look;
+  }
+
+  // Whether the result is recorded; false: the claim was not held (LeaseLost).
+  bool held() const noexcept { return held_; }
+
+ private:
+  Step end(bool held) noexcept {
+    held_ = held;
+    return Step::done;
+  }
+
+  bool uncertain_;
+  bool wrote_ = false;
+  bool held_ = false;
+};
+
+// Whether a row read back shows this finish already recorded (the look of FinishSteps).
+inline bool finished_by(const std::optional<RecordRead>& row, const Ticket& ticket, Status to,
+                        std::string_view snapshot, bool retryable) {
+  return row && finished_as(row->record, ticket, to, snapshot, retryable);
+}
+
+// The skeleton's judgement of a failed try: fatal errors end the call (rethrown by the
+// caller), a lost reply makes the next tries uncertain.
+class TryJudge {
+ public:
+  // False: not worth another try.
+  bool worth_retrying(FailureKind kind) noexcept {
+    if (kind == FailureKind::reply_lost) uncertain_ = true;
+    return kind != FailureKind::fatal;
+  }
+  bool uncertain() const noexcept { return uncertain_; }
+
+ private:
+  bool uncertain_ = false;
+};
+
+}  // namespace detail
+}  // namespace idem
