@@ -1,31 +1,21 @@
 // idem::redis::Store against the throwaway redis-server: races of real threads on real
 // connections, the documented layout, expiry in Redis itself, scripts the server forgot,
 // corrupt records and bad parameters.
-#include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <map>
-#include <mutex>
-#include <random>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 
 #include <idem/redis.hpp>
 #include <idem/redis/detail/slot.hpp>
 
 #include "../support/redis_server.hpp"
-#include "../support/threads.hpp"
 #include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
-using idem_test::Errors;
-using idem_test::Executions;
 using idem_test::RedisStore;
-using idem_test::run_threads;
 
 namespace {
 
@@ -42,71 +32,16 @@ std::string record_key(const idem::redis::Store& store, const idem::Key& key) {
 
 }  // namespace
 
+// The business writes nothing of its own here: the helpers' execution count is all there is
+// to check.
 TEST_CASE("200 threads over a 32-connection pool race one key - one execution, no errors") {
   RedisStore s(32);
-  const idem::Key key{"PAY", "CH-race-200"};
-  const auto fp = idem::fingerprint(nlohmann::json{{"trade_no", "CH-race-200"}, {"amount", 29900}});
-  Executions runs;
-  std::atomic<int> replayed{0}, in_progress{0}, errors{0};
-  Errors failures;
-  run_threads(200, [&](int) {
-    try {
-      const auto out = idem::run_once(s.store, key, fp, [&] {
-        runs.executed(key.id());
-        std::this_thread::sleep_for(50ms);
-        return std::string("paid");
-      });
-      if (out.verdict() == idem::Verdict::replayed) ++replayed;
-      if (out.verdict() == idem::Verdict::in_progress) ++in_progress;
-    } catch (const std::exception& e) {
-      ++errors;
-      failures.add(e.what());
-    }
-  });
-  INFO("first error: " << failures.first());
-  CHECK(errors == 0);
-  CHECK(runs.total() == 1);
-  CHECK(replayed + in_progress == 199);
-  const auto r = s.store.find(key);
-  REQUIRE(r);
-  CHECK(r->status == idem::Status::succeeded);
-  CHECK(r->ticket.fence == 1);
+  idem_test::race_one_key(s.store, 200, [](const std::string&) {});
 }
 
 TEST_CASE("10,000 requests at 12% duplicates over 32 connections - executions equal keys") {
   RedisStore s(32);
-  constexpr int requests = 10'000;
-  const idem_test::Storm storm = idem_test::storm_of(requests, 12);
-  const int distinct = storm.distinct;  // 8,800 keys, 1,200 duplicate requests
-  const std::vector<int>& order = storm.order;
-
-  std::atomic<std::size_t> next{0};
-  std::atomic<int> answered{0}, errors{0};
-  Executions runs;
-  Errors failures;
-  run_threads(32, [&](int) {
-    for (std::size_t i = next++; i < order.size(); i = next++) {
-      const std::string id = "order-" + std::to_string(order[i]);
-      try {
-        const auto out = idem::run_once(
-            s.store, idem::Key{"ORDER", id}, "",
-            [&] {
-              runs.executed(id);
-              return id;
-            },
-            idem::Options{.wait = 10s});
-        if (out && out.value() == id) ++answered;
-      } catch (const std::exception& e) {
-        ++errors;
-        failures.add(e.what());
-      }
-    }
-  });
-  INFO("first error: " << failures.first());
-  CHECK(errors == 0);
-  CHECK(runs.total() == distinct);
-  CHECK(runs.max_per_key() == 1);
-  CHECK(answered == requests);
+  idem_test::run_storm(s.store, 32, idem_test::storm_of(10'000, 12), [](const std::string&) {});
 }
 
 TEST_CASE("a record is a hash with the documented fields, in its bucket's slot") {
