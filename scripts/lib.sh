@@ -10,6 +10,8 @@ IDEM_DEPS=(
     libclang-rt-14-dev libcpp-httplib-dev ca-certificates
     # The Redis store (idem::redis) and its throwaway servers (scripts/redis).
     libhiredis-dev redis-server redis-tools
+    # The coroutine API (idem::async) and the async HTTP example: Boost.Asio and Beast.
+    libboost1.81-dev
     # The Galera suite (scripts/galera): the provider, the client tools, rsync state transfer
     # and what its SST script calls (ss or lsof, ps, hostname, setpriv).
     mariadb-client galera-4 rsync iproute2 lsof procps psmisc socat hostname util-linux

@@ -41,15 +41,7 @@ auto run_once(S& store, const Key& key, std::string_view fingerprint, F&& fn,
                 "idem::run_once: fn's result must be serialisable by nlohmann_json");
 
   IdempotencyGuard guard{store, key, fingerprint, options};
-  switch (guard.verdict()) {
-    case Verdict::replayed:
-      return guard.template replay<T>();
-    case Verdict::in_progress:
-    case Verdict::conflict:
-      return Outcome<T>::none(guard.verdict(), guard.record());
-    case Verdict::acquired:
-      break;
-  }
+  if (auto answered = detail::outcome_without_running<T>(guard.state())) return *answered;
 
   std::optional<T> value;
   try {
@@ -63,9 +55,7 @@ auto run_once(S& store, const Key& key, std::string_view fingerprint, F&& fn,
   try {
     guard.commit(*value);
   } catch (const InvalidArgument& e) {
-    // The business ran but its response cannot be stored. Running it again could repeat its
-    // effect, so the failure is recorded as permanent and duplicates replay it.
-    guard.fail({{"error", "idem.unstorable_response"}, {"detail", e.what()}}, false);
+    guard.fail(detail::unstorable_response(e), false);
     throw;
   }
   return Outcome<T>::success(Verdict::acquired, std::move(*value), guard.record());

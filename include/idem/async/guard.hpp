@@ -1,0 +1,179 @@
+#pragma once
+// idem::async::Guard: claim -> execute -> record in a coroutine, as IdempotencyGuard
+// (idem/guard.hpp) does it in a thread, with the same verdicts, reports and errors.
+//
+//   auto guard = co_await idem::async::Guard<Store>::claim(store, key, fp, options);
+//   if (guard.acquired()) {
+//     Receipt r = co_await charge();
+//     co_await guard.commit(r);
+//     co_return respond(r);
+//   }
+//   if (guard.verdict() == idem::Verdict::replayed) { auto replay = guard.replay<Receipt>(); ... }
+//
+// Options::wait polls an in-progress claim on a timer of the coroutine's executor, never by
+// sleeping the thread. A guard that goes out of scope still open (an exception, an early
+// co_return, a cancelled coroutine) cannot co_await in its destructor: it starts the recording
+// of a retryable failure on the executor it claimed on, and that runs to its end on its own.
+// co_await abandon() to record it before going on.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "idem/async/net.hpp"
+#include "idem/async/store.hpp"
+#include "idem/detail/guard_state.hpp"
+#include "idem/detail/snapshot.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/observer.hpp"
+#include "idem/options.hpp"
+#include "idem/outcome.hpp"
+#include "idem/record.hpp"
+#include "idem/serializable.hpp"
+#include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
+#include "idem/verdict.hpp"
+
+namespace idem::async {
+
+namespace detail {
+
+// Claims; while the answer is in_progress and options.wait allows, waits on a timer and claims
+// again (see ClaimWait), reported to options.observer.
+template <AsyncStore S>
+net::awaitable<ClaimResult> observed_claim(S& store, const Key& key, std::string_view fingerprint,
+                                           const Options& options) {
+  validate(options);
+  const idem::detail::ClaimReport report(options.observer, key,
+                                         idem::detail::store_failure_event<S>());
+  try {
+    ClaimResult result = co_await store.claim(key, fingerprint, options);
+    idem::detail::ClaimWait wait(options, supports_wait_v<S>);
+    while (const std::optional<Duration> pause = wait.pause(result)) {
+      co_await sleep_for(*pause);
+      result = co_await store.claim(key, fingerprint, options);
+    }
+    report.answered(result);
+    co_return result;
+  } catch (const StoreError& e) {
+    report.failed(e);
+    throw;
+  }
+}
+
+}  // namespace detail
+
+template <AsyncStore S>
+class Guard {
+ public:
+  // Claims key for the calling coroutine.
+  static net::awaitable<Guard> claim(S& store, Key key, std::string fingerprint,
+                                     Options options = {}) {
+    ClaimResult r = co_await detail::observed_claim(store, key, fingerprint, options);
+    co_return Guard(store, std::move(r), options.observer, co_await net::this_coro::executor);
+  }
+
+  // Adopts a claim made elsewhere (see IdempotencyGuard's); an abandoned one is recorded on
+  // `executor`.
+  Guard(S& store, ClaimResult claimed, Observer* observer, net::any_io_executor executor)
+      : store_(&store),
+        state_("idem::async::Guard", std::move(claimed), observer,
+               idem::detail::store_failure_event<S>()),
+        executor_(std::move(executor)) {}
+
+  Guard(Guard&& other) noexcept
+      : store_(other.store_), state_(other.state_), executor_(other.executor_) {
+    other.state_.close();
+  }
+  Guard& operator=(Guard&&) = delete;
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+
+  ~Guard() {
+    if (!state_.open()) return;
+    try {
+      net::co_spawn(executor_, record_abandoned(*store_, state_), net::detached);
+    } catch (...) {
+      // The lease runs out and the next duplicate takes over.
+    }
+  }
+
+  Verdict verdict() const noexcept { return state_.verdict(); }
+  bool acquired() const noexcept { return state_.acquired(); }
+  const Record& record() const noexcept { return state_.record(); }
+
+  // As IdempotencyGuard::commit.
+  template <Serializable T>
+  net::awaitable<void> commit(const T& response) {
+    state_.require_open("commit");
+    std::string snapshot = idem::detail::encode_snapshot(response);
+    co_await finish(store_->complete(state_.key(), state_.ticket(), snapshot));
+    state_.recorded(Status::succeeded, std::move(snapshot), false, EventKind::committed);
+  }
+
+  // As IdempotencyGuard::fail.
+  net::awaitable<void> fail(const nlohmann::json& error, bool retryable) {
+    state_.require_open("fail");
+    std::string snapshot = idem::detail::encode_error(error);
+    co_await finish(store_->fail(state_.key(), state_.ticket(), snapshot, retryable));
+    state_.recorded(Status::failed, std::move(snapshot), retryable, EventKind::failed);
+  }
+
+  // Records now the retryable failure the destructor would record later (so the next
+  // duplicate runs again at once). Never throws: a failure to write is reported to the
+  // observer, and the lease runs out instead. Runs even in a coroutine being cancelled.
+  net::awaitable<void> abandon() {
+    if (!state_.open()) co_return;
+    co_await net::this_coro::reset_cancellation_state();
+    co_await record_abandoned(*store_, state_);
+    state_.close();
+  }
+
+  template <Deserializable T>
+  Outcome<T> replay() const {
+    return state_.replay<T>();
+  }
+
+  const idem::detail::GuardState& state() const noexcept { return state_; }
+
+ private:
+  net::awaitable<void> finish(net::awaitable<void> write) {
+    try {
+      co_await std::move(write);
+    } catch (const LeaseLost& e) {
+      state_.lost(e);
+      throw;
+    } catch (const StoreError& e) {
+      state_.store_failed(e);
+      throw;
+    }
+  }
+
+  // The state is a copy: a detached recording outlives the guard.
+  static net::awaitable<void> record_abandoned(S& store, idem::detail::GuardState state) {
+    using idem::detail::abandoned_snapshot;
+    try {
+      if constexpr (AbandoningAsyncStore<S>) {
+        co_await store.abandon(state.key(), state.ticket(), abandoned_snapshot);
+      } else {
+        co_await store.fail(state.key(), state.ticket(), abandoned_snapshot, true);
+      }
+      state.report(EventKind::failed);
+    } catch (const LeaseLost& e) {
+      state.report(EventKind::lease_lost, &e);
+    } catch (const StoreError& e) {
+      state.store_failed(e);
+    } catch (...) {
+    }
+  }
+
+  S* store_;
+  idem::detail::GuardState state_;
+  net::any_io_executor executor_;
+};
+
+}  // namespace idem::async

@@ -1,0 +1,70 @@
+#pragma once
+// idem::async::InlineStore: a Store whose calls never wait on I/O (MemoryStore, or a store of
+// your own kept in memory) used as an AsyncStore: each call runs on the calling coroutine's
+// thread, at once. It lets a coroutine service keep one code path for production and tests:
+//
+//   idem::MemoryStore memory;
+//   idem::async::InlineStore store{memory};
+//   auto out = co_await idem::async::run_once(store, key, fp, handler);
+//
+// A store that blocks (SQLite, the blocking MySQL store) would stall the loop: use
+// OffloadStore (idem/async/offload_store.hpp) for it, or an async store.
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+#include "idem/async/net.hpp"
+#include "idem/async/store.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem::async {
+
+template <Store S>
+class InlineStore {
+ public:
+  static constexpr bool supports_wait = supports_wait_v<S>;
+  static constexpr bool in_caller_transaction = in_caller_transaction_v<S>;
+
+  // `store` must outlive this.
+  explicit InlineStore(S& store) noexcept : store_(&store) {}
+
+  net::awaitable<ClaimResult> claim(const Key& key, std::string_view fingerprint,
+                                    const Options& options) {
+    co_return store_->claim(key, fingerprint, options);
+  }
+  net::awaitable<void> complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
+    store_->complete(key, ticket, snapshot);
+    co_return;
+  }
+  net::awaitable<void> fail(const Key& key, const Ticket& ticket, std::string_view error,
+                            bool retryable) {
+    store_->fail(key, ticket, error, retryable);
+    co_return;
+  }
+  net::awaitable<std::optional<Record>> find(const Key& key) { co_return store_->find(key); }
+  net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches) {
+    co_return store_->purge_expired(batch, max_batches);
+  }
+  net::awaitable<std::size_t> release_stale(std::size_t batch) {
+    co_return store_->release_stale(batch);
+  }
+
+  net::awaitable<void> abandon(const Key& key, const Ticket& ticket,
+                               std::string_view error) requires AbandoningStore<S> {
+    store_->abandon(key, ticket, error);
+    co_return;
+  }
+
+  S& store() const noexcept { return *store_; }
+
+ private:
+  S* store_;
+};
+
+}  // namespace idem::async

@@ -1,0 +1,31 @@
+#pragma once
+// idem::async runs on Boost.Asio's C++20 coroutines: every asynchronous call of idem returns a
+// net::awaitable<T>, to co_await on any Asio executor. docs/async.md says why Boost.Asio
+// (rather than standalone Asio).
+//
+// An awaitable is lazy: it starts when co_awaited and refers to its arguments until then, so
+// co_await it in the expression that made it.
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+
+#include "idem/clock.hpp"
+
+namespace idem::async {
+
+namespace net = boost::asio;
+
+// Suspends the calling coroutine for `d` on its executor's timer: the loop thread serves
+// other work meanwhile.
+inline net::awaitable<void> sleep_for(Duration d) {
+  net::steady_timer timer(co_await net::this_coro::executor, d);
+  co_await timer.async_wait(net::use_awaitable);
+}
+
+}  // namespace idem::async

@@ -1,0 +1,52 @@
+#pragma once
+// idem::async::AsyncStore: the contract of idem::Store (idem/store.hpp), word for word, with
+// each operation a coroutine. The same decision table, the same errors (thrown out of the
+// co_await), the same optional abilities (idem/store/abilities.hpp: supports_wait,
+// in_caller_transaction, abandon). The conformance suite runs on async stores through
+// idem::testing::BlockingStore (idem/testing/blocking_store.hpp).
+//
+//   net::awaitable<ClaimResult> claim(const Key&, std::string_view fingerprint, const Options&)
+//   net::awaitable<void> complete(const Key&, const Ticket&, std::string_view snapshot)
+//   net::awaitable<void> fail(const Key&, const Ticket&, std::string_view error, bool retryable)
+//   net::awaitable<std::optional<Record>> find(const Key&)
+//   net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches)
+//   net::awaitable<std::size_t> release_stale(std::size_t batch)
+//
+// Stores: idem::mysql::AsyncStore (non-blocking MariaDB), idem::async::InlineStore (a Store
+// whose calls never wait on I/O, such as MemoryStore, run on the loop thread) and
+// idem::async::OffloadStore (a blocking Store run on a thread pool, such as SQLite's).
+
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+#include "idem/async/net.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/store.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem::async {
+
+template <class S>
+concept AsyncStore = requires(S& store, const Key& key, std::string_view text,
+                              const Options& options, const Ticket& ticket, bool flag,
+                              std::size_t n) {
+  { store.claim(key, text, options) } -> std::same_as<net::awaitable<ClaimResult>>;
+  { store.complete(key, ticket, text) } -> std::same_as<net::awaitable<void>>;
+  { store.fail(key, ticket, text, flag) } -> std::same_as<net::awaitable<void>>;
+  { store.find(key) } -> std::same_as<net::awaitable<std::optional<Record>>>;
+  { store.purge_expired(n, n) } -> std::same_as<net::awaitable<std::size_t>>;
+  { store.release_stale(n) } -> std::same_as<net::awaitable<std::size_t>>;
+};
+
+// An async store that must know that a guard was abandoned (see idem::AbandoningStore).
+template <class S>
+concept AbandoningAsyncStore = AsyncStore<S> &&
+    requires(S& store, const Key& key, const Ticket& ticket, std::string_view error) {
+  { store.abandon(key, ticket, error) } -> std::same_as<net::awaitable<void>>;
+};
+
+}  // namespace idem::async

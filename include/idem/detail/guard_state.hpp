@@ -1,0 +1,214 @@
+#pragma once
+// What the blocking guard (idem/guard.hpp) and the coroutine guard (idem/async/guard.hpp)
+// share, written once: the wait for an in-progress claim, the reports to the observer, the
+// claim's state and its bookkeeping around commit / fail, and the replay of a stored result.
+// The two guards differ only in how they call their store.
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "idem/detail/snapshot.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/observer.hpp"
+#include "idem/options.hpp"
+#include "idem/outcome.hpp"
+#include "idem/record.hpp"
+#include "idem/serializable.hpp"
+#include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
+#include "idem/store/retry.hpp"
+#include "idem/verdict.hpp"
+
+namespace idem::detail {
+
+// The wait of Options::wait: while a claim answers in_progress, claim again after a pause
+// with jittered exponential backoff (so a finished claim turns into a replay, and a claim whose
+// lease ran out meanwhile is taken over by the decision table), until the wait is over.
+// A store may forbid the wait (idem::supports_wait_v, idem/store/abilities.hpp).
+class ClaimWait {
+ public:
+  ClaimWait(const Options& options, bool supported)
+      : enabled_(supported && options.wait > Duration::zero()),
+        deadline_(steady::now() + options.wait) {}
+
+  // The pause before claiming again, or nullopt: the answer stands.
+  std::optional<Duration> pause(const ClaimResult& answer) {
+    if (!enabled_ || answer.verdict != Verdict::in_progress) return std::nullopt;
+    const auto left = std::chrono::duration_cast<Duration>(deadline_ - steady::now());
+    if (left <= Duration::zero()) return std::nullopt;
+    return std::min(left, backoff_.next());
+  }
+
+ private:
+  using steady = std::chrono::steady_clock;
+  bool enabled_;
+  steady::time_point deadline_;
+  Backoff backoff_{Duration{2}, Duration{100}};
+};
+
+// How a store failure is reported: a bound store's failure has rolled back the caller's
+// transaction (idem::in_caller_transaction_v, idem/store/abilities.hpp).
+template <class S>
+constexpr EventKind store_failure_event() {
+  return in_caller_transaction_v<S> ? EventKind::transaction_error : EventKind::store_error;
+}
+
+inline constexpr std::string_view abandoned_snapshot =
+    R"({"error":"idem.abandoned","detail":"the guard was destroyed without commit or fail"})";
+
+inline void notify(Observer* observer, EventKind kind, const Key& key,
+                   std::chrono::nanoseconds latency,
+                   const std::exception* error = nullptr) noexcept {
+  if (observer != nullptr)
+    observer->on_event(Event{kind, key.biz_type(), key.id(), latency, error});
+}
+
+// The event that reports a claim's answer.
+constexpr EventKind claim_event(const ClaimResult& r) noexcept {
+  switch (r.verdict) {
+    case Verdict::acquired:
+      return r.record.ticket.fence > 1 ? EventKind::taken_over : EventKind::acquired;
+    case Verdict::replayed:
+      return EventKind::replayed;
+    case Verdict::in_progress:
+      return EventKind::in_progress;
+    case Verdict::conflict:
+      return EventKind::conflict;
+  }
+  return EventKind::in_progress;
+}
+
+// A claim (with its wait) as the observer sees it: its answer or its store failure, with the
+// latency of the whole.
+class ClaimReport {
+ public:
+  ClaimReport(Observer* observer, const Key& key, EventKind failure)
+      : observer_(observer), key_(key), failure_(failure) {}
+  void answered(const ClaimResult& r) const noexcept {
+    notify(observer_, claim_event(r), key_, elapsed());
+  }
+  void failed(const StoreError& e) const noexcept {
+    notify(observer_, failure_, key_, elapsed(), &e);
+  }
+
+ private:
+  std::chrono::nanoseconds elapsed() const noexcept {
+    return std::chrono::steady_clock::now() - start_;
+  }
+  Observer* observer_;
+  const Key& key_;
+  EventKind failure_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// A guard's claim and whether its result is still to be recorded. `who` names the guard in
+// usage errors; `failure` is how the store's failures are reported.
+class GuardState {
+ public:
+  GuardState(std::string_view who, ClaimResult claim, Observer* observer, EventKind failure)
+      : who_(who),
+        observer_(observer),
+        failure_(failure),
+        claim_(std::move(claim)),
+        open_(claim_.verdict == Verdict::acquired) {
+    if (observer_ != nullptr) acquired_at_ = std::chrono::steady_clock::now();
+  }
+
+  Verdict verdict() const noexcept { return claim_.verdict; }
+  bool acquired() const noexcept { return claim_.verdict == Verdict::acquired; }
+  // Whether an acquired claim's result is still to be recorded.
+  bool open() const noexcept { return open_; }
+  const Record& record() const noexcept { return claim_.record; }
+  const Key& key() const noexcept { return claim_.record.key; }
+  const Ticket& ticket() const noexcept { return claim_.record.ticket; }
+
+  // Throws UsageError unless this is an acquired claim whose result is still to be recorded.
+  void require_open(std::string_view what) const {
+    if (claim_.verdict != Verdict::acquired) {
+      throw UsageError(
+          fmt::format("{}::{}(): the verdict is {}; only an acquired guard records a result", who_,
+                      what, to_string(claim_.verdict)));
+    }
+    if (!open_) {
+      throw UsageError(fmt::format("{}::{}(): the result was already recorded", who_, what));
+    }
+  }
+
+  // After the store recorded the result.
+  void recorded(Status status, std::string snapshot, bool retryable, EventKind event) {
+    open_ = false;
+    claim_.record.status = status;
+    claim_.record.retryable = retryable;
+    claim_.record.snapshot = std::move(snapshot);
+    report(event);
+  }
+  // After the store said the claim is someone else's now: the guard must not touch it again.
+  void lost(const LeaseLost& e) noexcept {
+    open_ = false;
+    report(EventKind::lease_lost, &e);
+  }
+  // The result is no one's to record through this state any more (a moved-from guard).
+  void close() noexcept { open_ = false; }
+  // After the store failed to record: still open (record again, or let it go).
+  void store_failed(const StoreError& e) const noexcept { report(failure_, &e); }
+
+  template <Deserializable T>
+  Outcome<T> replay() const {
+    if (claim_.verdict != Verdict::replayed) {
+      throw UsageError(fmt::format("{}::replay(): the verdict is {}, not replayed", who_,
+                                   to_string(claim_.verdict)));
+    }
+    const Record& r = claim_.record;
+    if (r.status == Status::succeeded) {
+      return Outcome<T>::success(Verdict::replayed, decode_snapshot<T>(r.snapshot), r);
+    }
+    return Outcome<T>::failure(Verdict::replayed, parse_snapshot(r.snapshot), r);
+  }
+
+  void report(EventKind kind, const std::exception* error = nullptr) const noexcept {
+    if (observer_ == nullptr) return;
+    notify(observer_, kind, claim_.record.key, std::chrono::steady_clock::now() - acquired_at_,
+           error);
+  }
+
+ private:
+  std::string_view who_;
+  Observer* observer_;
+  EventKind failure_;
+  ClaimResult claim_;
+  bool open_;
+  std::chrono::steady_clock::time_point acquired_at_{};
+};
+
+// The outcome of a claim that does not run the business (replayed, in_progress, conflict), or
+// nullopt for an acquired one.
+template <class T>
+std::optional<Outcome<T>> outcome_without_running(const GuardState& g) {
+  switch (g.verdict()) {
+    case Verdict::replayed:
+      return g.replay<T>();
+    case Verdict::in_progress:
+    case Verdict::conflict:
+      return Outcome<T>::none(g.verdict(), g.record());
+    case Verdict::acquired:
+      break;
+  }
+  return std::nullopt;
+}
+
+// What run_once records when the business ran but its response cannot be stored: running it
+// again could repeat its effect, so the failure is permanent and duplicates replay it.
+inline nlohmann::json unstorable_response(const InvalidArgument& e) {
+  return {{"error", "idem.unstorable_response"}, {"detail", e.what()}};
+}
+
+}  // namespace idem::detail

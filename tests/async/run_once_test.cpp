@@ -1,0 +1,237 @@
+// idem::async::run_once and idem::async::Guard on a MemoryStore through InlineStore: the same
+// outcomes as the blocking API, Options::wait on a timer, cancellation, and many coroutines
+// racing on one loop thread.
+#include <chrono>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <catch2/catch.hpp>
+#include <idem/async.hpp>
+#include <idem/idem.hpp>
+
+namespace net = idem::async::net;
+using namespace std::chrono_literals;
+using namespace net::experimental::awaitable_operators;
+using nlohmann::json;
+
+namespace {
+
+struct Loop {
+  idem::MemoryStore memory;
+  idem::async::InlineStore<idem::MemoryStore> store{memory};
+  net::io_context io;
+
+  // Runs the coroutine on the loop to its end and returns what it returned.
+  template <class T>
+  T run(net::awaitable<T> a) {
+    std::optional<T> out;
+    std::exception_ptr error;
+    net::co_spawn(
+        io, [&]() -> net::awaitable<void> { out.emplace(co_await std::move(a)); },
+        [&](std::exception_ptr e) { error = e; });
+    io.restart();
+    io.run();
+    if (error) std::rethrow_exception(error);
+    return std::move(*out);
+  }
+};
+
+net::awaitable<int> charge(int amount, std::chrono::milliseconds takes) {
+  co_await idem::async::sleep_for(takes);
+  co_return amount;
+}
+
+}  // namespace
+
+TEST_CASE_METHOD(Loop, "async run_once: runs once, replays to duplicates, reports a conflict") {
+  const idem::Key key{"PAY", "A-1"};
+  int ran = 0;
+  auto pay = [&]() -> net::awaitable<int> {
+    ++ran;
+    co_return co_await charge(299, 1ms);
+  };
+  const auto first = run(idem::async::run_once(store, key, "fp", pay));
+  REQUIRE(first);
+  CHECK(first.acquired());
+  CHECK(first.value() == 299);
+  const auto again = run(idem::async::run_once(store, key, "fp", pay));
+  REQUIRE(again);
+  CHECK(again.replayed());
+  CHECK(again.value() == 299);
+  CHECK(ran == 1);
+  const auto other = run(idem::async::run_once(store, key, "other", pay));
+  CHECK_FALSE(other);
+  CHECK(other.verdict() == idem::Verdict::conflict);
+  // A plain function works too, and the stored record is the blocking API's.
+  const auto plain = run(idem::async::run_once(store, idem::Key{"PAY", "A-2"}, "", [] {
+    return json{{"ok", true}};
+  }));
+  CHECK(plain.value() == json{{"ok", true}});
+  CHECK(memory.find(key)->status == idem::Status::succeeded);
+}
+
+TEST_CASE_METHOD(Loop,
+                 "async run_once: an exception records a retryable failure, a "
+                 "PermanentFailure is replayed") {
+  const idem::Key key{"PAY", "A-3"};
+  auto broken = []() -> net::awaitable<int> {
+    co_await idem::async::sleep_for(1ms);
+    throw std::runtime_error("gateway down");
+  };
+  CHECK_THROWS_WITH(run(idem::async::run_once(store, key, "fp", broken)), "gateway down");
+  const auto stored = memory.find(key);
+  REQUIRE(stored);
+  CHECK(stored->status == idem::Status::failed);
+  CHECK(stored->retryable);
+
+  auto declined = []() -> net::awaitable<int> {
+    throw idem::PermanentFailure(json{{"code", "card_declined"}});
+    co_return 0;
+  };
+  const auto out = run(idem::async::run_once(store, key, "fp", declined));
+  CHECK(out.acquired());
+  REQUIRE(out.failed());
+  CHECK(out.error() == json{{"code", "card_declined"}});
+  const auto replay = run(idem::async::run_once(store, key, "fp", declined));
+  CHECK(replay.replayed());
+  CHECK(replay.error() == json{{"code", "card_declined"}});
+}
+
+TEST_CASE_METHOD(Loop,
+                 "async guard: Options::wait turns an in-progress duplicate into a replay "
+                 "without blocking the loop") {
+  const idem::Key key{"PAY", "A-4"};
+  int ticks = 0;
+  auto ticker = [&]() -> net::awaitable<void> {
+    for (int i = 0; i < 20; ++i) {
+      co_await idem::async::sleep_for(5ms);
+      ++ticks;
+    }
+  };
+  auto slow = [&]() -> net::awaitable<int> { co_return co_await charge(7, 60ms); };
+  std::optional<idem::Outcome<int>> first, duplicate;
+  net::co_spawn(io, ticker(), net::detached);
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        first = co_await idem::async::run_once(store, key, "fp", slow);
+      },
+      net::detached);
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        co_await idem::async::sleep_for(10ms);
+        duplicate = co_await idem::async::run_once(store, key, "fp", slow, {.wait = 2s});
+      },
+      net::detached);
+  io.run();
+  REQUIRE(first);
+  REQUIRE(duplicate);
+  CHECK(first->acquired());
+  CHECK(duplicate->replayed());
+  CHECK(duplicate->value() == 7);
+  CHECK(ticks == 20);  // the timers kept firing while the duplicate waited
+
+  // Without a wait the duplicate answers in_progress at once.
+  auto guard = run(idem::async::Guard<decltype(store)>::claim(store, {"PAY", "A-5"}, "fp"));
+  REQUIRE(guard.acquired());
+  auto busy = run(idem::async::Guard<decltype(store)>::claim(store, {"PAY", "A-5"}, "fp"));
+  CHECK(busy.verdict() == idem::Verdict::in_progress);
+  run([&]() -> net::awaitable<int> {
+    co_await guard.commit(5);
+    co_return 0;
+  }());
+  CHECK_THROWS_AS(run([&]() -> net::awaitable<int> {
+                    co_await guard.commit(5);
+                    co_return 0;
+                  }()),
+                  idem::UsageError);
+}
+
+TEST_CASE_METHOD(Loop,
+                 "async guard: one destroyed without a result records a retryable failure "
+                 "on its executor") {
+  const idem::Key key{"PAY", "A-6"};
+  run([&]() -> net::awaitable<int> {
+    auto guard = co_await idem::async::Guard<decltype(store)>::claim(store, key, "fp");
+    CHECK(guard.acquired());
+    co_return 0;  // no commit: the destructor starts the recording
+  }());
+  const auto stored = memory.find(key);
+  REQUIRE(stored);
+  CHECK(stored->status == idem::Status::failed);
+  CHECK(stored->retryable);
+  CHECK(stored->snapshot.find("idem.abandoned") != std::string::npos);
+}
+
+TEST_CASE_METHOD(Loop,
+                 "async run_once: a request cancelled by its timeout records a retryable "
+                 "failure, and the next duplicate runs at once") {
+  const idem::Key key{"PAY", "A-7"};
+  int ran = 0;
+  auto slow = [&]() -> net::awaitable<int> {
+    ++ran;
+    co_return co_await charge(1, 10s);
+  };
+  auto timed = [&]() -> net::awaitable<int> {
+    net::steady_timer timeout(co_await net::this_coro::executor, 20ms);
+    auto winner = co_await (idem::async::run_once(store, key, "fp", slow) ||
+                            timeout.async_wait(net::use_awaitable));
+    co_return static_cast<int>(winner.index());
+  };
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(run(timed()) == 1);  // the timeout won
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  const auto stored = memory.find(key);
+  REQUIRE(stored);
+  CHECK(stored->status == idem::Status::failed);
+  CHECK(stored->retryable);
+  auto quick = [&]() -> net::awaitable<int> {
+    ++ran;
+    co_return 2;
+  };
+  const auto retry = run(idem::async::run_once(store, key, "fp", quick));
+  CHECK(retry.acquired());
+  CHECK(retry.value() == 2);
+  CHECK(ran == 2);
+}
+
+TEST_CASE_METHOD(Loop,
+                 "async run_once: 1,000 coroutines at 12% duplicates on one loop thread run "
+                 "each key once") {
+  constexpr int keys = 880;
+  std::vector<int> order;
+  for (int k = 0; k < keys; ++k)
+    order.push_back(k);
+  std::mt19937 rng(7);
+  while (order.size() < 1000)
+    order.push_back(static_cast<int>(rng() % keys));
+  std::shuffle(order.begin(), order.end(), rng);
+  std::map<int, int> executions;
+  int answered = 0;
+  for (int k : order) {
+    net::co_spawn(
+        io,
+        [&, k]() -> net::awaitable<void> {
+          auto body = [&]() -> net::awaitable<int> {
+            ++executions[k];
+            co_return co_await charge(k, std::chrono::milliseconds(1 + k % 5));
+          };
+          const auto out = co_await idem::async::run_once(store, {"PAY", std::to_string(k)}, "fp",
+                                                          body, {.wait = 5s});
+          if (out && out.value() == k) ++answered;
+        },
+        net::detached);
+  }
+  io.run();
+  CHECK(answered == 1000);
+  CHECK(executions.size() == static_cast<std::size_t>(keys));
+  for (const auto& [k, n] : executions)
+    CHECK(n == 1);
+}
