@@ -95,11 +95,7 @@ class RecordOps {
       : sql_(make_record_sql(table)), returning_(returning) {}
 
   std::optional<RecordRead> read(Connection& c, const Key& key, bool bound) const {
-    const auto rows =
-        c.select(bound ? sql_.select_locking : sql_.select, {key.id(), key.biz_type()});
-    if (rows.empty()) return std::nullopt;
-    RowRead row = decode_record(rows.front());
-    return RecordRead{std::move(row.record), row.now};
+    return read_answer(c.select(bound ? sql_.select_locking : sql_.select, key_values(key)));
   }
 
   // A record-last claim's read: plain (a consistent read inside the transaction), so that a
@@ -143,35 +139,19 @@ class RecordOps {
                                const std::string& token, bool bound) const {
     try {
       if (returning_ && c.supports_returning()) {
-        auto rows = c.select(sql_.insert_returning,
-                             {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)});
-        if (rows.size() > 1) {
-          throw StoreError("idem::mysql: INSERT ... RETURNING answered more than one row", true);
-        }
-        if (rows.empty()) return std::nullopt;  // IGNORE skipped the duplicate
-        return fresh_record(rows.front(), key, token, fp);
+        return returning_answer(c.select(sql_.insert_returning, claim_values(key, fp, o, token)),
+                                key, token, fp);
       }
-      c.execute(sql_.insert, {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)});
+      c.execute(sql_.insert, claim_values(key, fp, o, token));
     } catch (const StoreError& e) {
       if (e.diagnostics().code != code::dup_entry) throw;
       return std::nullopt;
     }
-    // The server chose the times: read them back.
-    auto row = read(c, key, bound);
-    if (!row || row->record.ticket.owner != token) {
-      throw StoreError("idem::mysql: a claimed row could not be read back", true);
-    }
-    return std::move(row->record);
+    return read_back(read(c, key, bound), token);
   }
 
   bool write_takeover(Connection& c, Decision d, const Record& next, const Ticket& read) const {
-    const std::string& sql =
-        d == Decision::take_over_expired ? sql_.take_over_expired : sql_.take_over_retry;
-    return c.execute(sql, {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
-                           next.fingerprint, next.attempts, Param::time(next.lease_until),
-                           Param::time(next.created_at), Param::time(next.updated_at),
-                           Param::time(next.expire_at), next.key.id(), next.key.biz_type(),
-                           read.fence, read.owner}) == 1;
+    return c.execute(takeover_sql(d), takeover_values(next, read)) == 1;
   }
 
   // Claims up to max_batch_rows distinct keys with one INSERT IGNORE and one read (no read
@@ -257,19 +237,22 @@ class RecordOps {
   // The fenced UPDATE of complete/fail. Returns true if it changed the row.
   bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
               bool retryable) const {
-    return c.execute(sql_.finish,
-                     {static_cast<int>(to), Param::blob(snapshot), stored_retryable(to, retryable),
-                      key.id(), key.biz_type(), t.fence, t.owner}) == 1;
+    return c.execute(sql_.finish, finish_values(key, t, snapshot, to, retryable)) == 1;
   }
 
   std::size_t purge(Connection& c, std::size_t batch) const {
-    return static_cast<std::size_t>(c.execute(sql_.purge, {static_cast<std::uint64_t>(batch)}));
+    return static_cast<std::size_t>(c.execute(sql_.purge, purge_values(batch)));
   }
 
   std::size_t release(Connection& c, std::size_t batch) const {
-    return static_cast<std::size_t>(c.execute(
-        sql_.release, {static_cast<int>(released_status), released_retryable,
-                       Param::blob(released_snapshot), static_cast<std::uint64_t>(batch)}));
+    return static_cast<std::size_t>(c.execute(sql_.release, release_values(batch)));
+  }
+
+  // For the coroutine store's ops (idem/mysql/async_store.hpp), which send the same SQL.
+  const RecordSql& sql() const noexcept { return sql_; }
+  bool returning() const noexcept { return returning_; }
+  const std::string& takeover_sql(Decision d) const noexcept {
+    return d == Decision::take_over_expired ? sql_.take_over_expired : sql_.take_over_retry;
   }
 
  private:
@@ -327,7 +310,7 @@ class Store : public StoreSkeleton<detail::Backend> {
   // standalone operations throw UsageError.
   explicit Store(StoreParams params = {})
       : StoreSkeleton(detail::RecordOps(quote_identifier(params.table), params.insert_returning),
-                 params.retry),
+                      params.retry),
         table_(quote_identifier(params.table)),
         bound_claim_(params.bound_claim) {}
 

@@ -19,10 +19,14 @@
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/mysql/connection.hpp"
+#include "idem/mysql/param.hpp"
+#include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/status.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/sql_guards.hpp"
+#include "idem/store/steps.hpp"
+#include "idem/ticket.hpp"
 
 namespace idem::mysql::detail {
 
@@ -209,6 +213,74 @@ inline Record fresh_record(const Row& row, const Key& key, const std::string& to
   if (row.size() != 3) throw CorruptRecord("idem::mysql: unexpected column count from RETURNING");
   return claim_record(key, token, fingerprint, time_of(row[1], "created_at"),
                       time_of(row[0], "lease_until"), time_of(row[2], "expire_at"));
+}
+
+// The values of each single-row statement, in its placeholders' order: one copy for the
+// blocking RecordOps and the coroutine AsyncRecordOps.
+inline std::vector<Param> key_values(const Key& key) {
+  return {key.id(), key.biz_type()};
+}
+inline std::vector<Param> claim_values(const Key& key, std::string_view fp, const Options& o,
+                                       const std::string& token) {
+  return {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)};
+}
+inline std::vector<Param> takeover_values(const Record& next, const Ticket& read) {
+  return {static_cast<int>(next.status),
+          next.ticket.fence,
+          next.ticket.owner,
+          next.fingerprint,
+          next.attempts,
+          Param::time(next.lease_until),
+          Param::time(next.created_at),
+          Param::time(next.updated_at),
+          Param::time(next.expire_at),
+          next.key.id(),
+          next.key.biz_type(),
+          read.fence,
+          read.owner};
+}
+inline std::vector<Param> finish_values(const Key& key, const Ticket& t, std::string_view snapshot,
+                                        Status to, bool retryable) {
+  return {static_cast<int>(to),
+          Param::blob(snapshot),
+          stored_retryable(to, retryable),
+          key.id(),
+          key.biz_type(),
+          t.fence,
+          t.owner};
+}
+inline std::vector<Param> purge_values(std::size_t batch) {
+  return {static_cast<std::uint64_t>(batch)};
+}
+inline std::vector<Param> release_values(std::size_t batch) {
+  return {static_cast<int>(released_status), released_retryable, Param::blob(released_snapshot),
+          static_cast<std::uint64_t>(batch)};
+}
+
+// What a read answers: the row, if any, with the server's now.
+inline std::optional<RecordRead> read_answer(const std::vector<Row>& rows) {
+  if (rows.empty()) return std::nullopt;
+  RowRead row = decode_record(rows.front());
+  return RecordRead{std::move(row.record), row.now};
+}
+
+// What a single claim's INSERT IGNORE ... RETURNING answers: the fresh claim, or nullopt when
+// IGNORE skipped the duplicate.
+inline std::optional<Record> returning_answer(const std::vector<Row>& rows, const Key& key,
+                                              const std::string& token, std::string_view fp) {
+  if (rows.size() > 1) {
+    throw StoreError("idem::mysql: INSERT ... RETURNING answered more than one row", true);
+  }
+  if (rows.empty()) return std::nullopt;
+  return fresh_record(rows.front(), key, token, fp);
+}
+
+// A plain INSERT's claim as read back (the server chose its times): it must be ours.
+inline Record read_back(std::optional<RecordRead> row, const std::string& token) {
+  if (!row || row->record.ticket.owner != token) {
+    throw StoreError("idem::mysql: a claimed row could not be read back", true);
+  }
+  return std::move(row->record);
 }
 
 }  // namespace idem::mysql::detail

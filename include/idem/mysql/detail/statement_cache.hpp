@@ -31,7 +31,7 @@ class StatementCache {
 
   // The statement for `sql` on `mysql`, prepared now if it was not yet. Throws StoreError.
   Prepared& get(MYSQL* mysql, const std::string& sql) {
-    if (auto it = statements_.find(sql); it != statements_.end()) return it->second;
+    if (Prepared* p = find(sql)) return *p;
     MYSQL_STMT* stmt = mysql_stmt_init(mysql);
     if (stmt == nullptr) throw error_from(mysql, "mysql_stmt_init");
     if (mysql_stmt_prepare(stmt, sql.data(), static_cast<unsigned long>(sql.size())) != 0) {
@@ -39,6 +39,16 @@ class StatementCache {
       mysql_stmt_close(stmt);
       throw e;
     }
+    return adopt(sql, stmt);
+  }
+
+  // The statement for `sql` if it was prepared, else null.
+  Prepared* find(const std::string& sql) noexcept {
+    auto it = statements_.find(sql);
+    return it == statements_.end() ? nullptr : &it->second;
+  }
+  // Keeps a statement prepared elsewhere (the non-blocking connection prepares its own).
+  Prepared& adopt(const std::string& sql, MYSQL_STMT* stmt) {
     return statements_.emplace(sql, Prepared{stmt, {}, false}).first->second;
   }
 

@@ -1,0 +1,220 @@
+#pragma once
+// idem::async::StoreSkeleton: the store skeleton of idem/store/skeleton.hpp for coroutines. It
+// runs the same steps (idem/store/steps.hpp: the claim's rounds, the finish that reconciles a
+// lost reply, the judging of a failed try) with co_await where the blocking skeleton calls,
+// and waits between tries on a timer. A backend provides its coroutine statements:
+//
+//   struct Backend {
+//     using Connection = ...;  // a non-blocking connection
+//     using Pool = ...;        // an idem::async::BasicPool of them (idem/async/pool.hpp)
+//     using Ops = ...;         // as the blocking skeleton's Ops, each returning net::awaitable
+//     static constexpr std::string_view name = "idem::mysql";
+//     static FailureKind classify(const StoreError&);
+//   };
+//
+// A claim cancelled while its statement was on the wire may still land on the server: the
+// skeleton then starts, on the claim's executor, a cleanup that waits until the server is done
+// with that statement (Ops::settled) and records a retryable failure if the claim is there
+// and ours, so the next duplicate runs at once. If that cleanup cannot run, the lease runs out.
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "idem/async/net.hpp"
+#include "idem/detail/checks.hpp"
+#include "idem/detail/token.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/store.hpp"
+#include "idem/store/record_rules.hpp"
+#include "idem/store/retry.hpp"
+#include "idem/store/steps.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem::async {
+
+namespace detail {
+
+// One claim on one connection: ClaimSteps run by coroutine calls.
+template <class Ops, class Connection>
+net::awaitable<ClaimResult> claim_on(std::string_view who, const Ops& ops, Connection& c,
+                                     const Key& key, std::string_view fp, const Options& o,
+                                     const std::string& token, bool bound) {
+  using Step = idem::detail::ClaimSteps::Step;
+  idem::detail::ClaimSteps steps(who, key, fp, o, token);
+  for (Step step = steps.start();;) {
+    switch (step) {
+      case Step::insert:
+        step = steps.inserted(co_await ops.insert(c, key, fp, o, token, bound));
+        break;
+      case Step::read:
+        step = steps.met(co_await ops.read(c, key, bound));
+        break;
+      case Step::take_over:
+        step = steps.written(
+            co_await ops.write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
+        break;
+      case Step::done:
+        co_return std::move(steps).result();
+    }
+  }
+}
+
+inline constexpr std::string_view cancelled_snapshot =
+    R"({"error":"idem.cancelled","detail":"the claim was cancelled before it answered"})";
+
+}  // namespace detail
+
+template <class Backend>
+class StoreSkeleton {
+ public:
+  using Connection = typename Backend::Connection;
+  using Pool = typename Backend::Pool;
+  using Ops = typename Backend::Ops;
+
+  StoreSkeleton(const StoreSkeleton&) = delete;
+  StoreSkeleton& operator=(const StoreSkeleton&) = delete;
+
+  net::awaitable<ClaimResult> claim(const Key& key, std::string_view fingerprint,
+                                    const Options& options) {
+    validate(options);
+    idem::detail::check_fingerprint(fingerprint);
+    const std::string token = idem::detail::new_owner_token();
+    unsigned long sent_on = 0;  // the connection the claim's statements went out on
+    std::exception_ptr interrupted;
+    try {
+      co_return co_await with_retries<ClaimResult>("claim", [&](Connection& c, bool) {
+        sent_on = c.id();
+        return detail::claim_on(Backend::name, ops_, c, key, fingerprint, options, token, false);
+      });
+    } catch (const StoreError&) {
+      throw;
+    } catch (...) {
+      if (sent_on == 0) throw;
+      interrupted = std::current_exception();  // no co_await inside a handler
+    }
+    net::co_spawn(co_await net::this_coro::executor, clean_up_cancelled(key, token, sent_on),
+                  net::detached);
+    std::rethrow_exception(interrupted);
+  }
+
+  net::awaitable<void> complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
+    co_await finish(key, ticket, snapshot, Status::succeeded, false);
+  }
+
+  net::awaitable<void> fail(const Key& key, const Ticket& ticket, std::string_view error,
+                            bool retryable) {
+    co_await finish(key, ticket, error, Status::failed, retryable);
+  }
+
+  net::awaitable<std::optional<Record>> find(const Key& key) {
+    co_return co_await with_retries<std::optional<Record>>(
+        "find", [&](Connection& c, bool) -> net::awaitable<std::optional<Record>> {
+          auto row = co_await ops_.read(c, key, false);
+          if (!row) co_return std::nullopt;
+          co_return std::move(row->record);
+        });
+  }
+
+  net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches) {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < max_batches && batch > 0; ++i) {
+      const std::size_t n = co_await with_retries<std::size_t>(
+          "purge_expired", [&](Connection& c, bool) { return ops_.purge(c, batch); });
+      total += n;
+      if (n < batch) break;
+    }
+    co_return total;
+  }
+
+  net::awaitable<std::size_t> release_stale(std::size_t batch) {
+    if (batch == 0) co_return 0;
+    co_return co_await with_retries<std::size_t>(
+        "release_stale", [&](Connection& c, bool) { return ops_.release(c, batch); });
+  }
+
+  const Ops& ops() const noexcept { return ops_; }
+
+ protected:
+  StoreSkeleton(Ops ops, RetryPolicy retry) : ops_(std::move(ops)), retry_(retry) {
+    validate(retry_, fmt::format("{}::AsyncStore", Backend::name));
+  }
+  ~StoreSkeleton() = default;
+
+  void attach(Pool* pool) noexcept { pool_ = pool; }
+  Pool& pool() const { return *pool_; }
+
+  // As the blocking skeleton's with_retries: op(connection, uncertain) on a pooled
+  // connection, tried again after a transient failure; the pause is a timer's.
+  template <class R, class Op>
+  net::awaitable<R> with_retries(std::string_view what, Op op) {
+    idem::detail::TryJudge judge;
+    Backoff backoff(retry_);
+    for (int n = 1;; ++n) {
+      try {
+        auto handle = co_await pool().acquire();
+        co_return co_await op(*handle, judge.uncertain());
+      } catch (const StoreError& e) {
+        if (!judge.worth_retrying(Backend::classify(e))) throw;
+        if (n >= retry_.max_attempts) throw idem::detail::gave_up(Backend::name, what, n, e);
+      }
+      co_await sleep_for(backoff.next());
+    }
+  }
+
+ private:
+  net::awaitable<void> finish(const Key& key, const Ticket& ticket, std::string_view snapshot,
+                              Status to, bool retryable) {
+    idem::detail::check_snapshot(snapshot);
+    const bool held = co_await with_retries<bool>(
+        "record", [&](Connection& c, bool uncertain) -> net::awaitable<bool> {
+          using Step = idem::detail::FinishSteps::Step;
+          idem::detail::FinishSteps steps(uncertain);
+          for (Step step = steps.start();;) {
+            switch (step) {
+              case Step::look:
+                step = steps.looked(idem::detail::finished_by(co_await ops_.read(c, key, false),
+                                                              ticket, to, snapshot, retryable));
+                break;
+              case Step::write:
+                step = steps.wrote(co_await ops_.finish(c, key, ticket, snapshot, to, retryable));
+                break;
+              case Step::done:
+                co_return steps.held();
+            }
+          }
+        });
+    if (!held) throw lease_lost(Backend::name, key, ticket);
+  }
+
+  // After a cancelled claim: once the server is done with what the claim's connection sent,
+  // a claim of ours that landed is failed retryably (fenced, so nothing newer is touched).
+  net::awaitable<void> clean_up_cancelled(Key key, std::string token, unsigned long sent_on) {
+    try {
+      co_await with_retries<bool>("settle a cancelled claim",
+                                  [&](Connection& c, bool) { return ops_.settled(c, sent_on); });
+      const std::optional<Record> stored = co_await find(key);
+      if (!stored || stored->ticket.owner != token || stored->status != Status::processing) {
+        co_return;
+      }
+      co_await fail(key, stored->ticket, detail::cancelled_snapshot, true);
+    } catch (...) {
+      // The lease runs out instead.
+    }
+  }
+
+  Ops ops_;
+  RetryPolicy retry_;
+  Pool* pool_ = nullptr;
+};
+
+}  // namespace idem::async

@@ -1,0 +1,377 @@
+#pragma once
+// idem::mysql::AsyncConnection: one MariaDB connection driven by a coroutine, without blocking
+// the thread. It runs MariaDB Connector/C's non-blocking calls (MYSQL_OPT_NONBLOCK, the
+// *_start / *_cont pairs): each call goes as far as the socket allows, and the coroutine waits
+// for the socket's readiness on its Asio executor in between, so the loop thread serves other
+// work during every round trip and lock wait.
+//
+// The rules of idem::mysql::Connection hold here too: values travel only as parameters of
+// prepared statements, cached per connection; the session is left as the server set it up;
+// never a silent reconnect (a lost connection is marked broken and the pool replaces it).
+// In addition:
+// - One operation at a time: Connector/C cannot start a call while another is suspended (it
+//   would answer with the suspended call's result), and the pool hands a connection to one
+//   coroutine at a time.
+// - An operation interrupted by cancellation leaves the protocol in the middle of a
+//   statement: the connection is marked broken and closed without a round trip. The server
+//   may still run the statement; idem's stores account for that (docs/async.md).
+// - What still blocks: the DNS lookup of ConnectionParams::host (give an IP address or a unix
+//   socket) and closing a healthy connection (one small write).
+// Needs MariaDB Connector/C (Debian's libmysqlclient is it); Oracle's libmysqlclient has a
+// different non-blocking API.
+
+#include <mysql.h>
+#include <sys/socket.h>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/async/net.hpp"
+#include "idem/errors.hpp"
+#include "idem/mysql/connection_params.hpp"
+#include "idem/mysql/detail/bind.hpp"
+#include "idem/mysql/detail/driver_init.hpp"
+#include "idem/mysql/detail/server_features.hpp"
+#include "idem/mysql/detail/statement_cache.hpp"
+#include "idem/mysql/errors.hpp"
+#include "idem/mysql/param.hpp"
+#include "idem/mysql/row.hpp"
+
+#if !defined(MARIADB_PACKAGE_VERSION)
+#error "idem::mysql::AsyncConnection needs MariaDB Connector/C (its non-blocking API)"
+#endif
+
+namespace idem::mysql {
+
+namespace net = idem::async::net;
+
+namespace detail {
+
+// (At namespace scope: GCC 12 cannot compile a class local to a coroutine.)
+
+// Frees a statement's stored result on every way out.
+struct FreeResult {
+  MYSQL_STMT* stmt;
+  ~FreeResult() { mysql_stmt_free_result(stmt); }
+};
+
+// Connector/C's socket, registered with the executor's reactor for one wait; the fd stays
+// Connector/C's.
+struct BorrowedSocket {
+  net::posix::stream_descriptor d;
+  BorrowedSocket(const net::any_io_executor& executor, int fd) : d(executor, fd) {}
+  ~BorrowedSocket() { d.release(); }
+};
+
+}  // namespace detail
+
+class AsyncConnection {
+ public:
+  // Connects without blocking the thread (but see the DNS note above). Throws StoreError.
+  static net::awaitable<std::unique_ptr<AsyncConnection>> open(ConnectionParams params) {
+    std::unique_ptr<AsyncConnection> c(new AsyncConnection(std::move(params)));
+    co_await c->connect();
+    co_return c;
+  }
+
+  ~AsyncConnection() { close(); }
+  AsyncConnection(const AsyncConnection&) = delete;
+  AsyncConnection& operator=(const AsyncConnection&) = delete;
+
+  // Runs SQL text that carries no values, draining every result. Throws StoreError.
+  net::awaitable<void> query(std::string sql) {
+    require_usable();
+    try {
+      int rc = 0;
+      co_await drive([&] { return mysql_real_query_start(&rc, mysql_, sql.data(), sql.size()); },
+                     [&](int s) { return mysql_real_query_cont(&rc, mysql_, s); });
+      if (rc != 0) throw error_from(mysql_, "query");
+      while (true) {
+        MYSQL_RES* res = nullptr;
+        co_await drive([&] { return mysql_store_result_start(&res, mysql_); },
+                       [&](int s) { return mysql_store_result_cont(&res, mysql_, s); });
+        if (res != nullptr) mysql_free_result(res);
+        int next = 0;
+        co_await drive([&] { return mysql_next_result_start(&next, mysql_); },
+                       [&](int s) { return mysql_next_result_cont(&next, mysql_, s); });
+        if (next > 0) throw error_from(mysql_, "query");
+        if (next != 0) break;
+      }
+    } catch (const StoreError& e) {
+      note_loss(e);
+      throw;
+    }
+  }
+
+  // Executes a prepared statement; returns the affected rows. Throws StoreError.
+  net::awaitable<std::uint64_t> execute(const std::string& sql, std::vector<Param> params) {
+    require_usable();
+    try {
+      MYSQL_STMT* stmt = (co_await run(sql, params))->stmt;
+      const auto affected = static_cast<std::uint64_t>(mysql_stmt_affected_rows(stmt));
+      mysql_stmt_free_result(stmt);
+      co_return affected;
+    } catch (const StoreError& e) {
+      note_loss(e);
+      throw;
+    }
+  }
+
+  // Executes a prepared query and returns every row. Throws StoreError.
+  net::awaitable<std::vector<Row>> select(const std::string& sql, std::vector<Param> params) {
+    require_usable();
+    try {
+      detail::Prepared& p = *co_await run(sql, params);
+      MYSQL_STMT* stmt = p.stmt;
+      const detail::FreeResult free_result{stmt};
+      int rc = 0;
+      co_await drive([&] { return mysql_stmt_store_result_start(&rc, stmt); },
+                     [&](int s) { return mysql_stmt_store_result_cont(&rc, stmt, s); });
+      if (rc != 0) {
+        // As in Connection::select: a statement left mid-result must be reset before reuse.
+        StoreError e = error_from(stmt, "store_result");
+        if (!is_connection_lost(e.diagnostics().code)) {
+          my_bool failed = 0;
+          co_await drive([&] { return mysql_stmt_reset_start(&failed, stmt); },
+                         [&](int s) { return mysql_stmt_reset_cont(&failed, stmt, s); });
+          if (failed) broken_ = true;
+        }
+        throw e;
+      }
+      co_return results_.fetch_all(stmt, detail::StatementCache::columns(p));
+    } catch (const StoreError& e) {
+      note_loss(e);
+      throw;
+    }
+  }
+
+  // A round trip to check the connection; marks it broken and answers false when it fails.
+  net::awaitable<bool> ping() {
+    if (broken()) co_return false;
+    int rc = 0;
+    co_await drive([&] { return mysql_ping_start(&rc, mysql_); },
+                   [&](int s) { return mysql_ping_cont(&rc, mysql_, s); });
+    if (rc != 0) broken_ = true;
+    co_return rc == 0;
+  }
+
+  // As Connection::begin_transaction / restore_autocommit.
+  net::awaitable<void> begin_transaction() {
+    if (!autocommit()) co_return;
+    co_await set_autocommit(false);
+    autocommit_off_ = true;
+  }
+  net::awaitable<void> restore_autocommit() {
+    if (!autocommit_off_) co_return;
+    co_await set_autocommit(true);
+    autocommit_off_ = false;
+  }
+
+  bool broken() const noexcept { return mysql_ == nullptr || broken_; }
+  void mark_broken() noexcept { broken_ = true; }
+  void require_usable() const {
+    if (broken()) {
+      throw StoreError("idem::mysql: the connection is broken; take another from the pool", true,
+                       Diagnostics{code::server_gone, "HY000", "connection marked broken", false});
+    }
+  }
+  bool in_transaction() const noexcept {
+    return mysql_ != nullptr && (mysql_->server_status & SERVER_STATUS_IN_TRANS) != 0;
+  }
+  bool autocommit() const noexcept {
+    return mysql_ != nullptr && (mysql_->server_status & SERVER_STATUS_AUTOCOMMIT) != 0;
+  }
+  bool supports_returning() const noexcept { return returning_; }
+  bool in_galera_cluster() const noexcept { return galera_; }
+  bool borrowed() const noexcept { return false; }
+  unsigned long id() const noexcept { return mysql_ ? mysql_thread_id(mysql_) : 0; }
+  MYSQL* native() noexcept { return mysql_; }
+  const ConnectionParams& params() const noexcept { return params_; }
+
+ private:
+  explicit AsyncConnection(ConnectionParams params) : params_(std::move(params)) {}
+
+  net::awaitable<void> connect() {
+    detail::library_init();
+    detail::thread_init();
+    mysql_ = mysql_init(nullptr);
+    if (mysql_ == nullptr) throw StoreError("idem::mysql: mysql_init failed (out of memory)", true);
+    // Before any *_start call: without it Connector/C has no context to suspend in.
+    mysql_options(mysql_, MYSQL_OPT_NONBLOCK, nullptr);
+    const unsigned connect_timeout = static_cast<unsigned>(params_.connect_timeout.count());
+    const unsigned read_timeout = static_cast<unsigned>(params_.read_timeout.count());
+    const unsigned write_timeout = static_cast<unsigned>(params_.write_timeout.count());
+    mysql_options(mysql_, MYSQL_OPT_CONNECT_TIMEOUT, &connect_timeout);
+    mysql_options(mysql_, MYSQL_OPT_READ_TIMEOUT, &read_timeout);
+    mysql_options(mysql_, MYSQL_OPT_WRITE_TIMEOUT, &write_timeout);
+    mysql_options(mysql_, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    const bool socket = !params_.unix_socket.empty();
+    MYSQL* connected = nullptr;
+    co_await drive(
+        [&] {
+          return mysql_real_connect_start(
+              &connected, mysql_, socket ? "localhost" : params_.host.c_str(), params_.user.c_str(),
+              params_.password.c_str(),
+              params_.database.empty() ? nullptr : params_.database.c_str(),
+              socket ? 0 : params_.port, socket ? params_.unix_socket.c_str() : nullptr, 0);
+        },
+        [&](int s) { return mysql_real_connect_cont(&connected, mysql_, s); });
+    if (connected == nullptr) {
+      const StoreError e =
+          make_error(socket ? fmt::format("connect to {}", params_.unix_socket)
+                            : fmt::format("connect to {}:{}", params_.host, params_.port),
+                     mysql_errno(mysql_), mysql_sqlstate(mysql_), mysql_error(mysql_));
+      // Refused logins and unknown databases will not heal by retrying; lost links may.
+      throw StoreError(e.what(), is_connection_lost(e.diagnostics().code), e.diagnostics());
+    }
+    returning_ = detail::server_has_returning(mysql_);
+    if (returning_) galera_ = co_await session_variable("wsrep_on") == "ON";
+  }
+
+  // As detail::session_variable, without blocking.
+  net::awaitable<std::string> session_variable(std::string_view name) {
+    const std::string sql = fmt::format("SHOW SESSION VARIABLES LIKE '{}'", name);
+    int rc = 0;
+    co_await drive([&] { return mysql_real_query_start(&rc, mysql_, sql.data(), sql.size()); },
+                   [&](int s) { return mysql_real_query_cont(&rc, mysql_, s); });
+    if (rc != 0) throw error_from(mysql_, "SHOW VARIABLES");
+    MYSQL_RES* res = nullptr;
+    co_await drive([&] { return mysql_store_result_start(&res, mysql_); },
+                   [&](int s) { return mysql_store_result_cont(&res, mysql_, s); });
+    if (res == nullptr) throw error_from(mysql_, "SHOW VARIABLES");
+    std::string value;
+    if (MYSQL_ROW row = mysql_fetch_row(res); row != nullptr && row[1] != nullptr) value = row[1];
+    mysql_free_result(res);
+    co_return value;
+  }
+
+  net::awaitable<void> set_autocommit(bool on) {
+    require_usable();
+    try {
+      my_bool failed = 0;
+      co_await drive([&] { return mysql_autocommit_start(&failed, mysql_, on); },
+                     [&](int s) { return mysql_autocommit_cont(&failed, mysql_, s); });
+      if (failed) throw error_from(mysql_, "autocommit");
+    } catch (const StoreError& e) {
+      note_loss(e);
+      throw;
+    }
+  }
+
+  // Binds and executes; re-prepares once when the server says the table changed under it.
+  net::awaitable<detail::Prepared*> run(const std::string& sql, const std::vector<Param>& params) {
+    for (int attempt = 0;; ++attempt) {
+      detail::Prepared* p = co_await prepared(sql);
+      MYSQL_STMT* stmt = p->stmt;
+      if (mysql_stmt_param_count(stmt) != params.size())
+        throw detail::wrong_param_count(mysql_stmt_param_count(stmt), params.size(), sql);
+      MYSQL_BIND* binds = param_binds_.bind(params.data(), params.size());
+      if (!params.empty() && mysql_stmt_bind_param(stmt, binds)) throw error_from(stmt, "bind");
+      int rc = 0;
+      co_await drive([&] { return mysql_stmt_execute_start(&rc, stmt); },
+                     [&](int s) { return mysql_stmt_execute_cont(&rc, stmt, s); });
+      if (rc == 0) co_return p;
+      constexpr unsigned need_reprepare = 1615;  // ER_NEED_REPREPARE
+      if (mysql_stmt_errno(stmt) == need_reprepare && attempt == 0) {
+        statements_.forget(sql);
+        continue;
+      }
+      throw error_from(stmt, "execute");
+    }
+  }
+
+  net::awaitable<detail::Prepared*> prepared(const std::string& sql) {
+    if (detail::Prepared* p = statements_.find(sql)) co_return p;
+    MYSQL_STMT* stmt = mysql_stmt_init(mysql_);
+    if (stmt == nullptr) throw error_from(mysql_, "mysql_stmt_init");
+    int rc = 0;
+    try {
+      co_await drive([&] { return mysql_stmt_prepare_start(&rc, stmt, sql.data(), sql.size()); },
+                     [&](int s) { return mysql_stmt_prepare_cont(&rc, stmt, s); });
+    } catch (...) {
+      mysql_stmt_close(stmt);
+      throw;
+    }
+    if (rc != 0) {
+      StoreError e = error_from(stmt, "prepare");
+      mysql_stmt_close(stmt);
+      throw e;
+    }
+    co_return &statements_.adopt(sql, stmt);
+  }
+
+  // Runs one non-blocking call to its end: start() goes as far as it can and answers what it
+  // waits for (0: done); cont(ready) goes on once the socket is ready or the timeout came.
+  template <class Start, class Cont>
+  net::awaitable<void> drive(Start start, Cont cont) {
+    for (int status = start(); status != 0;)
+      status = cont(co_await wait(status));
+  }
+
+  // Waits on the calling coroutine's executor for what the driver asked. The socket is
+  // registered for this one wait, so the connection is tied to no executor (and to no
+  // io_context's lifetime).
+  net::awaitable<int> wait(int status) {
+    using namespace net::experimental::awaitable_operators;
+    const int fd = mysql_get_socket(mysql_);
+    const auto what = (status & MYSQL_WAIT_WRITE) != 0 ? net::posix::descriptor_base::wait_write
+                                                       : net::posix::descriptor_base::wait_read;
+    const int ready = (status & MYSQL_WAIT_WRITE) != 0 ? MYSQL_WAIT_WRITE : MYSQL_WAIT_READ;
+    detail::BorrowedSocket socket{co_await net::this_coro::executor, fd};
+    try {
+      if ((status & MYSQL_WAIT_TIMEOUT) == 0) {
+        co_await socket.d.async_wait(what, net::use_awaitable);
+        co_return ready;
+      }
+      net::steady_timer timeout(co_await net::this_coro::executor,
+                                std::chrono::milliseconds(mysql_get_timeout_value_ms(mysql_)));
+      const auto first = co_await (socket.d.async_wait(what, net::use_awaitable) ||
+                                   timeout.async_wait(net::use_awaitable));
+      co_return first.index() == 0 ? ready : MYSQL_WAIT_TIMEOUT;
+    } catch (...) {
+      // Cancelled (or the loop is going away) in the middle of a call: the protocol state is
+      // lost with it.
+      broken_ = true;
+      throw;
+    }
+  }
+
+  void note_loss(const StoreError& e) noexcept {
+    if (is_connection_lost(e.diagnostics().code)) broken_ = true;
+  }
+
+  void close() noexcept {
+    if (mysql_ == nullptr) return;
+    // A broken connection may be in the middle of a call: shut the socket down so that the
+    // goodbyes below fail at once instead of waiting for a peer that may not answer.
+    if (broken_) ::shutdown(mysql_get_socket(mysql_), SHUT_RDWR);
+    statements_.clear();
+    mysql_close(mysql_);
+    mysql_ = nullptr;
+  }
+
+  ConnectionParams params_;
+  MYSQL* mysql_ = nullptr;
+  bool broken_ = false;
+  bool returning_ = false;
+  bool galera_ = false;
+  bool autocommit_off_ = false;
+  detail::StatementCache statements_;
+  detail::ParamBinds param_binds_;
+  detail::ResultBinds results_;
+};
+
+}  // namespace idem::mysql

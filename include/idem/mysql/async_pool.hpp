@@ -1,0 +1,62 @@
+#pragma once
+// idem::mysql::AsyncPool: AsyncConnections for coroutines (see idem::async::BasicPool and the
+// rules of idem::mysql::Pool, which hold here: lazily opened, pinged after ping_after_idle,
+// reopened when broken, a transaction left open rolled back, autocommit restored).
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "idem/async/net.hpp"
+#include "idem/async/pool.hpp"
+#include "idem/clock.hpp"
+#include "idem/mysql/async_connection.hpp"
+#include "idem/mysql/connection_params.hpp"
+#include "idem/store/pool.hpp"
+
+namespace idem::mysql {
+
+namespace detail {
+
+struct AsyncPoolDriver {
+  using Connection = AsyncConnection;
+  ConnectionParams params;
+  std::chrono::milliseconds ping_after_idle;
+
+  net::awaitable<std::unique_ptr<Connection>> open() const {
+    co_return co_await AsyncConnection::open(params);
+  }
+  // The clean-up that the blocking pool does when a connection comes back happens here, when
+  // it is next handed out: it needs round trips.
+  net::awaitable<void> ready(std::unique_ptr<Connection>& c, Duration idle_for, PoolUse use) const {
+    if (!c->broken() && c->in_transaction()) {
+      try {
+        co_await c->query("ROLLBACK");
+      } catch (const StoreError&) {
+        c->mark_broken();
+      }
+    }
+    if (c->broken() || (idle_for > ping_after_idle && !co_await c->ping())) {
+      c = co_await AsyncConnection::open(params);
+    } else if (use == PoolUse::statements) {
+      co_await c->restore_autocommit();
+    }
+  }
+  static bool reusable(const Connection& c) noexcept { return !c.broken(); }
+  static std::string where() { return {}; }
+};
+
+}  // namespace detail
+
+class AsyncPool : public idem::async::BasicPool<detail::AsyncPoolDriver> {
+ public:
+  // Coroutines on any executor, of any thread, may share the pool.
+  explicit AsyncPool(ConnectionParams params, PoolParams pool = {})
+      : BasicPool(detail::AsyncPoolDriver{std::move(params), pool.ping_after_idle}, pool.size,
+                  pool.acquire_timeout, "idem::mysql::AsyncPool") {}
+
+  const ConnectionParams& params() const noexcept { return driver().params; }
+};
+
+}  // namespace idem::mysql

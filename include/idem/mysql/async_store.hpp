@@ -1,0 +1,165 @@
+#pragma once
+// idem::mysql::AsyncStore: the idempotency record table of idem::mysql::Store, for coroutines,
+// on MariaDB Connector/C's non-blocking API. The same SQL, the same decisions (the steps of
+// idem/store/steps.hpp), the same retries and reconciliation of a lost reply, on an
+// AsyncPool of AsyncConnections: no thread per request, no thread pool doing blocking calls.
+//
+//   auto pool = std::make_shared<idem::mysql::AsyncPool>(params);
+//   idem::mysql::AsyncStore store{pool};
+//   co_await store.ensure_schema();
+//   auto out = co_await idem::async::run_once(store, key, fp, handler);
+//
+// A blocking idem::mysql::Store and an AsyncStore on the same table work side by side.
+// docs/async.md has the model, cancellation, and what blocks.
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "idem/async/net.hpp"
+#include "idem/async/skeleton.hpp"
+#include "idem/async/store.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/mysql/async_pool.hpp"
+#include "idem/mysql/detail/record_sql.hpp"
+#include "idem/mysql/errors.hpp"
+#include "idem/mysql/schema.hpp"
+#include "idem/mysql/store.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/store/record_rules.hpp"
+#include "idem/store/steps.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem::mysql {
+
+namespace detail {
+
+// RecordOps' statements on an AsyncConnection: the SQL, values and decoding are RecordOps'.
+class AsyncRecordOps {
+ public:
+  explicit AsyncRecordOps(RecordOps ops) : ops_(std::move(ops)) {}
+
+  net::awaitable<std::optional<RecordRead>> read(AsyncConnection& c, const Key& key,
+                                                 bool bound) const {
+    const RecordSql& sql = ops_.sql();
+    co_return read_answer(
+        co_await c.select(bound ? sql.select_locking : sql.select, key_values(key)));
+  }
+
+  net::awaitable<std::optional<Record>> insert(AsyncConnection& c, const Key& key,
+                                               std::string_view fp, const Options& o,
+                                               const std::string& token, bool bound) const {
+    const RecordSql& sql = ops_.sql();
+    try {
+      if (ops_.returning() && c.supports_returning()) {
+        co_return returning_answer(
+            co_await c.select(sql.insert_returning, claim_values(key, fp, o, token)), key, token,
+            fp);
+      }
+      co_await c.execute(sql.insert, claim_values(key, fp, o, token));
+    } catch (const StoreError& e) {
+      if (e.diagnostics().code != code::dup_entry) throw;
+      co_return std::nullopt;
+    }
+    co_return read_back(co_await read(c, key, bound), token);
+  }
+
+  net::awaitable<bool> write_takeover(AsyncConnection& c, Decision d, const Record& next,
+                                      const Ticket& read) const {
+    co_return co_await c.execute(ops_.takeover_sql(d), takeover_values(next, read)) == 1;
+  }
+
+  net::awaitable<bool> finish(AsyncConnection& c, const Key& key, const Ticket& t,
+                              std::string_view snapshot, Status to, bool retryable) const {
+    co_return co_await c.execute(ops_.sql().finish,
+                                 finish_values(key, t, snapshot, to, retryable)) == 1;
+  }
+
+  net::awaitable<std::size_t> purge(AsyncConnection& c, std::size_t batch) const {
+    co_return static_cast<std::size_t>(co_await c.execute(ops_.sql().purge, purge_values(batch)));
+  }
+
+  net::awaitable<std::size_t> release(AsyncConnection& c, std::size_t batch) const {
+    co_return static_cast<std::size_t>(
+        co_await c.execute(ops_.sql().release, release_values(batch)));
+  }
+
+  // Waits until the server is done with connection `id` (its thread is gone), so that a
+  // statement it was running has committed or rolled back. A connection still there after a
+  // second is killed. The caller's connection went away with the cancelled claim, so the
+  // thread ends as soon as its statement does.
+  net::awaitable<bool> settled(AsyncConnection& c, unsigned long id) const {
+    const std::string alive = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?";
+    // (Built apart from the co_await: GCC 12 cannot keep a braced list alive across one.)
+    const std::vector<Param> values{static_cast<std::uint64_t>(id)};
+    for (int look = 0;; ++look) {
+      const auto rows = co_await c.select(alive, values);
+      if (rows.empty() || rows.front().at(0).integer<long>().value_or(0) == 0) co_return true;
+      if (look == 100) {
+        try {
+          co_await c.query(fmt::format("KILL CONNECTION {}", id));
+        } catch (const StoreError& e) {
+          if (e.diagnostics().code != unknown_thread) throw;
+        }
+      }
+      co_await idem::async::sleep_for(Duration{10});
+    }
+  }
+
+ private:
+  static constexpr unsigned unknown_thread = 1094;  // ER_NO_SUCH_THREAD: it ended meanwhile
+
+  RecordOps ops_;
+};
+
+// idem::mysql for the coroutine store skeleton (idem/async/skeleton.hpp).
+struct AsyncBackend {
+  using Connection = AsyncConnection;
+  using Pool = AsyncPool;
+  using Ops = AsyncRecordOps;
+  static constexpr std::string_view name = "idem::mysql";
+  static FailureKind classify(const StoreError& e) noexcept { return Backend::classify(e); }
+};
+
+}  // namespace detail
+
+class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
+ public:
+  // The store shares the pool. Same parameters as Store (bound_claim is not used).
+  explicit AsyncStore(std::shared_ptr<AsyncPool> pool, StoreParams params = {})
+      : StoreSkeleton(detail::AsyncRecordOps(detail::RecordOps(quote_identifier(params.table),
+                                                               params.insert_returning)),
+                      params.retry),
+        pool_(std::move(pool)),
+        table_(quote_identifier(params.table)) {
+    if (!pool_) throw InvalidArgument("idem::mysql::AsyncStore: pool must not be null");
+    attach(pool_.get());
+  }
+
+  // Creates the record table if it does not exist (docs/schema.sql holds the same DDL).
+  net::awaitable<void> ensure_schema() {
+    co_await with_retries<bool>("ensure_schema",
+                                [&](AsyncConnection& c, bool) -> net::awaitable<bool> {
+                                  co_await c.query(record_table_ddl(table_));
+                                  co_return true;
+                                });
+  }
+
+  const std::string& table() const noexcept { return table_; }
+  AsyncPool& pool() const noexcept { return *pool_; }
+
+ private:
+  std::shared_ptr<AsyncPool> pool_;
+  std::string table_;
+};
+
+static_assert(idem::async::AsyncStore<AsyncStore>);
+
+}  // namespace idem::mysql

@@ -1,0 +1,84 @@
+#pragma once
+// idem::testing::BlockingStore: an AsyncStore (idem/async/store.hpp) seen as a Store, each call
+// run to its end on an io_context of the calling thread. It lets the conformance suite
+// (idem/testing/conformance.hpp) run its cases, unchanged, on an async store:
+//
+//   struct MyAsyncFixture {
+//     MyAsyncStore async;
+//     idem::testing::BlockingStore<MyAsyncStore> blocking{async};
+//     idem::testing::BlockingStore<MyAsyncStore>& store() { return blocking; }
+//     void advance(idem::Duration d);
+//   };
+//
+// For tests only: a service on a loop co_awaits its async store.
+
+#include <boost/asio/io_context.hpp>
+
+#include <cstddef>
+#include <exception>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "idem/async/net.hpp"
+#include "idem/async/store.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem::testing {
+
+template <async::AsyncStore S>
+class BlockingStore {
+ public:
+  static constexpr bool supports_wait = supports_wait_v<S>;
+
+  explicit BlockingStore(S& store) noexcept : store_(&store) {}
+
+  ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
+    return run(store_->claim(key, fingerprint, options));
+  }
+  void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
+    run(store_->complete(key, ticket, snapshot));
+  }
+  void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable) {
+    run(store_->fail(key, ticket, error, retryable));
+  }
+  std::optional<Record> find(const Key& key) { return run(store_->find(key)); }
+  std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
+    return run(store_->purge_expired(batch, max_batches));
+  }
+  std::size_t release_stale(std::size_t batch) { return run(store_->release_stale(batch)); }
+
+  S& store() const noexcept { return *store_; }
+
+ private:
+  template <class T>
+  static T run(async::net::awaitable<T> call) {
+    async::net::io_context io;
+    std::exception_ptr error;
+    std::optional<std::conditional_t<std::is_void_v<T>, bool, T>> out;
+    async::net::co_spawn(
+        io,
+        [&]() -> async::net::awaitable<void> {
+          if constexpr (std::is_void_v<T>) {
+            co_await std::move(call);
+            out.emplace(true);
+          } else {
+            out.emplace(co_await std::move(call));
+          }
+        },
+        [&](std::exception_ptr e) { error = e; });
+    io.run();  // also whatever the call left running on the loop (a clean-up) ends here
+    if (error) std::rethrow_exception(error);
+    if constexpr (!std::is_void_v<T>) return std::move(*out);
+  }
+
+  S* store_;
+};
+
+}  // namespace idem::testing

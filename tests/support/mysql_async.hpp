@@ -1,0 +1,52 @@
+#pragma once
+// Shared set-up of the async MySQL tests: a fresh record table (made and dropped by the
+// blocking Table) with an AsyncStore on it, and a loop to run coroutines to their end.
+#include <exception>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <idem/mysql/async.hpp>
+
+#include "mysql_server.hpp"
+
+namespace idem_test {
+
+namespace net = idem::async::net;
+
+struct AsyncTable {
+  Table blocking;  // the same table, for set-up and counting
+  std::shared_ptr<idem::mysql::AsyncPool> pool;
+  idem::mysql::AsyncStore store;
+
+  explicit AsyncTable(std::size_t pool_size = 8, idem::mysql::StoreParams params = {})
+      : blocking(2, params),
+        pool(std::make_shared<idem::mysql::AsyncPool>(server(),
+                                                      idem::mysql::PoolParams{.size = pool_size})),
+        store(pool, with_table(std::move(params), blocking.name)) {}
+
+  long long count(const std::string& where = "1") { return blocking.count(where); }
+
+ private:
+  static idem::mysql::StoreParams with_table(idem::mysql::StoreParams p, const std::string& t) {
+    p.table = t;
+    return p;
+  }
+};
+
+// Runs the coroutine on `io` until the loop has no more work, and returns its result.
+template <class T>
+T run_on(net::io_context& io, net::awaitable<T> a) {
+  std::optional<T> out;
+  std::exception_ptr error;
+  net::co_spawn(
+      io, [&]() -> net::awaitable<void> { out.emplace(co_await std::move(a)); },
+      [&](std::exception_ptr e) { error = e; });
+  io.restart();
+  io.run();
+  if (error) std::rethrow_exception(error);
+  return std::move(*out);
+}
+
+}  // namespace idem_test
