@@ -252,3 +252,76 @@ TEST_CASE("async mysql: a request cancelled at any point leaves no processing cl
   }
   CHECK(acquired_or_replayed == requests);
 }
+
+TEST_CASE(
+    "async mysql: with_transaction commits the claim with the business writes, and a "
+    "duplicate that waited on the row replays") {
+  idem_test::AsyncTable t(16);
+  idem_test::BusinessTable biz(t.blocking.pool);
+  net::io_context io;
+  using Guard = idem::async::Guard<idem::mysql::AsyncBoundStore>;
+  int ran = 0;
+  int replayed = 0;
+  std::vector<std::string> errors;
+  // 20 coroutines deliver the same payment at once, each in a transaction of its own.
+  for (int i = 0; i < 20; ++i) {
+    net::co_spawn(
+        io,
+        [&]() -> net::awaitable<void> {
+          try {
+            const int amount = co_await idem::mysql::with_transaction(
+                *t.pool, [&](idem::mysql::AsyncTransaction& tx) -> net::awaitable<int> {
+                  auto bound = tx.bind(t.store);
+                  auto guard = co_await Guard::claim(bound, {"PAY", "TX-1"}, "fp");
+                  if (!guard.acquired()) {
+                    ++replayed;
+                    co_return guard.replay<int>().value();
+                  }
+                  ++ran;
+                  const std::vector<idem::mysql::Param> values{std::string_view("TX-1")};
+                  co_await tx.connection().execute(
+                      "INSERT INTO `" + biz.name + "` (trade_no) VALUES (?)", values);
+                  co_await pause(2ms);
+                  co_await guard.commit(299);
+                  co_return 299;
+                });
+            CHECK(amount == 299);
+          } catch (const std::exception& e) {
+            errors.push_back(e.what());
+          }
+        },
+        net::detached);
+  }
+  io.run();
+  INFO((errors.empty() ? std::string() : errors.front()));
+  CHECK(errors.empty());
+  CHECK(ran == 1);
+  CHECK(replayed == 19);
+  CHECK(biz.rows() == 1);
+  CHECK(t.count("status = 1") == 1);
+}
+
+TEST_CASE(
+    "async mysql: a with_transaction body that throws or forgets its claim leaves nothing "
+    "behind") {
+  idem_test::AsyncTable t;
+  idem_test::BusinessTable biz(t.blocking.pool);
+  net::io_context io;
+  using Guard = idem::async::Guard<idem::mysql::AsyncBoundStore>;
+  auto body = [&](bool forget) {
+    return [&, forget](idem::mysql::AsyncTransaction& tx) -> net::awaitable<int> {
+      auto bound = tx.bind(t.store);
+      auto guard = co_await Guard::claim(bound, {"PAY", "TX-2"}, "fp");
+      const std::vector<idem::mysql::Param> values{std::string_view("TX-2")};
+      co_await tx.connection().execute("INSERT INTO `" + biz.name + "` (trade_no) VALUES (?)",
+                                       values);
+      if (forget) co_return 1;  // the guard's claim is left open: the commit is refused
+      throw std::runtime_error("business failed");
+    };
+  };
+  CHECK_THROWS_WITH(run_on(io, idem::mysql::with_transaction(*t.pool, body(false))),
+                    "business failed");
+  CHECK_THROWS_AS(run_on(io, idem::mysql::with_transaction(*t.pool, body(true))), idem::UsageError);
+  CHECK(biz.rows() == 0);
+  CHECK(t.count() == 0);
+}

@@ -13,7 +13,8 @@
 // Options::wait polls an in-progress claim on a timer of the coroutine's executor, never by
 // sleeping the thread. A guard that goes out of scope still open (an exception, an early
 // co_return, a cancelled coroutine) cannot co_await in its destructor: it starts the recording
-// of a retryable failure on the executor it claimed on, and that runs to its end on its own.
+// of a retryable failure on the executor it claimed on, and that runs to its end on its own
+// (a store inside the caller's transaction only notes it: the transaction rolls back).
 // co_await abandon() to record it before going on.
 
 #include <optional>
@@ -95,6 +96,11 @@ class Guard {
 
   ~Guard() {
     if (!state_.open()) return;
+    if constexpr (NotingAsyncStore<S>) {
+      store_->note_abandoned(state_.key(), state_.ticket());
+      state_.report(EventKind::failed);
+      return;
+    }
     try {
       net::co_spawn(executor_, record_abandoned(*store_, state_), net::detached);
     } catch (...) {

@@ -49,4 +49,14 @@ concept AbandoningAsyncStore = AsyncStore<S> &&
   { store.abandon(key, ticket, error) } -> std::same_as<net::awaitable<void>>;
 };
 
+// An async store inside the caller's transaction, whose claims go with that transaction: a
+// guard destroyed without a result only notes it (no I/O, no write racing the transaction's
+// own statements on its connection); the transaction then rolls back.
+template <class S>
+concept NotingAsyncStore = AsyncStore<S> &&
+    requires(S& store, const Key& key, const Ticket& ticket) {
+  { store.note_abandoned(key, ticket) }
+  noexcept;
+};
+
 }  // namespace idem::async

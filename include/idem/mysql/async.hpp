@@ -7,3 +7,4 @@
 #include "idem/mysql/async_connection.hpp"
 #include "idem/mysql/async_pool.hpp"
 #include "idem/mysql/async_store.hpp"
+#include "idem/mysql/async_transaction.hpp"

@@ -23,7 +23,8 @@
 #include <mysql.h>
 #include <sys/socket.h>
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -238,7 +239,10 @@ class AsyncConnection {
       throw StoreError(e.what(), is_connection_lost(e.diagnostics().code), e.diagnostics());
     }
     returning_ = detail::server_has_returning(mysql_);
-    if (returning_) galera_ = co_await session_variable("wsrep_on") == "ON";
+    if (returning_) {
+      const std::string wsrep = co_await session_variable("wsrep_on");
+      galera_ = wsrep == "ON";
+    }
   }
 
   // As detail::session_variable, without blocking.
@@ -325,22 +329,27 @@ class AsyncConnection {
   // registered for this one wait, so the connection is tied to no executor (and to no
   // io_context's lifetime).
   net::awaitable<int> wait(int status) {
-    using namespace net::experimental::awaitable_operators;
     const int fd = mysql_get_socket(mysql_);
     const auto what = (status & MYSQL_WAIT_WRITE) != 0 ? net::posix::descriptor_base::wait_write
                                                        : net::posix::descriptor_base::wait_read;
     const int ready = (status & MYSQL_WAIT_WRITE) != 0 ? MYSQL_WAIT_WRITE : MYSQL_WAIT_READ;
-    detail::BorrowedSocket socket{co_await net::this_coro::executor, fd};
+    const auto executor = co_await net::this_coro::executor;
+    detail::BorrowedSocket socket{executor, fd};
     try {
       if ((status & MYSQL_WAIT_TIMEOUT) == 0) {
         co_await socket.d.async_wait(what, net::use_awaitable);
         co_return ready;
       }
-      net::steady_timer timeout(co_await net::this_coro::executor,
+      // The first to complete decides; an error of the wait (not a timeout) ends the call.
+      net::steady_timer timeout(executor,
                                 std::chrono::milliseconds(mysql_get_timeout_value_ms(mysql_)));
-      const auto first = co_await (socket.d.async_wait(what, net::use_awaitable) ||
-                                   timeout.async_wait(net::use_awaitable));
-      co_return first.index() == 0 ? ready : MYSQL_WAIT_TIMEOUT;
+      auto [order, waited, timed] =
+          co_await net::experimental::make_parallel_group(socket.d.async_wait(what, net::deferred),
+                                                          timeout.async_wait(net::deferred))
+              .async_wait(net::experimental::wait_for_one(), net::use_awaitable);
+      if (order[0] == 1 && !timed) co_return MYSQL_WAIT_TIMEOUT;
+      if (waited) throw boost::system::system_error(waited);
+      co_return ready;
     } catch (...) {
       // Cancelled (or the loop is going away) in the middle of a call: the protocol state is
       // lost with it.

@@ -37,7 +37,9 @@ struct AsyncPoolDriver {
         c->mark_broken();
       }
     }
-    if (c->broken() || (idle_for > ping_after_idle && !co_await c->ping())) {
+    bool healthy = !c->broken();
+    if (healthy && idle_for > ping_after_idle) healthy = co_await c->ping();
+    if (!healthy) {
       c = co_await AsyncConnection::open(params);
     } else if (use == PoolUse::statements) {
       co_await c->restore_autocommit();

@@ -26,6 +26,7 @@
 #include "idem/async/store.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
+#include "idem/mysql/async_bound_store.hpp"
 #include "idem/mysql/async_pool.hpp"
 #include "idem/mysql/detail/record_sql.hpp"
 #include "idem/mysql/errors.hpp"
@@ -130,6 +131,10 @@ struct AsyncBackend {
 
 }  // namespace detail
 
+// The AsyncStore's operations inside the caller's transaction (see
+// idem/mysql/async_bound_store.hpp).
+using AsyncBoundStore = BasicAsyncBoundStore<detail::AsyncRecordOps>;
+
 class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
  public:
   // The store shares the pool. Same parameters as Store (bound_claim is not used).
@@ -152,6 +157,12 @@ class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
                                 });
   }
 
+  // The store on a connection inside the transaction the caller began on it (in a
+  // with_transaction, bind through its AsyncTransaction instead). The store must outlive it.
+  AsyncBoundStore bind(AsyncConnection& connection) const {
+    return AsyncBoundStore(ops(), connection);
+  }
+
   const std::string& table() const noexcept { return table_; }
   AsyncPool& pool() const noexcept { return *pool_; }
 
@@ -161,5 +172,7 @@ class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
 };
 
 static_assert(idem::async::AsyncStore<AsyncStore>);
+static_assert(idem::async::AbandoningAsyncStore<AsyncBoundStore>);
+static_assert(idem::async::NotingAsyncStore<AsyncBoundStore>);
 
 }  // namespace idem::mysql

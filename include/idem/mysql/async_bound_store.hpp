@@ -1,0 +1,150 @@
+#pragma once
+// idem::mysql::AsyncBoundStore: the AsyncStore's operations on one AsyncConnection, inside the
+// transaction open on it, so that the claim, the business writes and the recorded result
+// commit or roll back together (same-transaction mode, docs/mysql.md). As BoundStore with
+// BoundClaim::claim_first: the claim INSERTs the processing row in the transaction and the
+// result UPDATEs it; a concurrent duplicate waits on the row's lock, then replays. Nothing is
+// retried here: a failure rolls back the caller's transaction (with_transaction runs it
+// again, idem/mysql/async_transaction.hpp).
+//
+// Every claim acquired is noted in the transaction's ClaimLedger; the transaction may commit
+// only when committable(): each claim succeeded or failed permanently.
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "idem/async/net.hpp"
+#include "idem/async/skeleton.hpp"
+#include "idem/async/store.hpp"
+#include "idem/detail/checks.hpp"
+#include "idem/detail/claim_ledger.hpp"
+#include "idem/detail/token.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/mysql/async_connection.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/store.hpp"
+#include "idem/store/record_rules.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem::mysql {
+
+template <class Ops>
+class BasicAsyncBoundStore {
+ public:
+  // As BoundStore's: a duplicate's wait would hold the shared row lock of its reads and block
+  // the very claim it waits for.
+  static constexpr bool supports_wait = false;
+  static constexpr bool in_caller_transaction = true;
+
+  // `ledger`: the transaction's (with_transaction's try), or null for one the caller runs;
+  // `ops` and `connection` must outlive this.
+  BasicAsyncBoundStore(const Ops& ops, AsyncConnection& connection,
+                       idem::detail::ClaimLedger* ledger = nullptr)
+      : ops_(&ops), connection_(&connection), ledger_(ledger != nullptr ? ledger : own_.get()) {}
+
+  BasicAsyncBoundStore(BasicAsyncBoundStore&&) noexcept = default;
+  BasicAsyncBoundStore& operator=(BasicAsyncBoundStore&&) noexcept = default;
+
+  net::awaitable<ClaimResult> claim(const Key& key, std::string_view fingerprint,
+                                    const Options& options) {
+    validate(options);
+    idem::detail::check_fingerprint(fingerprint);
+    if (!connection_->in_transaction() && connection_->autocommit()) {
+      throw UsageError(
+          "idem::mysql::AsyncBoundStore: no transaction is open on the connection (begin one "
+          "first): the claim would commit on its own");
+    }
+    ledger_->claiming(options.observer);
+    ClaimResult r =
+        co_await idem::async::detail::claim_on("idem::mysql", *ops_, *connection_, key, fingerprint,
+                                               options, idem::detail::new_owner_token(), true);
+    if (r.verdict == Verdict::acquired) ledger_->claimed(r.record.key, r.record.ticket);
+    co_return r;
+  }
+
+  // Throws LeaseLost when the claim is no longer held.
+  net::awaitable<void> complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
+    co_await record(key, ticket, snapshot, Status::succeeded, false, Ledger::State::succeeded);
+  }
+  net::awaitable<void> fail(const Key& key, const Ticket& ticket, std::string_view error,
+                            bool retryable) {
+    co_await record(key, ticket, error, Status::failed, retryable,
+                    retryable ? Ledger::State::retryable : Ledger::State::failed);
+  }
+  // As BoundStore::abandon: noted first, so that even a failed write leaves the transaction
+  // uncommittable.
+  net::awaitable<void> abandon(const Key& key, const Ticket& ticket, std::string_view error) {
+    ledger_->ended(key, ticket, Ledger::State::abandoned);
+    co_await write(key, ticket, error, Status::failed, true);
+  }
+
+  // What a Guard destroyed without a result calls: no write (it would race the transaction's
+  // own statements on the connection); the transaction may then not commit.
+  void note_abandoned(const Key& key, const Ticket& ticket) noexcept {
+    ledger_->ended(key, ticket, Ledger::State::abandoned);
+  }
+
+  net::awaitable<std::optional<Record>> find(const Key& key) {
+    auto row = co_await ops_->read(*connection_, key, false);
+    if (!row) co_return std::nullopt;
+    co_return std::move(row->record);
+  }
+  net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches) {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < max_batches && batch > 0; ++i) {
+      const std::size_t n = co_await ops_->purge(*connection_, batch);
+      total += n;
+      if (n < batch) break;
+    }
+    co_return total;
+  }
+  net::awaitable<std::size_t> release_stale(std::size_t batch) {
+    if (batch == 0) co_return 0;
+    co_return co_await ops_->release(*connection_, batch);
+  }
+
+  // As BoundStore's.
+  bool committable() const noexcept { return ledger_->committable(); }
+  void check_committable() const {
+    if (!committable()) {
+      throw UsageError(
+          fmt::format("idem::mysql: do not commit this transaction: {}", ledger_->why()));
+    }
+  }
+  void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
+  AsyncConnection& connection() const noexcept { return *connection_; }
+
+ private:
+  using Ledger = idem::detail::ClaimLedger;
+
+  net::awaitable<void> write(const Key& key, const Ticket& ticket, std::string_view snapshot,
+                             Status to, bool retryable) {
+    idem::detail::check_snapshot(snapshot);
+    // (The answer is taken apart from the condition: GCC 12 miscompiles a throw after a
+    // co_await inside an if's condition.)
+    const bool held = co_await ops_->finish(*connection_, key, ticket, snapshot, to, retryable);
+    if (!held) throw lease_lost("idem::mysql", key, ticket);
+  }
+
+  net::awaitable<void> record(const Key& key, const Ticket& ticket, std::string_view snapshot,
+                              Status to, bool retryable, Ledger::State ended) {
+    co_await write(key, ticket, snapshot, to, retryable);
+    ledger_->ended(key, ticket, ended);
+  }
+
+  const Ops* ops_;
+  AsyncConnection* connection_;
+  // On the heap so that a moved store keeps pointing at it.
+  std::unique_ptr<Ledger> own_ = std::make_unique<Ledger>();
+  Ledger* ledger_;
+};
+
+}  // namespace idem::mysql
