@@ -154,8 +154,10 @@ struct Throughput {
   double load_after = 0;
 };
 
-inline Throughput alternate(const std::string& name, int rounds, int threads,
-                            std::size_t operations, const Side& library, const Side& baseline) {
+// Each side on threads of its own count (mysql.async_cycle: one loop thread against 32).
+inline Throughput alternate(const std::string& name, int rounds, int library_threads,
+                            int baseline_threads, std::size_t operations, const Side& library,
+                            const Side& baseline) {
   Throughput out;
   out.load_before = load_average();
   for (int r = 0; r < rounds; ++r) {
@@ -163,7 +165,8 @@ inline Throughput alternate(const std::string& name, int rounds, int threads,
       const bool lib = (r + k) % 2 == 1;  // round 0: baseline first; round 1: library first ...
       const Side& side = lib ? library : baseline;
       if (side.prepare) side.prepare(r);
-      const double s = run_parallel(threads, [&](int t) { side.run(t, r); });
+      const double s =
+          run_parallel(lib ? library_threads : baseline_threads, [&](int t) { side.run(t, r); });
       const double rate = static_cast<double>(operations) / s;
       (lib ? out.library_rounds : out.baseline_rounds).push_back(rate);
       progress(fmt::format("{} round {} {}: {:.0f} ops/s ({:.2f} s)", name, r + 1,
@@ -172,6 +175,12 @@ inline Throughput alternate(const std::string& name, int rounds, int threads,
   }
   out.load_after = load_average();
   return out;
+}
+
+// Both sides on `threads` threads.
+inline Throughput alternate(const std::string& name, int rounds, int threads,
+                            std::size_t operations, const Side& library, const Side& baseline) {
+  return alternate(name, rounds, threads, threads, operations, library, baseline);
 }
 
 // The common fields of a throughput line.

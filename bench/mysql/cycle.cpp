@@ -21,7 +21,6 @@ void cycle_scenario(const Config& config, bool mix, bool floor) {
 
   Side library{[&](int) { server.truncate(lib_table); },
                [&](int t, int r) {
-                 long runs = 0;
                  if (floor) {
                    auto& f = floors[static_cast<std::size_t>(t)];
                    if (!f)
@@ -34,17 +33,8 @@ void cycle_scenario(const Config& config, bool mix, bool floor) {
                    lib_runs += static_cast<long>(per);
                    return;
                  }
-                 for (std::size_t i = 0; i < per; ++i) {
-                   auto out = idem::run_once(
-                       *server.store, idem::Key{"BENCH", id_of(r, t, i)}, fixed_fingerprint(),
-                       [&] {
-                         ++runs;
-                         return nlohmann::json{{"status", "paid"}};
-                       },
-                       options);
-                   if (!out) throw std::runtime_error("neither acquired nor replayed");
-                 }
-                 lib_runs += runs;
+                 lib_runs += blocking_cycles(*server.store, per,
+                                             [&](std::size_t i) { return id_of(r, t, i); });
                }};
   Side baseline{[&](int) { server.truncate(raw_table); },
                 [&](int t, int r) {

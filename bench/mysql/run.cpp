@@ -18,6 +18,7 @@ int run_mysql(const Config& config, const Selected& selected) {
       {"mysql.returning_dup", [&] { returning_scenario(config, true); }},
       {"mysql.cycle", [&] { cycle_scenario(config, false); }},
       {"mysql.cycle_floor", [&] { cycle_scenario(config, false, true); }},
+      {"mysql.async_cycle", [&] { async_cycle_scenario(config); }},
       {"mysql.mix", [&] { cycle_scenario(config, true); }},
       {"mysql.tx", [&] { tx_scenario(config, TxMode::library); }},
       {"mysql.tx_floor", [&] { tx_scenario(config, TxMode::floor); }},

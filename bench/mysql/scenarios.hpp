@@ -1,8 +1,9 @@
 #pragma once
 // The mysql.* scenarios of idem-bench: idem::mysql against the bare C API on the same server,
 // same table shape (idem::mysql::record_table_ddl), same rows. One file per family: claim.cpp
-// (claim, returning), cycle.cpp (cycle, mix), tx.cpp (same-transaction), cache.cpp
-// (CachedStore), scale.cpp (batch, storm, big_table).
+// (claim, returning), cycle.cpp (cycle, mix), async_cycle.cpp (the coroutine store against
+// the blocking one), tx.cpp (same-transaction), cache.cpp (CachedStore), scale.cpp (batch,
+// storm, big_table).
 #include "../common.hpp"
 #include "../scenarios.hpp"
 
@@ -11,6 +12,10 @@ namespace bench::mysql_bench {
 void claim_scenario(const Config& config, bool floor);
 void returning_scenario(const Config& config, bool duplicates);
 void cycle_scenario(const Config& config, bool mix, bool floor = false);
+// mysql.async_cycle (issue 18): mysql.cycle's request on idem::mysql::AsyncStore from one loop
+// thread, many requests in flight, against mysql.cycle's library side (the blocking store on
+// --threads threads) in the same run.
+void async_cycle_scenario(const Config& config);
 
 // mysql.tx: the library's same-transaction mode (its default, BoundClaim::record_last).
 // mysql.tx_claim_first: the same with BoundClaim::claim_first. mysql.tx_floor: record_last's

@@ -40,6 +40,12 @@ inline idem::mysql::ConnectionParams connection_params(const Config& config) {
   return p;
 }
 
+// The library's MySQL stores in the mysql.* scenarios: the table, and RETURNING unless
+// --read-back.
+inline idem::mysql::StoreParams store_params(const Config& config) {
+  return idem::mysql::StoreParams{.table = lib_table, .insert_returning = !config.read_back};
+}
+
 inline std::int64_t micros(idem::Duration d) {
   return static_cast<std::int64_t>(d.count()) * 1000;
 }
@@ -112,8 +118,7 @@ struct Server {
   Server(const Config& c, int threads) : config(c) {
     pool = std::make_shared<Pool>(
         connection_params(c), idem::mysql::PoolParams{.size = static_cast<std::size_t>(threads)});
-    store = std::make_unique<idem::mysql::Store>(
-        pool, idem::mysql::StoreParams{.table = lib_table, .insert_returning = !config.read_back});
+    store = std::make_unique<idem::mysql::Store>(pool, store_params(c));
     store->ensure_schema();
     raw.resize(static_cast<std::size_t>(threads));
     // Open every connection up front, in parallel: connecting is not what is measured.
@@ -137,6 +142,30 @@ struct Server {
 inline const idem::Options options{};
 
 // --- mysql.cycle ---------------------------------------------------------------------------
+
+// The business of a cycle: a no-op answering the small JSON the record stores; counts its
+// executions in *runs.
+struct PaidBusiness {
+  long* runs;
+  nlohmann::json operator()() const {
+    ++*runs;
+    return nlohmann::json{{"status", "paid"}};
+  }
+};
+
+// mysql.cycle's request on the blocking store, `per` times in this thread on keys id_of(i):
+// run_once, the no-op business, the commit. Returns the executions. mysql.cycle's and
+// mysql.mix's library side, and mysql.async_cycle's baseline.
+template <class IdOf>
+long blocking_cycles(idem::mysql::Store& store, std::size_t per, IdOf id_of) {
+  long runs = 0;
+  for (std::size_t i = 0; i < per; ++i) {
+    auto out = idem::run_once(store, idem::Key{"BENCH", id_of(i)}, fixed_fingerprint(),
+                              PaidBusiness{&runs}, options);
+    if (!out) throw std::runtime_error("neither acquired nor replayed");
+  }
+  return runs;
+}
 
 struct RawCycle {
   RawInsert insert;
