@@ -1,0 +1,100 @@
+#pragma once
+// idem::http::async_handle(): idem::http::handle() (idem/http/handle.hpp) for coroutines on
+// Boost.Asio, on an idem::async::AsyncStore. The same answers and records: the table of
+// handle.hpp and docs/http.md holds word for word, since both take their decisions from
+// idem/http/detail/decisions.hpp. Link idem::async; idem/http.hpp stays free of Boost and does
+// not include this header.
+//
+//   idem::http::Response r = co_await idem::http::async_handle(
+//       store, request, [&]() -> net::awaitable<idem::http::Response> {
+//         co_return co_await charge(request);
+//       },
+//       policy);
+//
+// The business returns an idem::http::Response, or a net::awaitable of one (a coroutine: the
+// loop serves other requests while it waits). An exception from it, or a status outside
+// 100-599, records a retryable failure before it propagates; so does a cancellation of the
+// calling coroutine while the business runs. The store's exceptions (idem::StoreError,
+// idem::LeaseLost) propagate; map them to a 5xx in your server.
+//
+// request and policy are referred to until the awaitable ends: co_await it in the expression
+// that made it (idem/async/net.hpp).
+
+#include <concepts>
+#include <exception>
+#include <optional>
+#include <utility>
+#include <variant>
+
+#include "idem/async/guard.hpp"
+#include "idem/async/net.hpp"
+#include "idem/async/run_once.hpp"
+#include "idem/async/store.hpp"
+#include "idem/http/detail/decisions.hpp"
+#include "idem/http/message.hpp"
+#include "idem/http/policy.hpp"
+#include "idem/http/problem.hpp"
+#include "idem/http/request_identity.hpp"
+
+namespace idem::http {
+
+namespace detail {
+
+template <idem::async::AsyncStore S>
+idem::async::net::awaitable<void> record(idem::async::Guard<S>& guard, const Recording& recording) {
+  if (recording.commit) {
+    co_await guard.commit(recording.snapshot);
+  } else {
+    co_await guard.fail(recording.snapshot, recording.retryable);
+  }
+}
+
+}  // namespace detail
+
+template <idem::async::AsyncStore S, std::invocable F>
+requires std::convertible_to<idem::async::detail::response_of<F>, Response>
+    idem::async::net::awaitable<Response> async_handle(S& store, const Request& request, F business,
+                                                       const Policy& policy) {
+  auto identity = identify(request, policy);
+  if (const Problem* problem = std::get_if<Problem>(&identity)) {
+    co_return problem_response(*problem);
+  }
+  const RequestIdentity& id = std::get<RequestIdentity>(identity);
+
+  auto guard = co_await idem::async::Guard<S>::claim(store, id.key, id.fingerprint, policy.claim);
+  if (std::optional<Response> answer =
+          detail::answer_without_running(guard.verdict(), guard.record(), policy)) {
+    co_return std::move(*answer);
+  }
+
+  std::optional<Response> response;
+  std::optional<detail::Recording> recording;
+  std::exception_ptr thrown;
+  try {
+    response.emplace(co_await idem::async::detail::invoke_awaiting(business));
+    recording.emplace(detail::recording_for(*response, policy, "idem::http::async_handle"));
+  } catch (...) {
+    thrown = std::current_exception();
+  }
+  if (thrown) {
+    // Recorded before the exception goes on (no co_await inside a handler), so a retry runs
+    // at once rather than after the guard's detached recording.
+    co_await guard.abandon();
+    std::rethrow_exception(thrown);
+  }
+  co_await detail::record(guard, *recording);
+  co_return std::move(*response);
+}
+
+// With the default Policy. An overload, not a default argument: that would build the Policy
+// (whose replayed_headers is an initializer list) inside the caller's co_await expression,
+// which GCC 12 cannot compile.
+template <idem::async::AsyncStore S, std::invocable F>
+requires std::convertible_to<idem::async::detail::response_of<F>, Response>
+    idem::async::net::awaitable<Response> async_handle(S& store, const Request& request,
+                                                       F business) {
+  static const Policy defaults{};
+  return async_handle(store, request, std::move(business), defaults);
+}
+
+}  // namespace idem::http
