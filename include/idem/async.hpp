@@ -6,5 +6,6 @@
 #include "idem/async/guard.hpp"
 #include "idem/async/inline_store.hpp"
 #include "idem/async/net.hpp"
+#include "idem/async/offload_store.hpp"
 #include "idem/async/run_once.hpp"
 #include "idem/async/store.hpp"

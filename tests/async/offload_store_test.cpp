@@ -1,0 +1,62 @@
+// idem::async::OffloadStore: a blocking SQLite store used from a loop thread, its calls run on
+// a thread pool, with the same outcomes and a loop that keeps serving.
+#include <chrono>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <catch2/catch.hpp>
+#include <idem/async.hpp>
+#include <idem/sqlite.hpp>
+
+#include "../support/sqlite_file.hpp"
+
+namespace net = idem::async::net;
+using namespace std::chrono_literals;
+
+TEST_CASE(
+    "async offload: SQLite through a thread pool runs once, replays, and leaves the loop "
+    "thread free") {
+  idem_test::TempDir dir;
+  idem::sqlite::Store sqlite{dir / "offload.db"};
+  net::thread_pool calls{2};
+  idem::async::OffloadStore store{sqlite, calls.get_executor()};
+  net::io_context io;
+  const auto loop_thread = std::this_thread::get_id();
+  int ran = 0;
+  int answered = 0;
+  bool business_on_loop = true;
+  for (int i = 0; i < 50; ++i) {
+    net::co_spawn(
+        io,
+        [&, i]() -> net::awaitable<void> {
+          auto body = [&]() -> net::awaitable<int> {
+            ++ran;
+            business_on_loop = business_on_loop && std::this_thread::get_id() == loop_thread;
+            co_await idem::async::sleep_for(1ms);
+            co_return i % 10;
+          };
+          // Five duplicates of each of ten keys.
+          const auto out = co_await idem::async::run_once(store, {"PAY", std::to_string(i % 10)},
+                                                          "fp", body, {.wait = 5s});
+          if (out && out.value() == i % 10) ++answered;
+        },
+        net::detached);
+  }
+  io.run();
+  CHECK(ran == 10);
+  CHECK(answered == 50);
+  CHECK(business_on_loop);  // the business resumes on the loop; only the store's calls moved
+  CHECK(sqlite.find({"PAY", "3"})->status == idem::Status::succeeded);
+  // Errors come back through the co_await, as from the store itself.
+  auto bad = [&]() -> net::awaitable<void> {
+    co_await store.claim({"PAY", "x"}, "fp", {.lease = -1s});
+  };
+  std::exception_ptr error;
+  net::co_spawn(io, bad(), [&](std::exception_ptr e) { error = e; });
+  io.restart();
+  io.run();
+  REQUIRE(error);
+  CHECK_THROWS_AS(std::rethrow_exception(error), idem::InvalidArgument);
+  calls.join();
+}
