@@ -111,12 +111,13 @@ endif()
 
 if(MODE MATCHES "^find_package_(core|missing)$")
   # A machine without the backends' libraries: pkg-config finds neither mysqlclient nor
-  # hiredis (empty search path) and find_package(SQLite3) fails. The core consumer checks
+  # hiredis (empty search path) and find_package(SQLite3) and find_package(Boost) fail. The core consumer checks
   # that they really fail.
   file(MAKE_DIRECTORY "${WORK_DIR}/no-pkgconfig")
   set(ENV{PKG_CONFIG_LIBDIR} "${WORK_DIR}/no-pkgconfig")
   set(ENV{PKG_CONFIG_PATH} "")
-  list(APPEND consumer_args -DCMAKE_DISABLE_FIND_PACKAGE_SQLite3=TRUE)
+  list(APPEND consumer_args -DCMAKE_DISABLE_FIND_PACKAGE_SQLite3=TRUE
+    -DCMAKE_DISABLE_FIND_PACKAGE_Boost=TRUE)
 endif()
 
 if(MODE STREQUAL "find_package_missing")
@@ -129,7 +130,8 @@ if(MODE STREQUAL "find_package_missing")
   if(rc STREQUAL "0")
     message(FATAL_ERROR "[${MODE}] configure succeeded although the backends are missing:\n${out}")
   endif()
-  foreach(hint "default-libmysqlclient-dev" "pkg-config" "libsqlite3-dev" "libhiredis-dev")
+  foreach(hint "default-libmysqlclient-dev" "pkg-config" "libsqlite3-dev" "libhiredis-dev"
+               "libboost1.81-dev")
     string(FIND "${out}" "${hint}" at)
     if(at EQUAL -1)
       message(FATAL_ERROR "[${MODE}] the configure error does not name ${hint}:\n${out}")

@@ -21,6 +21,20 @@ namespace idem::async {
 
 namespace net = boost::asio;
 
+namespace detail {
+
+// What a call answers: T for a net::awaitable<T>, else the call's own result.
+template <class R>
+struct Awaited {
+  using type = R;
+};
+template <class T, class E>
+struct Awaited<net::awaitable<T, E>> {
+  using type = T;
+};
+
+}  // namespace detail
+
 // Suspends the calling coroutine for `d` on its executor's timer: the loop thread serves
 // other work meanwhile.
 inline net::awaitable<void> sleep_for(Duration d) {

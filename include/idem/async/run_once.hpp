@@ -41,15 +41,6 @@ namespace idem::async {
 
 namespace detail {
 
-template <class R>
-struct Awaited {
-  using type = R;
-};
-template <class T, class E>
-struct Awaited<net::awaitable<T, E>> {
-  using type = T;
-};
-
 // What fn answers, co_awaited when it is a coroutine.
 template <class F>
 using response_of = std::decay_t<typename Awaited<std::invoke_result_t<F&>>::type>;
