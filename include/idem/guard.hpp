@@ -106,6 +106,7 @@ class IdempotencyGuard {
   ~IdempotencyGuard() {
     if (!state_.open()) return;
     // On failure the lease will run out and the next duplicate takes over; nothing else to do.
+    std::exception_ptr error;
     try {
       // A store may need to know that the claim was abandoned, not failed on purpose
       // (idem::AbandoningStore); it records the same retryable failure.
@@ -114,13 +115,10 @@ class IdempotencyGuard {
       } else {
         store_.fail(state_.key(), state_.ticket(), detail::abandoned_snapshot, true);
       }
-      state_.report(EventKind::failed);
-    } catch (const LeaseLost& e) {
-      state_.report(EventKind::lease_lost, &e);
-    } catch (const StoreError& e) {
-      state_.store_failed(e);
     } catch (...) {
+      error = std::current_exception();
     }
+    state_.abandoned(error);
   }
 
   Verdict verdict() const noexcept { return state_.verdict(); }
@@ -166,11 +164,8 @@ class IdempotencyGuard {
   void finish(Write&& write) {
     try {
       write();
-    } catch (const LeaseLost& e) {
-      state_.lost(e);
-      throw;
-    } catch (const StoreError& e) {
-      state_.store_failed(e);
+    } catch (...) {
+      state_.write_failed(std::current_exception());
       throw;
     }
   }

@@ -15,6 +15,8 @@
 #include <idem/async.hpp>
 #include <idem/idem.hpp>
 
+#include "../support/loop.hpp"
+
 namespace net = idem::async::net;
 using namespace std::chrono_literals;
 using namespace net::experimental::awaitable_operators;
@@ -27,18 +29,9 @@ struct Loop {
   idem::async::InlineStore<idem::MemoryStore> store{memory};
   net::io_context io;
 
-  // Runs the coroutine on the loop to its end and returns what it returned.
   template <class T>
   T run(net::awaitable<T> a) {
-    std::optional<T> out;
-    std::exception_ptr error;
-    net::co_spawn(
-        io, [&]() -> net::awaitable<void> { out.emplace(co_await std::move(a)); },
-        [&](std::exception_ptr e) { error = e; });
-    io.restart();
-    io.run();
-    if (error) std::rethrow_exception(error);
-    return std::move(*out);
+    return idem_test::run_on(io, std::move(a));
   }
 };
 

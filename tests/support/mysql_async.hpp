@@ -1,14 +1,13 @@
 #pragma once
 // Shared set-up of the async MySQL tests: a fresh record table (made and dropped by the
 // blocking Table) with an AsyncStore on it, and a loop to run coroutines to their end.
-#include <exception>
 #include <memory>
-#include <optional>
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
 #include <idem/mysql/async.hpp>
 
+#include "loop.hpp"
 #include "mysql_server.hpp"
 
 namespace idem_test {
@@ -34,19 +33,5 @@ struct AsyncTable {
     return p;
   }
 };
-
-// Runs the coroutine on `io` until the loop has no more work, and returns its result.
-template <class T>
-T run_on(net::io_context& io, net::awaitable<T> a) {
-  std::optional<T> out;
-  std::exception_ptr error;
-  net::co_spawn(
-      io, [&]() -> net::awaitable<void> { out.emplace(co_await std::move(a)); },
-      [&](std::exception_ptr e) { error = e; });
-  io.restart();
-  io.run();
-  if (error) std::rethrow_exception(error);
-  return std::move(*out);
-}
 
 }  // namespace idem_test

@@ -17,6 +17,7 @@
 // (a store inside the caller's transaction only notes it: the transaction rolls back).
 // co_await abandon() to record it before going on.
 
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -150,11 +151,8 @@ class Guard {
   net::awaitable<void> finish(net::awaitable<void> write) {
     try {
       co_await std::move(write);
-    } catch (const LeaseLost& e) {
-      state_.lost(e);
-      throw;
-    } catch (const StoreError& e) {
-      state_.store_failed(e);
+    } catch (...) {
+      state_.write_failed(std::current_exception());
       throw;
     }
   }
@@ -162,19 +160,17 @@ class Guard {
   // The state is a copy: a detached recording outlives the guard.
   static net::awaitable<void> record_abandoned(S& store, idem::detail::GuardState state) {
     using idem::detail::abandoned_snapshot;
+    std::exception_ptr error;
     try {
       if constexpr (AbandoningAsyncStore<S>) {
         co_await store.abandon(state.key(), state.ticket(), abandoned_snapshot);
       } else {
         co_await store.fail(state.key(), state.ticket(), abandoned_snapshot, true);
       }
-      state.report(EventKind::failed);
-    } catch (const LeaseLost& e) {
-      state.report(EventKind::lease_lost, &e);
-    } catch (const StoreError& e) {
-      state.store_failed(e);
     } catch (...) {
+      error = std::current_exception();
     }
+    state.abandoned(error);
   }
 
   S* store_;

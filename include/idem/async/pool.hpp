@@ -49,25 +49,7 @@ class BasicPool {
  public:
   using Connection = typename Driver::Connection;
 
-  class Handle {
-   public:
-    Handle(Handle&& other) noexcept
-        : pool_(std::exchange(other.pool_, nullptr)), conn_(std::move(other.conn_)) {}
-    Handle& operator=(Handle&&) = delete;
-    Handle(const Handle&) = delete;
-    ~Handle() {
-      if (pool_ != nullptr) pool_->release(std::move(conn_));
-    }
-    Connection& operator*() const noexcept { return *conn_; }
-    Connection* operator->() const noexcept { return conn_.get(); }
-
-   private:
-    friend class BasicPool;
-    Handle(BasicPool* pool, std::unique_ptr<Connection> conn)
-        : pool_(pool), conn_(std::move(conn)) {}
-    BasicPool* pool_;
-    std::unique_ptr<Connection> conn_;
-  };
+  using Handle = PoolHandle<BasicPool, Connection>;
 
   // `who` names the pool in errors.
   BasicPool(Driver driver, std::size_t size, Duration acquire_timeout, std::string_view who)
@@ -110,6 +92,7 @@ class BasicPool {
   const Driver& driver() const noexcept { return driver_; }
 
  private:
+  friend Handle;
   using Clock = std::chrono::steady_clock;
   using error_code = boost::system::error_code;
   struct Slot {

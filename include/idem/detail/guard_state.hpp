@@ -161,6 +161,32 @@ class GuardState {
   // After the store failed to record: still open (record again, or let it go).
   void store_failed(const StoreError& e) const noexcept { report(failure_, &e); }
 
+  // After a commit or fail threw `error` (rethrown by the caller): a claim taken over is
+  // closed, a store failure leaves it open; both are reported.
+  void write_failed(const std::exception_ptr& error) noexcept {
+    try {
+      std::rethrow_exception(error);
+    } catch (const LeaseLost& e) {
+      lost(e);
+    } catch (const StoreError& e) {
+      store_failed(e);
+    } catch (...) {
+    }
+  }
+
+  // After the retryable failure of a guard that was let go was written (no error) or not.
+  void abandoned(const std::exception_ptr& error) const noexcept {
+    if (!error) return report(EventKind::failed);
+    try {
+      std::rethrow_exception(error);
+    } catch (const LeaseLost& e) {
+      report(EventKind::lease_lost, &e);
+    } catch (const StoreError& e) {
+      store_failed(e);
+    } catch (...) {
+    }
+  }
+
   template <Deserializable T>
   Outcome<T> replay() const {
     if (claim_.verdict != Verdict::replayed) {

@@ -36,6 +36,7 @@
 #include "idem/errors.hpp"
 #include "idem/mysql/connection_params.hpp"
 #include "idem/mysql/detail/bind.hpp"
+#include "idem/mysql/detail/connect.hpp"
 #include "idem/mysql/detail/driver_init.hpp"
 #include "idem/mysql/detail/server_features.hpp"
 #include "idem/mysql/detail/statement_cache.hpp"
@@ -176,27 +177,14 @@ class Connection {
     autocommit_off_ = false;  // a new session starts as the server sets it up
     mysql_ = mysql_init(nullptr);
     if (mysql_ == nullptr) throw StoreError("idem::mysql: mysql_init failed (out of memory)", true);
-    const unsigned connect_timeout = static_cast<unsigned>(params_.connect_timeout.count());
-    const unsigned read_timeout = static_cast<unsigned>(params_.read_timeout.count());
-    const unsigned write_timeout = static_cast<unsigned>(params_.write_timeout.count());
-    mysql_options(mysql_, MYSQL_OPT_CONNECT_TIMEOUT, &connect_timeout);
-    mysql_options(mysql_, MYSQL_OPT_READ_TIMEOUT, &read_timeout);
-    mysql_options(mysql_, MYSQL_OPT_WRITE_TIMEOUT, &write_timeout);
-    mysql_options(mysql_, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    const bool socket = !params_.unix_socket.empty();
-    if (mysql_real_connect(mysql_, socket ? "localhost" : params_.host.c_str(),
-                           params_.user.c_str(), params_.password.c_str(),
-                           params_.database.empty() ? nullptr : params_.database.c_str(),
-                           socket ? 0 : params_.port,
-                           socket ? params_.unix_socket.c_str() : nullptr, 0) == nullptr) {
-      const StoreError e =
-          make_error(socket ? fmt::format("connect to {}", params_.unix_socket)
-                            : fmt::format("connect to {}:{}", params_.host, params_.port),
-                     mysql_errno(mysql_), mysql_sqlstate(mysql_), mysql_error(mysql_));
+    detail::set_connect_options(mysql_, params_);
+    const detail::ConnectTarget to(params_);
+    if (mysql_real_connect(mysql_, to.host, params_.user.c_str(), params_.password.c_str(),
+                           to.database, to.port, to.socket, 0) == nullptr) {
+      const StoreError e = detail::connect_error(mysql_, params_);
       mysql_close(mysql_);
       mysql_ = nullptr;
-      // Refused logins and unknown databases will not heal by retrying; lost links may.
-      throw StoreError(e.what(), is_connection_lost(e.diagnostics().code), e.diagnostics());
+      throw e;
     }
     try {
       returning_ = detail::server_has_returning(mysql_);

@@ -50,30 +50,34 @@ struct PoolParams {
 // anything else gets the session as it was opened.
 enum class PoolUse { statements, transaction };
 
+// A connection handed out by a pool (this one, or idem::async::BasicPool): exclusively the
+// holder's until the handle is destroyed, then given back to its pool.
+template <class Pool, class Connection>
+class PoolHandle {
+ public:
+  PoolHandle(PoolHandle&& other) noexcept
+      : pool_(std::exchange(other.pool_, nullptr)), conn_(std::move(other.conn_)) {}
+  PoolHandle& operator=(PoolHandle&&) = delete;
+  PoolHandle(const PoolHandle&) = delete;
+  ~PoolHandle() {
+    if (pool_ != nullptr) pool_->release(std::move(conn_));
+  }
+  Connection& operator*() const noexcept { return *conn_; }
+  Connection* operator->() const noexcept { return conn_.get(); }
+
+ private:
+  friend Pool;
+  PoolHandle(Pool* pool, std::unique_ptr<Connection> conn) : pool_(pool), conn_(std::move(conn)) {}
+  Pool* pool_;
+  std::unique_ptr<Connection> conn_;
+};
+
 template <class Driver>
 class BasicPool {
  public:
   using Connection = typename Driver::Connection;
 
-  class Handle {
-   public:
-    Handle(Handle&& other) noexcept
-        : pool_(std::exchange(other.pool_, nullptr)), conn_(std::move(other.conn_)) {}
-    Handle& operator=(Handle&&) = delete;
-    Handle(const Handle&) = delete;
-    ~Handle() {
-      if (pool_ != nullptr) pool_->release(std::move(conn_));
-    }
-    Connection& operator*() const noexcept { return *conn_; }
-    Connection* operator->() const noexcept { return conn_.get(); }
-
-   private:
-    friend class BasicPool;
-    Handle(BasicPool* pool, std::unique_ptr<Connection> conn)
-        : pool_(pool), conn_(std::move(conn)) {}
-    BasicPool* pool_;
-    std::unique_ptr<Connection> conn_;
-  };
+  using Handle = PoolHandle<BasicPool, Connection>;
 
   // `who` names the pool in errors, e.g. "idem::mysql::Pool".
   BasicPool(Driver driver, std::size_t size, Duration acquire_timeout, std::string_view who)
@@ -127,6 +131,7 @@ class BasicPool {
   const Driver& driver() const noexcept { return driver_; }
 
  private:
+  friend Handle;
   using Clock = std::chrono::steady_clock;
   struct Idle {
     std::unique_ptr<Connection> conn;

@@ -1,0 +1,28 @@
+#pragma once
+// Running a coroutine to its end from a test: the async tests' one way to do it.
+#include <exception>
+#include <optional>
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <idem/async/net.hpp>
+
+namespace idem_test {
+
+// Runs the coroutine on `io` until the loop has no more work (so also whatever it left
+// running there), and returns its result or throws its exception.
+template <class T>
+T run_on(boost::asio::io_context& io, idem::async::net::awaitable<T> a) {
+  namespace net = idem::async::net;
+  std::optional<T> out;
+  std::exception_ptr error;
+  net::co_spawn(
+      io, [&]() -> net::awaitable<void> { out.emplace(co_await std::move(a)); },
+      [&](std::exception_ptr e) { error = e; });
+  io.restart();
+  io.run();
+  if (error) std::rethrow_exception(error);
+  return std::move(*out);
+}
+
+}  // namespace idem_test
