@@ -19,9 +19,11 @@ struct AsyncTable {
   std::shared_ptr<idem::mysql::AsyncPool> pool;
   idem::mysql::AsyncStore store;
 
-  explicit AsyncTable(std::size_t pool_size = 8, idem::mysql::StoreParams params = {})
+  // `connect`: how the async pool logs in (the blocking table always as the test's root).
+  explicit AsyncTable(std::size_t pool_size = 8, idem::mysql::StoreParams params = {},
+                      idem::mysql::ConnectionParams connect = server())
       : blocking(2, params),
-        pool(std::make_shared<idem::mysql::AsyncPool>(server(),
+        pool(std::make_shared<idem::mysql::AsyncPool>(std::move(connect),
                                                       idem::mysql::PoolParams{.size = pool_size})),
         store(pool, with_table(std::move(params), blocking.name)) {}
 
