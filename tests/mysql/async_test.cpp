@@ -221,10 +221,29 @@ TEST_CASE("async mysql: a request cancelled at any point leaves no processing cl
   std::mt19937 rng(11);
   int cancelled = 0;
   constexpr int requests = 400;
-  // The pool's connections open first, so that the timeouts below fall on every step.
-  run_on(io, idem::async::run_once(t.store, {"CANCEL", "warm-up"}, "", [] { return 0; }));
+  // A first round of the same requests on other keys opens the pool's connections and
+  // measures how long the round takes here (a sanitizer build is several times slower);
+  // the timeouts below are spread over one and a half times that, so that they fall on
+  // every step of a request and some requests finish.
+  const auto calibration_start = std::chrono::steady_clock::now();
   for (int i = 0; i < requests; ++i) {
-    const auto timeout = std::chrono::microseconds(rng() % 150000);
+    net::co_spawn(
+        io,
+        [&, i]() -> net::awaitable<void> {
+          auto body = [&]() -> net::awaitable<int> {
+            co_await pause(1ms);
+            co_return i;
+          };
+          co_await idem::async::run_once(t.store, {"CALIBRATE", std::to_string(i)}, "fp", body);
+        },
+        net::detached);
+  }
+  io.run();
+  const auto round = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::steady_clock::now() - calibration_start);
+  const auto spread = static_cast<unsigned>(round.count() * 3 / 2) + 1;
+  for (int i = 0; i < requests; ++i) {
+    const auto timeout = std::chrono::microseconds(rng() % spread);
     net::co_spawn(
         io,
         [&, i, timeout]() -> net::awaitable<void> {
@@ -241,7 +260,7 @@ TEST_CASE("async mysql: a request cancelled at any point leaves no processing cl
         },
         net::detached);
   }
-  io.restart();  // the warm-up's run stopped the loop
+  io.restart();  // the calibration's run stopped the loop
   io.run();      // also runs the clean-ups the cancelled claims started
   const long long in_claim = t.count("response_snapshot LIKE '%idem.cancelled%'");
   const long long in_body = t.count("response_snapshot LIKE '%idem.abandoned%'");
