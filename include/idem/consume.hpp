@@ -134,7 +134,7 @@ Ack run_acquired(IdempotencyGuard<S>& guard, F& fn) {
   } catch (const InvalidArgument& e) {
     // The business ran but its result cannot be stored; running it again could repeat its
     // effect, so (as run_once does) the failure is recorded as permanent and rethrown.
-    guard.fail({{"error", "idem.unstorable_response"}, {"detail", e.what()}}, false);
+    guard.fail(detail::unstorable_response(e), false);
     throw;
   }
   return {Ack::commit, Verdict::acquired, ""};

@@ -3,6 +3,7 @@
 // racing on one loop thread.
 #include <chrono>
 #include <map>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -193,6 +194,41 @@ TEST_CASE_METHOD(Loop,
   CHECK(retry.acquired());
   CHECK(retry.value() == 2);
   CHECK(ran == 2);
+}
+
+namespace {
+
+struct Voucher {
+  std::optional<std::string> code;
+};
+void to_json(json& j, const Voucher& v) {
+  j = v.code.value();  // std::bad_optional_access for an empty optional
+}
+void from_json(const json& j, Voucher& v) {
+  v.code = j.get<std::string>();
+}
+
+}  // namespace
+
+TEST_CASE_METHOD(Loop,
+                 "async run_once: a response whose to_json throws any exception is recorded as "
+                 "permanent, never run again") {
+  const idem::Key key{"PAY", "A-7b"};
+  int ran = 0;
+  auto issue = [&]() -> net::awaitable<Voucher> {
+    ++ran;
+    co_return Voucher{};
+  };
+  CHECK_THROWS_AS(run(idem::async::run_once(store, key, "fp", issue)), idem::InvalidArgument);
+  const auto stored = memory.find(key);
+  REQUIRE(stored);
+  CHECK(stored->status == idem::Status::failed);
+  CHECK_FALSE(stored->retryable);
+  const auto again = run(idem::async::run_once(store, key, "fp", issue));
+  CHECK(again.verdict() == idem::Verdict::replayed);
+  REQUIRE(again.failed());
+  CHECK(again.error()["error"] == "idem.unstorable_response");
+  CHECK(ran == 1);
 }
 
 TEST_CASE_METHOD(Loop,

@@ -1,6 +1,7 @@
 // IdempotencyGuard and run_once semantics beyond the store contract (which conformance covers).
 #include <sys/wait.h>
 #include <unistd.h>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -135,6 +136,50 @@ TEST_CASE_METHOD(
   CHECK(again.verdict() == idem::Verdict::replayed);
   REQUIRE(again.failed());
   CHECK(again.error()["error"] == "idem.unstorable_response");
+}
+
+// A to_json that throws something other than a JSON error (here std::bad_optional_access from an
+// empty optional) is as unstorable as invalid UTF-8: recorded as permanent, never run again.
+namespace {
+
+struct Shipment {
+  std::optional<std::string> carrier;
+};
+void to_json(json& j, const Shipment& s) {
+  j = json{{"carrier", s.carrier.value()}};  // throws for an empty optional
+}
+void from_json(const json& j, Shipment& s) {
+  s.carrier = j.at("carrier").get<std::string>();
+}
+
+}  // namespace
+
+TEST_CASE_METHOD(Fixture,
+                 "run_once: a to_json that throws any exception is an unstorable response, never "
+                 "a second run") {
+  const idem::Key key{"PAY", "T-6b"};
+  int runs = 0;
+  auto ship = [&] {
+    ++runs;
+    return Shipment{};
+  };
+  CHECK_THROWS_AS(idem::run_once(store, key, "", ship), idem::InvalidArgument);
+  const auto stored = store.find(key);
+  REQUIRE(stored);
+  CHECK(stored->status == idem::Status::failed);
+  CHECK_FALSE(stored->retryable);
+  const auto again = idem::run_once(store, key, "", ship);
+  CHECK(runs == 1);
+  CHECK(again.verdict() == idem::Verdict::replayed);
+  REQUIRE(again.failed());
+  CHECK(again.error()["error"] == "idem.unstorable_response");
+  // The guard alone: commit() reports it as InvalidArgument and the claim stays open.
+  const idem::Key other{"PAY", "T-6c"};
+  idem::IdempotencyGuard guard{store, other, ""};
+  CHECK_THROWS_AS(guard.commit(Shipment{}), idem::InvalidArgument);
+  CHECK(store.find(other)->status == idem::Status::processing);
+  guard.commit(Shipment{"post"});
+  CHECK(store.find(other)->status == idem::Status::succeeded);
 }
 
 TEST_CASE_METHOD(Fixture, "run_once: returns values of any serialisable type") {

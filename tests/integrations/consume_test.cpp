@@ -4,6 +4,7 @@
 #include <chrono>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -137,6 +138,33 @@ TEST_CASE_METHOD(Fixture, "consume: a result that cannot be stored is a permanen
   CHECK(store.find(order)->status == idem::Status::failed);
   CHECK_FALSE(store.find(order)->retryable);
   CHECK(idem::consume(store, order, "fp", too_big) == Ack::commit);  // replays, never reruns
+  CHECK(runs == 1);
+}
+
+namespace {
+
+struct Parcel {
+  std::optional<int> weight;
+};
+void to_json(nlohmann::json& j, const Parcel& p) {
+  j = p.weight.value();  // std::bad_optional_access for an empty optional
+}
+
+}  // namespace
+
+TEST_CASE_METHOD(Fixture,
+                 "consume: a result whose to_json throws any exception is a permanent failure") {
+  int runs = 0;
+  auto weigh = [&] {
+    ++runs;
+    return Parcel{};
+  };
+  CHECK_THROWS_AS(idem::consume(store, order, "fp", weigh), idem::InvalidArgument);
+  CHECK(store.find(order)->status == idem::Status::failed);
+  CHECK_FALSE(store.find(order)->retryable);
+  const Ack again = idem::consume(store, order, "fp", weigh);
+  CHECK(again == Ack::commit);
+  CHECK(again.verdict == Verdict::replayed);
   CHECK(runs == 1);
 }
 

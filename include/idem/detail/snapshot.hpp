@@ -18,14 +18,23 @@
 
 namespace idem::detail {
 
+// Whatever a user's to_json throws (a JSON error, std::bad_optional_access from an empty
+// optional, anything) means the response cannot be stored: it becomes InvalidArgument, which
+// the callers record as a permanent failure after the business ran. Let through, it would
+// leave the claim to the guard's destructor, which records a retryable failure, and the retry
+// would run the business again.
 template <Serializable T>
 std::string encode_snapshot(const T& value) {
   std::string text;
   try {
     text = nlohmann::json(value).dump();
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const std::exception& e) {
     throw InvalidArgument(
         fmt::format("idem: the response cannot be serialised to JSON: {}", e.what()));
+  } catch (...) {
+    throw InvalidArgument(
+        "idem: the response cannot be serialised to JSON: its to_json threw a non-standard "
+        "exception");
   }
   check_snapshot(text);
   return text;
