@@ -19,7 +19,7 @@
 
 #include <idem/http/idempotency_key.hpp>
 
-#include "server_process.hpp"
+#include "../support/server_process.hpp"
 
 using nlohmann::json;
 

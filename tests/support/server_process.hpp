@@ -1,6 +1,7 @@
 #pragma once
-// An example server binary as a child process whose first stdout line names its loopback port
-// ("listening on 127.0.0.1:PORT ..."), for the tests that drive it over HTTP.
+// A server binary (an example server, the fake payment gateway) as a child process whose first
+// stdout line names its loopback port ("listening on 127.0.0.1:PORT ..."), for the tests that
+// drive it over HTTP.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -70,16 +71,29 @@ class ServerProcess {
     if (done == 0) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, &wstatus, 0);
-      status_ = -1;
-    } else {
-      status_ = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+      return forget(-1);
     }
-    pid_ = 0;
-    ::close(out_);
-    return status_;
+    return forget(WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
+  }
+
+  // Kills the server with SIGKILL at once, as a crash would: no handler runs, nothing is
+  // flushed or closed by the server itself. Returns -1.
+  int kill() {
+    if (pid_ <= 0) return status_;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    return forget(-1);
   }
 
  private:
+  // The child is reaped: remember how it ended, release its pipe.
+  int forget(int status) {
+    pid_ = 0;
+    ::close(out_);
+    status_ = status;
+    return status_;
+  }
+
   int read_port() {
     std::string line;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{60};
