@@ -16,6 +16,8 @@
 //   in_progress (another consumer holds it)  -> fn not run      -> retry_later
 //   conflict (same key, another payload)     -> fn not run      -> commit: redelivery can never
 //                                               succeed; send it to your dead-letter queue.
+//   outcome_unknown (an earlier attempt died mid-effect) -> fn not run -> retry_later: the
+//                                               record waits for a resolver pass or a repair.
 // Store failures (idem::StoreError, also when the business's own SQL throws one) and a lost
 // lease (idem::LeaseLost) propagate as exceptions: do not acknowledge the message; its
 // redelivery is answered by the record. (In same-transaction mode this lets
@@ -86,6 +88,10 @@ inline Ack ack_without_running(Verdict verdict, const Record& stored) {
     case Verdict::conflict:
       return {Ack::commit, verdict,
               "the key was used before with another payload; redelivery cannot succeed"};
+    case Verdict::outcome_unknown:
+      return {Ack::retry_later, verdict,
+              "an earlier attempt's outcome is unknown; a resolver pass or an operator's repair "
+              "settles it"};
     case Verdict::acquired:
       break;
   }

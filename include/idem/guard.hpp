@@ -13,7 +13,9 @@
 //   }
 //   return guard.verdict() == idem::Verdict::in_progress ? busy() : mismatch();  // 409 / 422
 //
-// The constructor claims (and, with options.wait, waits for an in-progress claim to finish).
+// The constructor claims (and, with options.wait, waits for an in-progress claim to finish;
+// with options.resolvers, asks the resolver about a crashed attempt it took over, see
+// idem/resolver.hpp: the verdict may then be replayed or outcome_unknown).
 // An acquired guard that is destroyed without commit() or fail() - an exception, an early
 // return - records a retryable failure, so a retry may run again and no processing record is
 // left behind; the destructor never throws. On a bound store (same-transaction mode) that
@@ -34,6 +36,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "idem/attempt.hpp"
 #include "idem/detail/guard_state.hpp"
 #include "idem/detail/snapshot.hpp"
 #include "idem/errors.hpp"
@@ -42,6 +45,8 @@
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"
+#include "idem/repair.hpp"
+#include "idem/resolver.hpp"
 #include "idem/serializable.hpp"
 #include "idem/store.hpp"
 #include "idem/store/abilities.hpp"
@@ -52,8 +57,38 @@ namespace idem {
 
 namespace detail {
 
+// An acquired claim that resumed a crashed attempt (after_crash), settled by the resolver of
+// its biz_type before the business runs (idem/resolver.hpp): happened completes the record
+// with the resolver's response (answered as a replay), unknown marks it outcome_unknown,
+// not_happened leaves the claim to run. Both writes are fenced repairs on the claim's own
+// fence; one refused means the lease ran out during the resolution and someone else holds
+// the key now: answered in_progress.
+template <Store S>
+ClaimResult resolve_crashed(S& store, ClaimResult claim, const Options& options) {
+  if constexpr (RepairingStore<S>) {
+    if (claim.verdict != Verdict::acquired || !claim.after_crash || options.resolvers == nullptr ||
+        !options.resolvers->covers(claim.record.key.biz_type())) {
+      return claim;
+    }
+    const Resolution answer = options.resolvers->resolve(claim.record);
+    const std::optional<Repair> repair =
+        repair_for(answer, claim.record.ticket.fence, /*claiming=*/true);
+    if (!repair) return claim;
+    try {
+      Record settled = store.repair(claim.record.key, *repair);
+      const Verdict v =
+          settled.status == Status::succeeded ? Verdict::replayed : Verdict::outcome_unknown;
+      return ClaimResult{v, std::move(settled), true};
+    } catch (const RepairRefused& e) {
+      return ClaimResult{Verdict::in_progress, e.current().value_or(claim.record), true};
+    }
+  } else {
+    return claim;
+  }
+}
+
 // Claims; while the answer is in_progress and options.wait allows, sleeps and claims again
-// (see ClaimWait).
+// (see ClaimWait); then settles a resumed crashed attempt (resolve_crashed).
 template <Store S>
 ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerprint,
                             const Options& options) {
@@ -64,7 +99,7 @@ ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerpri
     std::this_thread::sleep_for(*pause);
     result = store.claim(key, fingerprint, options);
   }
-  return result;
+  return resolve_crashed(store, std::move(result), options);
 }
 
 // claim_with_wait, reported to options.observer (answer or store failure, with its latency).
@@ -158,6 +193,14 @@ class IdempotencyGuard {
 
   // The claim and its bookkeeping, for idem::run_once.
   const detail::GuardState& state() const noexcept { return state_; }
+
+  // Whether this claim resumed an attempt whose worker died mid-flight (and no resolver
+  // settled it): effects of that attempt outside the store may have happened.
+  bool after_crash() const noexcept { return state_.after_crash(); }
+
+  // The business's view of this acquired claim: its steps with recovery points and the keys
+  // to pass downstream (idem/attempt.hpp). Valid while the guard lives.
+  Attempt<S> attempt() { return Attempt<S>(store_, state_); }
 
  private:
   template <class Write>

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -20,12 +21,16 @@
 
 #include "idem/clock.hpp"
 #include "idem/detail/checks.hpp"
+#include "idem/detail/recovery_points.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
 #include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
@@ -71,7 +76,7 @@ class MemoryStore {
     if (is_takeover(d)) {
       stored = take_over(stored, d, fingerprint, detail::new_owner_token(), now, options);
     }
-    return {verdict_of(d), stored};
+    return {verdict_of(d), stored, resumes_crashed(d)};
   }
 
   void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
@@ -132,6 +137,59 @@ class MemoryStore {
     return count;
   }
 
+  Record repair(const Key& key, const Repair& repair) {
+    validate(repair);
+    const TimePoint now = clock_();
+    Shard& shard = shard_for(key);
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.records.find(key);
+    if (it == shard.records.end()) {
+      throw repair_refused("idem::MemoryStore", key, repair.fence, std::nullopt);
+    }
+    if (!repair_holds(it->second, repair.fence)) {
+      throw repair_refused("idem::MemoryStore", key, repair.fence, it->second);
+    }
+    it->second = repaired(it->second, repair, detail::new_owner_token(), now);
+    return it->second;
+  }
+
+  std::vector<Record> list(const RecordQuery& query) const {
+    validate(query);
+    const TimePoint now = clock_();
+    std::vector<Record> found;
+    for (const Shard& shard : shards_) {
+      std::lock_guard lock(shard.mutex);
+      for (const auto& [key, r] : shard.records)
+        if (matches(query, r, now)) found.push_back(r);
+    }
+    const auto before = [&](const Record& a, const Record& b) {
+      return listed_before(query, a, b);
+    };
+    const std::size_t n = std::min(query.limit, found.size());
+    std::partial_sort(found.begin(), found.begin() + static_cast<std::ptrdiff_t>(n), found.end(),
+                      before);
+    found.erase(found.begin() + static_cast<std::ptrdiff_t>(n), found.end());
+    return found;
+  }
+
+  std::string record_step(const Key& key, const Ticket& ticket, std::string_view step,
+                          std::string_view result) {
+    const TimePoint now = clock_();
+    Shard& shard = shard_for(key);
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.records.find(key);
+    if (it == shard.records.end() || !holds(it->second, ticket)) {
+      detail::with_step("", step, result);  // a bad step is InvalidArgument before LeaseLost
+      throw lease_lost("idem::MemoryStore", key, ticket);
+    }
+    std::string points = detail::with_step(it->second.recovery_points, step, result);
+    if (points != it->second.recovery_points) {
+      it->second.recovery_points = points;
+      it->second.updated_at = now;
+    }
+    return points;
+  }
+
   // Number of records held, expired ones included (for tests and metrics).
   std::size_t size() const {
     std::size_t n = 0;
@@ -173,5 +231,7 @@ class MemoryStore {
 };
 
 static_assert(Store<MemoryStore>);
+static_assert(RepairingStore<MemoryStore> && ListingStore<MemoryStore> &&
+              RecoveryPointStore<MemoryStore>);
 
 }  // namespace idem

@@ -103,14 +103,16 @@ class Metrics final : public Observer {
     });
     header("idem_claims_total", "counter", "Claim answers by verdict.");
     each([&](const std::string& b, const Series& s) {
-      for (EventKind k : {EventKind::acquired, EventKind::taken_over, EventKind::replayed,
-                          EventKind::in_progress, EventKind::conflict}) {
+      for (EventKind k :
+           {EventKind::acquired, EventKind::taken_over, EventKind::replayed, EventKind::in_progress,
+            EventKind::conflict, EventKind::outcome_unknown}) {
         out += fmt::format("idem_claims_total{{biz_type=\"{}\",verdict=\"{}\"}} {}\n", b,
                            to_string(k), load(s, k));
       }
     });
     header("idem_duplicates_total", "counter",
-           "Requests answered as duplicates (replayed, in_progress or conflict).");
+           "Requests answered as duplicates (replayed, in_progress, conflict or "
+           "outcome_unknown).");
     each([&](const std::string& b, const Series& s) {
       out += fmt::format("idem_duplicates_total{{biz_type=\"{}\"}} {}\n", b, totals(s).duplicates);
     });
@@ -156,7 +158,7 @@ class Metrics final : public Observer {
   }
 
  private:
-  static constexpr std::size_t kinds = static_cast<std::size_t>(EventKind::cache_hit) + 1;
+  static constexpr std::size_t kinds = static_cast<std::size_t>(EventKind::outcome_unknown) + 1;
 
   struct Series {
     std::array<std::atomic<std::uint64_t>, kinds> events{};
@@ -175,7 +177,7 @@ class Metrics final : public Observer {
 
   static Totals totals(const Series& s) {
     const std::uint64_t dup = load(s, EventKind::replayed) + load(s, EventKind::in_progress) +
-                              load(s, EventKind::conflict);
+                              load(s, EventKind::conflict) + load(s, EventKind::outcome_unknown);
     return {dup + load(s, EventKind::acquired) + load(s, EventKind::taken_over), dup};
   }
 

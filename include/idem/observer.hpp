@@ -35,6 +35,8 @@ enum class EventKind {
                         // runs it again (a deadlock between duplicates, an ordinary event)
   cache_hit,            // idem::CachedStore answered the claim from memory, without the store
                         // (the claim's answer, replayed or conflict, is reported as well)
+  outcome_unknown,      // a duplicate met an outcome_unknown record (or its claim's resolver
+                        // could not tell): nothing ran, nothing was replayed
 };
 
 constexpr std::string_view to_string(EventKind k) noexcept {
@@ -63,6 +65,8 @@ constexpr std::string_view to_string(EventKind k) noexcept {
       return "transaction_retried";
     case EventKind::cache_hit:
       return "cache_hit";
+    case EventKind::outcome_unknown:
+      return "outcome_unknown";
   }
   return "unknown";
 }
@@ -71,7 +75,7 @@ constexpr std::string_view to_string(EventKind k) noexcept {
 // verdict).
 constexpr bool is_claim_answer(EventKind k) noexcept {
   return k == EventKind::acquired || k == EventKind::taken_over || k == EventKind::replayed ||
-         k == EventKind::in_progress || k == EventKind::conflict;
+         k == EventKind::in_progress || k == EventKind::conflict || k == EventKind::outcome_unknown;
 }
 
 struct Event {

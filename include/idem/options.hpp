@@ -11,6 +11,8 @@
 
 namespace idem {
 
+class Resolvers;  // idem/resolver.hpp
+
 struct Options {
   // How long a processing claim is honoured. Past it, a duplicate takes the claim over
   // (the first worker is presumed dead). Pick it longer than the business can take.
@@ -25,6 +27,11 @@ struct Options {
   // Used by IdempotencyGuard, run_once and consume: told of every verdict, record, lease loss
   // and store failure (idem/observer.hpp). Not owned; must outlive the calls. Null: no hook.
   Observer* observer = nullptr;
+  // Used by IdempotencyGuard, run_once and consume: when a claim takes over an attempt whose
+  // worker died mid-flight (ClaimResult::after_crash), the resolver of its biz_type says
+  // whether the effect happened before anything runs again (idem/resolver.hpp). Not owned;
+  // must outlive the calls. Null, or no resolver for the biz_type: the business runs again.
+  const Resolvers* resolvers = nullptr;
 };
 
 // The longest ttl (and so lease) a claim may ask for: a century keeps every expiry far inside

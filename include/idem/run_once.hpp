@@ -5,7 +5,11 @@
 //   if (out) use(out.value());                   // ran now, or replayed the first response
 //   else if (out.failed()) decline(out.error()); // a recorded permanent failure
 //   else if (out.verdict() == idem::Verdict::in_progress) ask_to_retry_later();
+//   else if (out.verdict() == idem::Verdict::outcome_unknown) ask_to_retry_much_later();
 //   else reject_mismatch();                      // conflict
+//
+// fn may take an idem::Attempt<S>& (idem/attempt.hpp): a business made of steps keeps each
+// finished step's result with the key, and passes step_key()s downstream.
 //
 // An exception from fn records a retryable failure and propagates. idem::PermanentFailure
 // records a non-retryable failure and comes back as a failed Outcome (verdict acquired), in
@@ -20,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "idem/attempt.hpp"
 #include "idem/errors.hpp"
 #include "idem/guard.hpp"
 #include "idem/key.hpp"
@@ -31,10 +36,31 @@
 
 namespace idem {
 
-template <Store S, std::invocable F>
-auto run_once(S& store, const Key& key, std::string_view fingerprint, F&& fn,
-              const Options& options = {}) -> Outcome<std::decay_t<std::invoke_result_t<F&>>> {
-  using T = std::decay_t<std::invoke_result_t<F&>>;
+namespace detail {
+
+// fn() or, for a business that wants its claim's view (steps, keys for downstream),
+// fn(attempt) (idem/attempt.hpp).
+template <class F, class A>
+decltype(auto) invoke_business(F& fn, A& attempt) {
+  if constexpr (std::invocable<F&, A&>) {
+    return std::invoke(fn, attempt);
+  } else {
+    return std::invoke(fn);
+  }
+}
+
+template <class F, class A>
+using business_result_t =
+    std::decay_t<decltype(invoke_business(std::declval<F&>(), std::declval<A&>()))>;
+
+}  // namespace detail
+
+template <Store S, class F>
+requires std::invocable<F&> || std::invocable < F&, Attempt<S>
+& > auto run_once(S& store, const Key& key, std::string_view fingerprint, F&& fn,
+                  const Options& options = {})
+        -> Outcome<detail::business_result_t<F, Attempt<S>>> {
+  using T = detail::business_result_t<F, Attempt<S>>;
   static_assert(!std::is_void_v<T>,
                 "idem::run_once: fn must return the response to record (e.g. a bool or a json)");
   static_assert(Serializable<T>,
@@ -45,7 +71,8 @@ auto run_once(S& store, const Key& key, std::string_view fingerprint, F&& fn,
 
   std::optional<T> value;
   try {
-    value.emplace(std::invoke(fn));
+    Attempt<S> attempt = guard.attempt();
+    value.emplace(detail::invoke_business(fn, attempt));
   } catch (const PermanentFailure& e) {
     guard.fail(e.error(), false);
     return Outcome<T>::failure(Verdict::acquired, e.error(), guard.record());

@@ -4,15 +4,16 @@
 // checks it; run it on any store you write.
 //
 // ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options)
-//   Atomically decides by the decision table (idem/decision.hpp) with `now` from the store's
-//   clock (the database server's for MySQL; the application's, injectable, for SQLite):
-//   - no record: inserts {processing, fence 1, attempts 1, lease_until = now + lease,
-//     expire_at = now + ttl, fresh owner token} and answers acquired;
+//   Atomically decides by the decision table (idem/store/record_rules.hpp) with `now` from the
+//   store's clock (the database server's for MySQL; the application's, injectable, for SQLite):
+//   - no record: inserts claim_record() {processing, fence 1, attempts 1, lease_until =
+//     now + lease, expire_at = now + ttl, fresh owner token} and answers acquired;
 //   - a takeover row (expired; failed retryable; processing with lease_until <= now): rewrites
-//     the record as apply_takeover() does, fence + 1 and a fresh owner token, and answers
-//     acquired. At most one concurrent caller can win a takeover (it is fenced on the old
-//     fence);
-//   - replay / in_progress / conflict: changes nothing and answers with the stored record.
+//     the record as take_over() does, fence + 1 and a fresh owner token, and answers
+//     acquired, with after_crash set for a processing row (take_over_stale). At most one
+//     concurrent caller can win a takeover (it is fenced on the old ticket);
+//   - replay / in_progress / conflict / outcome_unknown: changes nothing and answers with the
+//     stored record.
 //   Never two callers acquired for the same live record. Throws InvalidArgument for bad
 //   options or fingerprint (before any write), StoreError on infrastructure failure.
 //
@@ -36,10 +37,12 @@
 //   Marks at most `batch` processing records whose lease ran out as failed and retryable (their
 //   workers are presumed dead), so that the next duplicate runs again without waiting for a
 //   claim. The stale workers' later complete()/fail() get LeaseLost. Returns rows changed.
+//   This is the blind release: for effects outside the store, the Janitor with resolvers
+//   (idem/janitor.hpp, idem/resolver.hpp) asks first and repairs instead.
 //
 // Optional abilities beyond this contract (not waiting, running inside the caller's
-// transaction, abandon, set_rollback_only, claim_batch) are named, each with what it changes,
-// in idem/store/abilities.hpp.
+// transaction, abandon, set_rollback_only, claim_batch, repair, list, record_step) are named,
+// each with what it changes, in idem/store/abilities.hpp.
 
 #include <concepts>
 #include <cstddef>
@@ -58,8 +61,13 @@ namespace idem {
 struct ClaimResult {
   Verdict verdict;
   // acquired: the new claim (its ticket is the caller's to complete or fail).
-  // replayed / in_progress / conflict: the stored record the verdict was read from.
+  // replayed / in_progress / conflict / outcome_unknown: the stored record the verdict was read
+  // from.
   Record record;
+  // acquired by taking over a processing record whose lease ran out: the previous worker died
+  // mid-flight, and its effects outside the store may have happened (a resolver, or the
+  // recovery points, say which).
+  bool after_crash = false;
 };
 
 // One claim of idem::claim_batch (idem/batch.hpp) and of a store's own claim_batch.

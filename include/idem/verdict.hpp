@@ -10,6 +10,9 @@ enum class Verdict {
   replayed,     // finished before: return the stored response (or the stored permanent error)
   in_progress,  // another caller holds a live lease: answer "in progress" (HTTP 409), retry later
   conflict,     // the key was used with a different request fingerprint: reject (HTTP 422)
+  // an earlier attempt died during its effect and whether that effect happened is not known
+  // yet: run nothing, invent no answer; retry later (a resolver or an operator settles it)
+  outcome_unknown,
 };
 
 constexpr std::string_view to_string(Verdict v) noexcept {
@@ -22,6 +25,8 @@ constexpr std::string_view to_string(Verdict v) noexcept {
       return "in_progress";
     case Verdict::conflict:
       return "conflict";
+    case Verdict::outcome_unknown:
+      return "outcome_unknown";
   }
   return "unknown";
 }

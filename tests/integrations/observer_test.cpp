@@ -260,9 +260,9 @@ TEST_CASE("metrics: the rendering is valid text exposition format") {
       buckets.push_back(std::stol(line.substr(line.rfind(' ') + 1)));
     samples += line[0] == '#' ? 0 : 1;
   }
-  // requests, claims, duplicates, results, lease lost, the three store error series, cache
-  // hits, the histogram
-  CHECK(samples == 1 + 5 + 1 + 2 + 1 + 3 + 1 + 15 + 2);
+  // requests, claims (six verdicts), duplicates, results, lease lost, the three store error
+  // series, cache hits, the histogram
+  CHECK(samples == 1 + 6 + 1 + 2 + 1 + 3 + 1 + 15 + 2);
   REQUIRE(buckets.size() == 15);
   CHECK(std::is_sorted(buckets.begin(), buckets.end()));  // cumulative
   CHECK(buckets.back() == 20);

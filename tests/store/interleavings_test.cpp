@@ -46,11 +46,14 @@ const idem::Key key{"PAY", "one-key"};
 
 // The decision table as docs/design.md states it, written independently of decide().
 Decision table_says(const Record& r, std::string_view fp, TimePoint now) {
-  if (r.expire_at <= now) return Decision::take_over_expired;
+  if (r.expire_at <= now && r.status != Status::outcome_unknown) {
+    return Decision::take_over_expired;
+  }
   if (!r.fingerprint.empty() && !fp.empty() && r.fingerprint != fp) return Decision::conflict;
   if (r.status == Status::succeeded) return Decision::replay;
   if (r.status == Status::failed) return r.retryable ? Decision::take_over_retry : Decision::replay;
-  return r.lease_until > now ? Decision::in_progress : Decision::take_over_retry;
+  if (r.status == Status::outcome_unknown) return Decision::outcome_unknown;
+  return r.lease_until > now ? Decision::in_progress : Decision::take_over_stale;
 }
 
 struct Core {

@@ -9,6 +9,8 @@
 #include <idem/store/record_rules.hpp>
 
 using namespace std::chrono_literals;
+using idem::Decision;
+using idem::Status;
 
 namespace {
 
@@ -88,8 +90,20 @@ TEST_CASE("decide: each row of the decision table") {
     CHECK(idem::decide(processing(), "fp-A", live) == Decision::in_progress);
     CHECK(idem::decide(processing(), "fp-A", after_lease - 1ms) == Decision::in_progress);
   }
-  SECTION("processing past its lease: take_over_retry") {
-    CHECK(idem::decide(processing(), "fp-A", after_lease) == Decision::take_over_retry);
+  SECTION("processing past its lease: take_over_stale (the worker died mid-flight)") {
+    CHECK(idem::decide(processing(), "fp-A", after_lease) == Decision::take_over_stale);
+    CHECK(idem::resumes_crashed(Decision::take_over_stale));
+    CHECK_FALSE(idem::resumes_crashed(Decision::take_over_retry));
+    CHECK_FALSE(idem::resumes_crashed(Decision::take_over_expired));
+  }
+  SECTION("outcome_unknown: neither runs nor replays, and never expires") {
+    const idem::Record unknown = with(processing(), Status::outcome_unknown);
+    CHECK(idem::decide(unknown, "fp-A", live) == Decision::outcome_unknown);
+    CHECK(idem::decide(unknown, "fp-A", after_lease) == Decision::outcome_unknown);
+    CHECK(idem::decide(unknown, "fp-A", unknown.expire_at + 24h) == Decision::outcome_unknown);
+    CHECK_FALSE(idem::is_expired(unknown, unknown.expire_at + 24h));
+    CHECK_FALSE(idem::is_stale(unknown, after_lease));
+    CHECK(idem::decide(unknown, "fp-B", live) == Decision::conflict);
   }
 }
 
@@ -101,6 +115,10 @@ TEST_CASE("verdict_of and is_takeover: what each decision answers") {
   CHECK(idem::verdict_of(Decision::replay) == Verdict::replayed);
   CHECK(idem::verdict_of(Decision::in_progress) == Verdict::in_progress);
   CHECK(idem::verdict_of(Decision::conflict) == Verdict::conflict);
+  CHECK(idem::verdict_of(Decision::take_over_stale) == Verdict::acquired);
+  CHECK(idem::verdict_of(Decision::outcome_unknown) == Verdict::outcome_unknown);
+  CHECK(idem::is_takeover(Decision::take_over_stale));
+  CHECK_FALSE(idem::is_takeover(Decision::outcome_unknown));
   CHECK(idem::is_takeover(Decision::take_over_expired));
   CHECK(idem::is_takeover(Decision::take_over_retry));
   CHECK_FALSE(idem::is_takeover(Decision::replay));
@@ -229,4 +247,82 @@ TEST_CASE("lease_lost: names the store, the key and the fence") {
       idem::lease_lost("idem::mysql", idem::Key{"PAY", "k1"}, idem::Ticket{3, "o"});
   const std::string what = e.what();
   CHECK(what.find("idem::mysql: the claim on PAY/k1 (fence 3) is no longer held") == 0);
+}
+
+TEST_CASE("repaired: a fenced repair's values, for each action") {
+  const auto now = t0 + 2h;  // past the record's expiry: a repair never leaves it expired
+  idem::Record stale = processing();
+  stale.recovery_points = R"({"charge":{"id":7}})";
+  const idem::Repair base{.fence = 1, .reason = "gateway shows the charge", .keep = 24h};
+  SECTION("complete: succeeded with the response") {
+    idem::Repair r = base;
+    r.action = idem::RepairAction::complete;
+    r.snapshot = R"({"paid":true})";
+    const idem::Record out = idem::repaired(stale, r, "repairer", now);
+    CHECK(out.status == idem::Status::succeeded);
+    CHECK(out.snapshot == R"({"paid":true})");
+    CHECK_FALSE(out.retryable);
+    CHECK(out.ticket == idem::Ticket{2, "repairer"});
+    CHECK(out.repair_reason == "gateway shows the charge");
+    CHECK(out.repaired_at == now);
+    CHECK(out.updated_at == now);
+    CHECK(out.expire_at == now + 24h);
+    CHECK(out.recovery_points == stale.recovery_points);
+    CHECK(out.attempts == stale.attempts);
+    CHECK_FALSE(idem::holds(out, stale.ticket));  // the crashed worker's write is refused
+  }
+  SECTION("fail, release, mark_unknown") {
+    idem::Repair r = base;
+    r.action = idem::RepairAction::fail;
+    r.retryable = true;
+    idem::Record out = idem::repaired(stale, r, "x", now);
+    CHECK(out.status == idem::Status::failed);
+    CHECK(out.retryable);
+    CHECK(out.snapshot == idem::repair_failed_snapshot);
+    r.action = idem::RepairAction::release;
+    out = idem::repaired(stale, r, "x", now);
+    CHECK(out.status == idem::Status::failed);
+    CHECK(out.retryable);
+    CHECK(idem::decide(out, "fp-A", now) == idem::Decision::take_over_retry);
+    r.action = idem::RepairAction::mark_unknown;
+    r.snapshot = R"({"error":"gateway down"})";
+    out = idem::repaired(stale, r, "x", now);
+    CHECK(out.status == idem::Status::outcome_unknown);
+    CHECK(out.snapshot == R"({"error":"gateway down"})");
+    CHECK(idem::decide(out, "fp-A", now) == idem::Decision::outcome_unknown);
+  }
+  SECTION("expire_at is never shortened") {
+    idem::Repair r = base;
+    r.keep = 1ms;
+    CHECK(idem::repaired(stale, r, "x", t0).expire_at == stale.expire_at);
+  }
+  SECTION("repair_holds: only at the fence read") {
+    CHECK(idem::repair_holds(stale, 1));
+    CHECK_FALSE(idem::repair_holds(stale, 2));
+  }
+}
+
+TEST_CASE("validate(Repair): a bad repair is InvalidArgument") {
+  const idem::Repair good{
+      .action = idem::RepairAction::complete, .fence = 3, .snapshot = "{}", .reason = "ok"};
+  CHECK_NOTHROW(idem::validate(good));
+  auto bad = [&](auto change) {
+    idem::Repair r = good;
+    change(r);
+    return r;
+  };
+  CHECK_THROWS_AS(idem::validate(bad([](auto& r) { r.fence = 0; })), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::validate(bad([](auto& r) { r.reason.clear(); })), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::validate(bad([](auto& r) { r.reason = "a\nb"; })), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::validate(bad([](auto& r) { r.reason = std::string(513, 'x'); })),
+                  idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::validate(bad([](auto& r) { r.snapshot.clear(); })), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::validate(bad([](auto& r) { r.snapshot = "{not json"; })),
+                  idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::validate(bad([](auto& r) { r.keep = idem::Duration::zero(); })),
+                  idem::InvalidArgument);
+  CHECK_NOTHROW(idem::validate(bad([](auto& r) {
+    r.action = idem::RepairAction::release;
+    r.snapshot.clear();
+  })));
 }

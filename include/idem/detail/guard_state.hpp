@@ -83,6 +83,8 @@ constexpr EventKind claim_event(const ClaimResult& r) noexcept {
       return EventKind::in_progress;
     case Verdict::conflict:
       return EventKind::conflict;
+    case Verdict::outcome_unknown:
+      return EventKind::outcome_unknown;
   }
   return EventKind::in_progress;
 }
@@ -128,6 +130,8 @@ class GuardState {
   // Whether an acquired claim's result is still to be recorded.
   bool open() const noexcept { return open_; }
   const Record& record() const noexcept { return claim_.record; }
+  // Whether this claim resumed an attempt whose worker died mid-flight (ClaimResult).
+  bool after_crash() const noexcept { return claim_.after_crash; }
   const Key& key() const noexcept { return claim_.record.key; }
   const Ticket& ticket() const noexcept { return claim_.record.ticket; }
 
@@ -156,6 +160,8 @@ class GuardState {
     open_ = false;
     report(EventKind::lease_lost, &e);
   }
+  // After the store kept a step's result: the recovery points as stored.
+  void steps_recorded(std::string points) { claim_.record.recovery_points = std::move(points); }
   // The result is no one's to record through this state any more (a moved-from guard).
   void close() noexcept { open_ = false; }
   // After the store failed to record: still open (record again, or let it go).
@@ -224,6 +230,7 @@ std::optional<Outcome<T>> outcome_without_running(const GuardState& g) {
       return g.replay<T>();
     case Verdict::in_progress:
     case Verdict::conflict:
+    case Verdict::outcome_unknown:
       return Outcome<T>::none(g.verdict(), g.record());
     case Verdict::acquired:
       break;

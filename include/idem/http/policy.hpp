@@ -58,6 +58,9 @@ struct Policy {
   std::string problem_type_base = "urn:idem:problem:idempotency-";
   // Retry-After (seconds) sent with 409 "in progress"; 0 sends none.
   int retry_after_seconds = 1;
+  // Retry-After (seconds) sent with 503 "outcome unknown": an earlier attempt died during its
+  // effect, and a resolver pass or an operator settles it (docs/recovery.md); 0 sends none.
+  int outcome_unknown_retry_after_seconds = 60;
 };
 
 namespace detail {
@@ -96,6 +99,11 @@ inline void validate(const Policy& p) {
     throw InvalidArgument(
         fmt::format("idem::http::Policy::retry_after_seconds must not be negative, got {}",
                     p.retry_after_seconds));
+  }
+  if (p.outcome_unknown_retry_after_seconds < 0) {
+    throw InvalidArgument(fmt::format(
+        "idem::http::Policy::outcome_unknown_retry_after_seconds must not be negative, got {}",
+        p.outcome_unknown_retry_after_seconds));
   }
   idem::validate(p.claim);
 }

@@ -9,17 +9,25 @@
 //   void set_rollback_only()                                         RollbackOnlyStore<S>
 //   std::vector<ClaimResult> claim_batch(std::span<const ClaimRequest>, const Options&)
 //                                                                    BatchClaimingStore<S>
+//   Record repair(const Key&, const Repair&)                         RepairingStore<S>
+//   std::vector<Record> list(const RecordQuery&)                     ListingStore<S>
+//   std::string record_step(const Key&, const Ticket&, std::string_view step,
+//                           std::string_view result)                 RecoveryPointStore<S>
 //
-// idem::mysql::BoundStore (same-transaction mode) has the first four, idem::mysql::Store the
-// last.
+// idem::mysql::BoundStore (same-transaction mode) has the first four, idem::mysql::Store
+// claim_batch. Every store of idem's can repair, list and record steps.
 
 #include <concepts>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "idem/key.hpp"
 #include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/ticket.hpp"
 
@@ -71,6 +79,32 @@ template <class S>
 concept BatchClaimingStore = Store<S> &&
     requires(S& store, std::span<const ClaimRequest> requests, const Options& options) {
   { store.claim_batch(requests, options) } -> std::same_as<std::vector<ClaimResult>>;
+};
+
+// A store that applies fenced repairs (idem/repair.hpp): the resolver, the Janitor's resolver
+// pass and an operator's tool use it. repair() returns the record as written, throws
+// RepairRefused (with the current record) when the fence moved on, InvalidArgument for a bad
+// Repair; nothing is written in either case.
+template <class S>
+concept RepairingStore = Store<S> && requires(S& store, const Key& key, const Repair& repair) {
+  { store.repair(key, repair) } -> std::same_as<Record>;
+};
+
+// A store that lists records by status (idem/record_query.hpp), for the Janitor's resolver
+// pass and for operators.
+template <class S>
+concept ListingStore = Store<S> && requires(S& store, const RecordQuery& query) {
+  { store.list(query) } -> std::same_as<std::vector<Record>>;
+};
+
+// A store that keeps the results of a business's finished steps with the key (recovery points,
+// idem/attempt.hpp). record_step() adds `step` with `result` (JSON text) to the record's
+// recovery points while the record is processing under `ticket` (else LeaseLost), and returns
+// the recovery points as stored: a step already there keeps its first result.
+template <class S>
+concept RecoveryPointStore = Store<S> &&
+    requires(S& store, const Key& key, const Ticket& ticket, std::string_view text) {
+  { store.record_step(key, ticket, text, text) } -> std::same_as<std::string>;
 };
 
 }  // namespace idem

@@ -8,19 +8,23 @@
 //
 // The decision table: what a claim does when a record for the key already exists.
 //
-//   stored record                     | decision            | the claim
-//   ----------------------------------+---------------------+-------------------------------------
-//   expire_at <= now (any status)     | take_over_expired   | writes take_over(): a brand-new claim
-//   fingerprint differs               | conflict            | answers conflict, writes nothing
-//   succeeded                         | replay              | answers replayed
-//   failed, not retryable             | replay (a failure)  | answers replayed
-//   failed, retryable                 | take_over_retry     | writes take_over(): fence + 1,
-//   attempts + 1 processing, lease_until > now     | in_progress         | answers in_progress
-//   processing, lease_until <= now    | take_over_retry     | writes take_over(): fence + 1,
-//   attempts + 1
+//   stored record                        | decision           | the claim
+//   -------------------------------------+--------------------+---------------------------------
+//   expire_at <= now, not outcome_unknown | take_over_expired  | writes take_over(): brand new
+//   fingerprint differs                  | conflict           | answers conflict, writes nothing
+//   succeeded                            | replay             | answers replayed
+//   failed, not retryable                | replay (a failure) | answers replayed
+//   failed, retryable                    | take_over_retry    | writes take_over(): fence + 1,
+//                                        |                    | attempts + 1
+//   outcome_unknown                      | outcome_unknown    | answers outcome_unknown
+//   processing, lease_until > now        | in_progress        | answers in_progress
+//   processing, lease_until <= now       | take_over_stale    | as take_over_retry; the claim
+//                                        |                    | says after_crash (ClaimResult)
 //
 // (No record at all: write claim_record(), a processing claim with fence 1.)
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -32,6 +36,7 @@
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/repair.hpp"
 #include "idem/status.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
@@ -40,10 +45,12 @@ namespace idem {
 
 enum class Decision {
   take_over_expired,  // the old record no longer counts: start afresh with this request
-  take_over_retry,    // the previous attempt failed retryably or its worker's lease ran out
+  take_over_retry,    // the previous attempt failed retryably (or was released)
+  take_over_stale,    // the previous attempt's worker died mid-flight: its lease ran out
   replay,             // answer with the stored result (success or permanent failure)
   in_progress,        // a live claim holds the key
   conflict,           // same key, different request
+  outcome_unknown,    // an earlier attempt's effect may or may not have happened
 };
 
 constexpr std::string_view to_string(Decision d) noexcept {
@@ -52,12 +59,16 @@ constexpr std::string_view to_string(Decision d) noexcept {
       return "take_over_expired";
     case Decision::take_over_retry:
       return "take_over_retry";
+    case Decision::take_over_stale:
+      return "take_over_stale";
     case Decision::replay:
       return "replay";
     case Decision::in_progress:
       return "in_progress";
     case Decision::conflict:
       return "conflict";
+    case Decision::outcome_unknown:
+      return "outcome_unknown";
   }
   return "unknown";
 }
@@ -69,9 +80,10 @@ constexpr bool fingerprints_match(std::string_view stored, std::string_view requ
 }
 
 // Past expire_at a record no longer counts: a claim starts afresh and purge_expired may
-// delete it.
+// delete it. An outcome_unknown record never expires: forgetting it would let the business
+// run again on top of an effect that may have happened.
 constexpr bool is_expired(const Record& r, TimePoint now) noexcept {
-  return r.expire_at <= now;
+  return r.expire_at <= now && r.status != Status::outcome_unknown;
 }
 
 // A processing record whose worker's lease ran out (the worker is presumed dead), not yet
@@ -88,12 +100,15 @@ constexpr bool is_retry_due(const Record& r, TimePoint now) noexcept {
 inline Decision decide(const Record& stored, std::string_view fingerprint, TimePoint now) noexcept {
   if (is_expired(stored, now)) return Decision::take_over_expired;
   if (!fingerprints_match(stored.fingerprint, fingerprint)) return Decision::conflict;
+  if (is_stale(stored, now)) return Decision::take_over_stale;
   if (is_retry_due(stored, now)) return Decision::take_over_retry;
+  if (stored.status == Status::outcome_unknown) return Decision::outcome_unknown;
   return stored.status == Status::processing ? Decision::in_progress : Decision::replay;
 }
 
 constexpr bool is_takeover(Decision d) noexcept {
-  return d == Decision::take_over_expired || d == Decision::take_over_retry;
+  return d == Decision::take_over_expired || d == Decision::take_over_retry ||
+         d == Decision::take_over_stale;
 }
 
 // The verdict a claim answers with once its decision held (a takeover acquires).
@@ -101,6 +116,7 @@ constexpr Verdict verdict_of(Decision d) noexcept {
   switch (d) {
     case Decision::take_over_expired:
     case Decision::take_over_retry:
+    case Decision::take_over_stale:
       return Verdict::acquired;
     case Decision::replay:
       return Verdict::replayed;
@@ -108,6 +124,8 @@ constexpr Verdict verdict_of(Decision d) noexcept {
       return Verdict::in_progress;
     case Decision::conflict:
       return Verdict::conflict;
+    case Decision::outcome_unknown:
+      return Verdict::outcome_unknown;
   }
   return Verdict::in_progress;
 }
@@ -132,7 +150,10 @@ inline Record claim_record(Key key, std::string owner, std::string_view fingerpr
                 .created_at = created,
                 .updated_at = created,
                 .lease_until = lease_until,
-                .expire_at = expire_at};
+                .expire_at = expire_at,
+                .recovery_points = {},
+                .repair_reason = {},
+                .repaired_at = std::nullopt};
 }
 
 inline Record claim_record(Key key, std::string owner, std::string_view fingerprint, TimePoint now,
@@ -141,9 +162,10 @@ inline Record claim_record(Key key, std::string owner, std::string_view fingerpr
                       now + o.ttl);
 }
 
-// The record a takeover writes over `stored`. take_over_retry keeps the stored fingerprint
-// unless it was empty; take_over_expired replaces everything with this request's. Both push
-// expire_at to now + ttl, so a renewed attempt can never expire under its own lease.
+// The record a takeover writes over `stored`. take_over_retry and take_over_stale keep the
+// stored fingerprint unless it was empty, the recovery points of the finished steps and the
+// last repair; take_over_expired replaces everything with this request's. All push expire_at
+// to now + ttl, so a renewed attempt can never expire under its own lease.
 inline Record take_over(const Record& stored, Decision d, std::string_view fingerprint,
                         std::string owner, TimePoint now, const Options& o) {
   Record r = stored;
@@ -151,6 +173,9 @@ inline Record take_over(const Record& stored, Decision d, std::string_view finge
     r.fingerprint = std::string(fingerprint);
     r.attempts = 1;
     r.created_at = now;
+    r.recovery_points.clear();
+    r.repair_reason.clear();
+    r.repaired_at.reset();
   } else {
     if (r.fingerprint.empty()) r.fingerprint = std::string(fingerprint);
     r.attempts += 1;
@@ -204,6 +229,77 @@ inline constexpr std::string_view released_snapshot =
 
 inline Record released(const Record& stale, TimePoint now) {
   return finished(stale, released_status, released_snapshot, released_retryable, now);
+}
+
+// Whether a claim's takeover resumes an attempt whose worker died mid-flight (its effects
+// outside the store may have happened): ClaimResult::after_crash.
+constexpr bool resumes_crashed(Decision d) noexcept {
+  return d == Decision::take_over_stale;
+}
+
+// Whether a repair decided by someone who read fence `fence` may still be written over `r`.
+inline bool repair_holds(const Record& r, std::uint64_t fence) noexcept {
+  return r.ticket.fence == fence;
+}
+
+// What a release by repair stores as the error; the reason is kept in repair_reason.
+inline constexpr std::string_view repair_released_snapshot =
+    R"({"error":"idem.released","detail":"released by a repair: the business may run again"})";
+inline constexpr std::string_view repair_failed_snapshot =
+    R"({"error":"idem.repaired","detail":"failed by a repair"})";
+inline constexpr std::string_view repair_unknown_snapshot =
+    R"({"error":"idem.outcome_unknown","detail":"marked by a repair"})";
+
+// The record repair() writes over `stored` (a validated Repair whose fence holds): the new
+// status and snapshot, fence + 1 with the repairer's owner token (so the crashed worker's
+// complete or fail no longer holds, and a repair whose reply was lost recognises its own
+// write), the reason and time, and an expire_at never shortened. Finished steps stay.
+inline Record repaired(const Record& stored, const Repair& repair, std::string owner,
+                       TimePoint now) {
+  Record r = stored;
+  auto snapshot_or = [&](std::string_view note) {
+    return repair.snapshot.empty() ? std::string(note) : repair.snapshot;
+  };
+  switch (repair.action) {
+    case RepairAction::complete:
+      r.status = Status::succeeded;
+      r.snapshot = repair.snapshot;
+      r.retryable = false;
+      break;
+    case RepairAction::fail:
+      r.status = Status::failed;
+      r.snapshot = snapshot_or(repair_failed_snapshot);
+      r.retryable = repair.retryable;
+      break;
+    case RepairAction::release:
+      r.status = Status::failed;
+      r.snapshot = std::string(repair_released_snapshot);
+      r.retryable = true;
+      break;
+    case RepairAction::mark_unknown:
+      r.status = Status::outcome_unknown;
+      r.snapshot = snapshot_or(repair_unknown_snapshot);
+      r.retryable = false;
+      break;
+  }
+  r.ticket = Ticket{stored.ticket.fence + 1, std::move(owner)};
+  r.updated_at = now;
+  r.repaired_at = now;
+  r.repair_reason = repair.reason;
+  r.expire_at = std::max(stored.expire_at, now + repair.keep);
+  return r;
+}
+
+// The RepairRefused a store throws when repair_holds() is false (or there is no record).
+inline RepairRefused repair_refused(std::string_view who, const Key& key, std::uint64_t fence,
+                                    std::optional<Record> current) {
+  const std::string now = current ? fmt::format("it is now {} with fence {}",
+                                                to_string(current->status), current->ticket.fence)
+                                  : std::string("there is no record");
+  return RepairRefused(fmt::format("{}: the repair of {}/{} was read at fence {}, but {}; nothing "
+                                   "was changed",
+                                   who, key.biz_type(), detail::printable(key.id()), fence, now),
+                       std::move(current));
 }
 
 // The LeaseLost a store throws when a complete or fail does not hold(); `who` names the store.

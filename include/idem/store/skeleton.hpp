@@ -21,6 +21,10 @@
 //   bool write_takeover(c, decision, next, read_ticket)              guarded by takeover_holds
 //   bool finish(c, key, ticket, snapshot, to, retryable)             guarded by holds()
 //   std::size_t purge(c, batch)  std::size_t release(c, batch)       one batch each
+//   bool write_repair(c, next, read_ticket)        writes repaired() guarded by the ticket read
+//   bool write_points(c, key, ticket, before, after)  the recovery points, guarded by holds()
+//                                                     and by the points read (`before`)
+//   std::vector<Record> list(c, query)                               see idem/record_query.hpp
 // and optionally, where one round trip can write a fresh claim or read the row it met:
 //   InsertOrRead insert_or_read(c, key, fp, options, token)   in place of insert, then read
 // and optionally, for claim_batch: static constexpr std::size_t max_batch_rows, and
@@ -53,6 +57,8 @@
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/retry.hpp"
@@ -94,6 +100,47 @@ ClaimResult claim_on(std::string_view who, const Ops& ops, Connection& c, const 
       case Step::take_over:
         step = steps.written(
             ops.write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
+        break;
+      case Step::done:
+        return std::move(steps).result();
+    }
+  }
+}
+
+// One repair on one connection: RepairSteps run by blocking calls.
+template <class Ops, class Connection>
+Record repair_on(std::string_view who, const Ops& ops, Connection& c, const Key& key,
+                 const Repair& repair, const std::string& token, bool bound) {
+  using Step = RepairSteps::Step;
+  RepairSteps steps(who, key, repair, token);
+  for (Step step = steps.start();;) {
+    switch (step) {
+      case Step::read:
+        step = steps.met(ops.read(c, key, bound));
+        break;
+      case Step::write:
+        step = steps.written(ops.write_repair(c, steps.next(), steps.read_ticket()));
+        break;
+      case Step::done:
+        return std::move(steps).result();
+    }
+  }
+}
+
+// One step's recovery point on one connection: StepSteps run by blocking calls.
+template <class Ops, class Connection>
+std::string record_step_on(std::string_view who, const Ops& ops, Connection& c, const Key& key,
+                           const Ticket& ticket, std::string_view step, std::string_view result,
+                           bool bound) {
+  using Step = StepSteps::Step;
+  StepSteps steps(who, key, ticket, step, result);
+  for (Step s = steps.start();;) {
+    switch (s) {
+      case Step::read:
+        s = steps.met(ops.read(c, key, bound));
+        break;
+      case Step::write:
+        s = steps.written(ops.write_points(c, key, ticket, steps.before(), steps.after()));
         break;
       case Step::done:
         return std::move(steps).result();
@@ -220,6 +267,41 @@ class StoreSkeleton {
     if (batch == 0) return 0;
     return with_retries("release_stale",
                         [&](Connection& c, bool) { return ops_.release(c, batch); });
+  }
+
+  // A fenced repair (idem/repair.hpp): RepairRefused with the current record when the fence
+  // moved on.
+  Record repair(const Key& key, const Repair& repair) requires
+      requires(const Ops& ops, Connection& c, const Record& r, const Ticket& t) {
+    { ops.write_repair(c, r, t) } -> std::same_as<bool>;
+  }
+  {
+    validate(repair);
+    const std::string token = detail::new_owner_token();
+    return with_retries("repair", [&](Connection& c, bool) {
+      return detail::repair_on(Backend::name, ops_, c, key, repair, token, false);
+    });
+  }
+
+  // A step's result kept with the key (idem/attempt.hpp); LeaseLost once the claim is not held.
+  std::string record_step(const Key& key, const Ticket& ticket, std::string_view step,
+                          std::string_view result) requires
+      requires(const Ops& ops, Connection& c, const Key& k, const Ticket& t, std::string_view v) {
+    { ops.write_points(c, k, t, v, v) } -> std::same_as<bool>;
+  }
+  {
+    return with_retries("record_step", [&](Connection& c, bool) {
+      return detail::record_step_on(Backend::name, ops_, c, key, ticket, step, result, false);
+    });
+  }
+
+  std::vector<Record> list(const RecordQuery& query) requires
+      requires(const Ops& ops, Connection& c, const RecordQuery& q) {
+    { ops.list(c, q) } -> std::same_as<std::vector<Record>>;
+  }
+  {
+    validate(query);
+    return with_retries("list", [&](Connection& c, bool) { return ops_.list(c, query); });
   }
 
   const Ops& ops() const noexcept { return ops_; }

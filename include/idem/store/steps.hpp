@@ -12,10 +12,12 @@
 
 #include <fmt/format.h>
 
+#include "idem/detail/recovery_points.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/repair.hpp"
 #include "idem/status.hpp"
 #include "idem/store.hpp"
 #include "idem/store/record_rules.hpp"
@@ -79,7 +81,12 @@ class ClaimSteps {
   Step met(std::optional<RecordRead> row) {
     if (!row) return next_round();  // purged between the insert and the read: insert again
     Record& stored = row->record;
-    if (stored.ticket.owner == token_) return settle(Verdict::acquired, std::move(stored));
+    if (stored.ticket.owner == token_) {
+      // An earlier try's write, whose reply was lost. Whether it took over a crashed attempt
+      // is no longer known; a takeover is taken as one, so that a resolver is asked.
+      const bool took_over = stored.ticket.fence > 1;
+      return settle(Verdict::acquired, std::move(stored), took_over);
+    }
     decision_ = decide(stored, fingerprint_, row->now);
     if (!is_takeover(decision_)) return settle(verdict_of(decision_), std::move(stored));
     next_.emplace(take_over(stored, decision_, fingerprint_, token_, row->now, options_));
@@ -92,7 +99,7 @@ class ClaimSteps {
   }
 
   Step written(bool won) {
-    if (won) return settle(Verdict::acquired, std::move(*next_));
+    if (won) return settle(Verdict::acquired, std::move(*next_), resumes_crashed(decision_));
     return next_round();  // someone else moved the row on: look again
   }
 
@@ -104,8 +111,8 @@ class ClaimSteps {
   ClaimResult result() && { return std::move(*result_); }
 
  private:
-  Step settle(Verdict v, Record r) {
-    result_.emplace(ClaimResult{v, std::move(r)});
+  Step settle(Verdict v, Record r, bool after_crash = false) {
+    result_.emplace(ClaimResult{v, std::move(r), after_crash});
     return Step::done;
   }
 
@@ -128,6 +135,113 @@ class ClaimSteps {
   std::optional<Record> next_;
   Ticket read_;
   std::optional<ClaimResult> result_;
+};
+
+// A repair (idem/repair.hpp) on one connection: read the row, check the fence the caller read,
+// write repaired() guarded by the ticket read; a lost write (the row moved on in between)
+// reads again, and then the fence no longer holds. A row carrying this call's owner token is
+// this call's own write whose reply was lost.
+class RepairSteps {
+ public:
+  enum class Step {
+    read,   // ops.read, then met()
+    write,  // ops.write_repair(next(), read_ticket()), then written()
+    done,   // result()
+  };
+
+  RepairSteps(std::string_view who, const Key& key, const Repair& repair, const std::string& token)
+      : who_(who), key_(key), repair_(repair), token_(token) {}
+
+  Step start() const noexcept { return Step::read; }
+
+  // Throws RepairRefused when there is no row or its fence moved on.
+  Step met(std::optional<RecordRead> row) {
+    if (!row) throw repair_refused(who_, key_, repair_.fence, std::nullopt);
+    if (row->record.ticket.owner == token_) return settle(std::move(row->record));
+    if (!repair_holds(row->record, repair_.fence)) {
+      throw repair_refused(who_, key_, repair_.fence, std::move(row->record));
+    }
+    next_.emplace(repaired(row->record, repair_, token_, row->now));
+    read_ = std::move(row->record.ticket);
+    return Step::write;
+  }
+
+  Step written(bool won) {
+    if (won) return settle(std::move(*next_));
+    return Step::read;
+  }
+
+  const Record& next() const noexcept { return *next_; }
+  const Ticket& read_ticket() const noexcept { return read_; }
+  Record result() && { return std::move(*result_); }
+
+ private:
+  Step settle(Record r) {
+    result_.emplace(std::move(r));
+    return Step::done;
+  }
+
+  std::string_view who_;
+  const Key& key_;
+  const Repair& repair_;
+  const std::string& token_;
+  std::optional<Record> next_;
+  Ticket read_;
+  std::optional<Record> result_;
+};
+
+// A step's result added to the recovery points (idem/detail/recovery_points.hpp) on one
+// connection: read the row, check that the claim still holds, write the new points guarded by
+// the claim and by the points read (so that no concurrent write of the same claim's points is
+// lost); a lost write reads again. A step already kept (also this call's own write whose reply
+// was lost) answers the points as stored.
+class StepSteps {
+ public:
+  enum class Step {
+    read,   // ops.read, then met()
+    write,  // ops.write_points(key, ticket, before(), after()), then written()
+    done,   // result()
+  };
+
+  StepSteps(std::string_view who, const Key& key, const Ticket& ticket, std::string_view step,
+            std::string_view result)
+      : who_(who), key_(key), ticket_(ticket), step_(step), result_text_(result) {
+    with_step("", step_, result_text_);  // a bad step or result is InvalidArgument, first
+  }
+
+  Step start() const noexcept { return Step::read; }
+
+  Step met(std::optional<RecordRead> row) {
+    if (!row || !holds(row->record, ticket_)) throw lease_lost(who_, key_, ticket_);
+    before_ = std::move(row->record.recovery_points);
+    after_ = with_step(before_, step_, result_text_);
+    if (after_ == before_) return Step::done;
+    return Step::write;
+  }
+
+  Step written(bool won) {
+    if (won) return Step::done;
+    if (++round_ >= claim_rounds) {
+      throw StoreError(fmt::format("{}: the step {} of {}/{} did not settle after {} rounds", who_,
+                                   step_, key_.biz_type(), printable(key_.id()), claim_rounds),
+                       true);
+    }
+    return Step::read;
+  }
+
+  const std::string& before() const noexcept { return before_; }
+  const std::string& after() const noexcept { return after_; }
+  std::string result() && { return std::move(after_); }
+
+ private:
+  std::string_view who_;
+  const Key& key_;
+  const Ticket& ticket_;
+  std::string_view step_;
+  std::string_view result_text_;
+  std::string before_;
+  std::string after_;
+  int round_ = 0;
 };
 
 // complete / fail on one try: the fenced write, and when an earlier try lost its connection

@@ -64,6 +64,19 @@ inline std::optional<Response> answer_without_running(Verdict verdict, const Rec
           Problem{policy.problem_type_base + "key-reused", "Idempotency key reused", 422,
                   "this idempotency key was already used for a different request (method, target "
                   "or body differ); send a new key for a new operation"});
+    case Verdict::outcome_unknown: {
+      Headers extra;
+      if (policy.outcome_unknown_retry_after_seconds > 0) {
+        extra.push_back(
+            {"Retry-After", std::to_string(policy.outcome_unknown_retry_after_seconds)});
+      }
+      return problem_response(
+          Problem{policy.problem_type_base + "outcome-unknown", "Outcome unknown", 503,
+                  "an earlier attempt with this idempotency key stopped during its effect and "
+                  "whether it took place is being established; do not send a new key for this "
+                  "operation: retry the same request later to get its outcome"},
+          std::move(extra));
+    }
     case Verdict::acquired:
       break;
   }

@@ -1,0 +1,127 @@
+#pragma once
+// idem::Attempt: the business's view of its acquired claim, for a business made of steps whose
+// effects lie outside the store (reserve stock, charge the gateway, mark the order paid).
+//
+//   auto out = idem::run_once(store, key, fp, [&](idem::Attempt<Store>& attempt) {
+//     auto hold = attempt.step("reserve", [&] { return stock.reserve(order); });
+//     auto charge = attempt.step("charge", [&] {
+//       return gateway.charge(order.amount, attempt.step_key("charge"));  // the gateway dedups
+//     });
+//     return Receipt{hold, charge};
+//   });
+//
+// Each step's result is kept with the key as it finishes (a recovery point). When a worker
+// dies and a later claim takes its attempt over, finished steps return their kept result
+// without running, and only the unfinished ones run. step_key() is a key derived from the
+// idempotency key and the step name, the same in every attempt, to pass downstream: a
+// gateway that deduplicates by it then deduplicates the step that was running when the
+// worker died. A local step whose writes must commit together with its recovery point runs
+// with a bound store of the transaction that carries those writes: attempt.step(tx, "reserve",
+// fn). docs/recovery.md says which tool fits which effect.
+
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "idem/detail/guard_state.hpp"
+#include "idem/detail/recovery_points.hpp"
+#include "idem/detail/snapshot.hpp"
+#include "idem/fingerprint.hpp"
+#include "idem/key.hpp"
+#include "idem/record.hpp"
+#include "idem/serializable.hpp"
+#include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
+#include "idem/store/record_rules.hpp"
+
+namespace idem {
+
+// A key for `step` of the action `key`, to pass to a downstream service that deduplicates by
+// key (a payment gateway's Idempotency-Key): the same for every attempt of the action, and
+// different for every other action or step. 64 lower-case hex characters (SHA-256 of the
+// biz_type, the id and the step name, each length-prefixed so that no two triples collide).
+inline std::string step_key(const Key& key, std::string_view step) {
+  detail::check_step_name(step);
+  std::string bytes;
+  const std::array<std::string_view, 3> parts{key.biz_type(), key.id(), step};
+  for (const std::string_view part : parts) {
+    bytes += std::to_string(part.size());
+    bytes += ':';
+    bytes += part;
+  }
+  return detail::sha256_hex(bytes);
+}
+
+template <Store S>
+class Attempt {
+ public:
+  Attempt(S& store, detail::GuardState& state) : store_(store), state_(state) {}
+
+  const Key& key() const noexcept { return state_.key(); }
+  // The claim: fence, attempts, the recovery points it started with.
+  const Record& claim() const noexcept { return state_.record(); }
+  // 1 for the first attempt of the action, 2 for its first retry, ...
+  std::uint32_t number() const noexcept { return state_.record().attempts; }
+  // Whether this attempt took over one whose worker died mid-flight: effects of that attempt
+  // outside the store may have happened (finished steps say which; step_key() dedups the rest).
+  bool after_crash() const noexcept { return state_.after_crash(); }
+
+  std::string step_key(std::string_view step) const { return idem::step_key(key(), step); }
+
+  // Runs fn unless `step` already finished in this or an earlier attempt of the action; keeps
+  // its result with the key (fenced: LeaseLost when the claim was taken over) and returns it.
+  // A kept result is decoded as fn's type (CorruptRecord when it does not decode).
+  template <class F>
+  requires RecoveryPointStore<S> && std::invocable<F&>
+  auto step(std::string_view step, F&& fn) -> std::decay_t<std::invoke_result_t<F&>> {
+    using T = std::decay_t<std::invoke_result_t<F&>>;
+    static_assert(Serializable<T> && Deserializable<T>,
+                  "idem::Attempt::step: a step's result must be JSON-serialisable both ways");
+    state_.require_open("step");
+    detail::check_step_name(step);
+    if (auto kept = detail::kept_result(state_.record().recovery_points, step)) {
+      return detail::decode_snapshot<T>(*kept);
+    }
+    T value = std::invoke(fn);
+    std::string points =
+        store_.record_step(state_.key(), state_.ticket(), step, detail::encode_snapshot(value));
+    state_.steps_recorded(std::move(points));
+    return value;
+  }
+
+  // A local step: fn's writes go through the transaction that `bound` (a store bound to that
+  // transaction, e.g. idem::mysql::Store::bind) runs in, and the recovery point is written in
+  // the same transaction, so both commit or neither does. Whether the step finished is read in
+  // that transaction too. The caller commits (with_transaction does).
+  template <class Bound, class F>
+  requires RecoveryPointStore<Bound> && std::invocable<F&>
+  auto step(Bound& bound, std::string_view step, F&& fn) -> std::decay_t<std::invoke_result_t<F&>> {
+    using T = std::decay_t<std::invoke_result_t<F&>>;
+    static_assert(Serializable<T> && Deserializable<T>,
+                  "idem::Attempt::step: a step's result must be JSON-serialisable both ways");
+    state_.require_open("step");
+    detail::check_step_name(step);
+    const auto current = bound.find(state_.key());
+    if (!current || !holds(*current, state_.ticket())) {
+      throw lease_lost("idem::Attempt", state_.key(), state_.ticket());
+    }
+    if (auto kept = detail::kept_result(current->recovery_points, step)) {
+      return detail::decode_snapshot<T>(*kept);
+    }
+    T value = std::invoke(fn);
+    // Not copied into this attempt's view: the transaction may still roll back.
+    bound.record_step(state_.key(), state_.ticket(), step, detail::encode_snapshot(value));
+    return value;
+  }
+
+ private:
+  S& store_;
+  detail::GuardState& state_;
+};
+
+}  // namespace idem
