@@ -20,9 +20,9 @@ constexpr int code(Status s) noexcept {
   return static_cast<int>(s);
 }
 
-// record_rules: is_expired.
+// record_rules: is_expired (an outcome_unknown record never expires).
 inline std::string is_expired(std::string_view now) {
-  return fmt::format("expire_at <= {}", now);
+  return fmt::format("expire_at <= {} AND status <> {}", now, code(Status::outcome_unknown));
 }
 
 // record_rules: is_stale.
@@ -45,6 +45,11 @@ inline std::string takeover_holds(Decision d, std::string_view now, std::string_
                                   std::string_view owner) {
   return fmt::format("fence = {} AND owner_token = {} AND {}", fence, owner,
                      d == Decision::take_over_expired ? is_expired(now) : is_retry_due(now));
+}
+
+// record_rules: repair_holds, with the owner read too (a repair writes over the row it read).
+inline std::string repair_holds(std::string_view fence, std::string_view owner) {
+  return fmt::format("fence = {} AND owner_token = {}", fence, owner);
 }
 
 // record_rules: holds.

@@ -35,11 +35,13 @@
 
 #include "idem/detail/checks.hpp"
 #include "idem/detail/claim_ledger.hpp"
+#include "idem/detail/recovery_points.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/skeleton.hpp"
@@ -168,6 +170,37 @@ class BoundSqlStore {
     auto row = ops_->read(*connection_, key, false);
     if (!row) return std::nullopt;
     return std::move(row->record);
+  }
+
+  // A step's result kept with the key, in this transaction (idem/attempt.hpp): it commits or
+  // rolls back with the business writes beside it. A record-last claim keeps it until its
+  // finished record is INSERTed.
+  std::string record_step(const Key& key, const Ticket& ticket, std::string_view step,
+                          std::string_view result) requires
+      requires(const Ops& ops, Connection& c, const Key& k, const Ticket& t, std::string_view v) {
+    { ops.write_points(c, k, t, v, v) } -> std::same_as<bool>;
+  }
+  {
+    if (Speculative* s = speculative(key, ticket)) {
+      if (!s->open) throw lease_lost(Backend::name, key, ticket);
+      s->record.recovery_points = detail::with_step(s->record.recovery_points, step, result);
+      return s->record.recovery_points;
+    }
+    send_deferred();
+    return detail::record_step_on(Backend::name, *ops_, *connection_, key, ticket, step, result,
+                                  true);
+  }
+
+  // A fenced repair (idem/repair.hpp) in this transaction.
+  Record repair(const Key& key, const Repair& repair) requires
+      requires(const Ops& ops, Connection& c, const Record& r, const Ticket& t) {
+    { ops.write_repair(c, r, t) } -> std::same_as<bool>;
+  }
+  {
+    validate(repair);
+    send_deferred();
+    return detail::repair_on(Backend::name, *ops_, *connection_, key, repair,
+                             detail::new_owner_token(), true);
   }
 
   std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
