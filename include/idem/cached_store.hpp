@@ -17,6 +17,9 @@
 // Do not use it:
 //  - when records are deleted or changed behind idem's back (by hand, by a migration, by a
 //    purge with a clock far ahead): the cache keeps answering from its copy for up to max_age;
+//    so does a repair of a finished record made in another process (repair() through this
+//    cache forgets the key; the resolver's repairs only touch processing and outcome_unknown
+//    records, which a cache never holds);
 //  - when this process's clock may be further from the store's than clock_margin (the MySQL
 //    store judges expiry by the database server's clock);
 //  - over a store bound to a transaction (same-transaction mode): a result recorded there may
@@ -36,6 +39,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "idem/clock.hpp"
 #include "idem/detail/checks.hpp"
@@ -44,6 +48,8 @@
 #include "idem/observer.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/store/abilities.hpp"
 #include "idem/store/record_rules.hpp"
@@ -132,6 +138,22 @@ class CachedStore {
     return store_.purge_expired(batch, max_batches);
   }
   std::size_t release_stale(std::size_t batch) { return store_.release_stale(batch); }
+
+  // A repair changes a record the cache may hold: the store repairs, and this cache forgets
+  // the key. (Other processes' caches keep their copy until max_age; see the header comment.)
+  Record repair(const Key& key, const Repair& repair) requires RepairingStore<S> {
+    forget(key);
+    Record r = store_.repair(key, repair);
+    forget(key);  // a claim answered from the store in between may have cached the old record
+    return r;
+  }
+  std::vector<Record> list(const RecordQuery& query) requires ListingStore<S> {
+    return store_.list(query);
+  }
+  std::string record_step(const Key& key, const Ticket& ticket, std::string_view step,
+                          std::string_view result) requires RecoveryPointStore<S> {
+    return store_.record_step(key, ticket, step, result);
+  }
 
   // Drops the copy of one key (after changing its record by hand), or of every key.
   void forget(const Key& key) {

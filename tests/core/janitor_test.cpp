@@ -1,11 +1,16 @@
 // idem::Janitor on MemoryStore: what a round purges and releases, the paced purge
-// (purge_pause), and a prompt stop in the middle of a paced round.
+// (purge_pause), a prompt stop in the middle of a paced round, and the resolver pass.
+#include <atomic>
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
 #include <catch2/catch.hpp>
 #include <idem/idem.hpp>
+#include <idem/janitor.hpp>
+#include <idem/resolver.hpp>
 
 using namespace std::chrono_literals;
 
@@ -67,4 +72,102 @@ TEST_CASE_METHOD(Fixture, "janitor: destroying it mid-pause stops the round at o
   }
   CHECK(std::chrono::steady_clock::now() - t0 < 60s);  // the hour's pause was cut short
   CHECK(purge_all() == 40);
+}
+
+namespace {
+
+// A resolver whose answer per key id the test sets, counting its calls.
+struct Answers {
+  std::mutex m;
+  std::map<std::string, idem::Resolution> by_id;
+  std::atomic<int> calls{0};
+  idem::Resolution at(const std::string& id) {
+    ++calls;
+    std::lock_guard lock(m);
+    const auto it = by_id.find(id);
+    return it == by_id.end() ? idem::Resolution::unknown("not in the test's table") : it->second;
+  }
+};
+
+}  // namespace
+
+TEST_CASE_METHOD(Fixture,
+                 "janitor with resolvers: stale claims are resolved, never released "
+                 "blindly; other biz_types are released by a fenced repair") {
+  Answers answers;
+  answers.by_id.emplace("paid", idem::Resolution::happened(nlohmann::json{{"charge", "ch_1"}}));
+  answers.by_id.emplace("free", idem::Resolution::not_happened());
+  idem::Resolvers resolvers;
+  resolvers.add("PAY", [&](const idem::Record& r, const idem::ResolveContext&) {
+    return answers.at(r.key.id());
+  });
+  const idem::Options dies{.lease = 1s, .ttl = 1h};
+  for (const char* id : {"paid", "free", "dunno"})
+    store.claim(idem::Key{"PAY", id}, "", dies);
+  store.claim(idem::Key{"MAIL", "m1"}, "", dies);
+  store.claim(idem::Key{"PAY", "live"}, "", {.lease = 1h, .ttl = 2h});
+  clock.advance(2s);
+
+  idem::Janitor janitor(store, {.interval = 1h, .resolvers = &resolvers});
+  for (int i = 0; i < 5000 && janitor.stats().rounds == 0; ++i)
+    std::this_thread::sleep_for(1ms);  // the first round, on the Janitor's thread
+  REQUIRE(janitor.stats().rounds == 1);
+  const auto stats = janitor.stats();
+  CHECK(stats.resolved_happened == 1);
+  CHECK(stats.resolved_not_happened == 1);
+  CHECK(stats.resolved_unknown == 1);
+  CHECK(stats.released == 1);  // MAIL/m1, which has no resolver
+  CHECK(stats.outcome_unknown == 1);
+  CHECK(answers.calls == 3);
+
+  const auto paid = store.find(idem::Key{"PAY", "paid"});
+  CHECK(paid->status == idem::Status::succeeded);
+  CHECK(nlohmann::json::parse(paid->snapshot)["charge"] == "ch_1");
+  CHECK(paid->repair_reason == "resolver: the effect happened");
+  const auto free = store.find(idem::Key{"PAY", "free"});
+  CHECK(free->status == idem::Status::failed);
+  CHECK(free->retryable);
+  CHECK(store.find(idem::Key{"PAY", "dunno"})->status == idem::Status::outcome_unknown);
+  CHECK(store.find(idem::Key{"MAIL", "m1"})->status == idem::Status::failed);
+  CHECK(store.find(idem::Key{"PAY", "live"})->status == idem::Status::processing);
+
+  // A later round asks about the unknown record again only after unknown_retry; once the
+  // gateway answers, the record is settled.
+  {
+    std::lock_guard lock(answers.m);
+    answers.by_id.emplace("dunno", idem::Resolution::happened(nlohmann::json{{"charge", "ch_3"}}));
+  }
+  janitor.run_once();
+  CHECK(answers.calls == 3);  // not yet: unknown_retry has not passed
+  clock.advance(6min);
+  janitor.run_once();
+  CHECK(answers.calls == 4);
+  CHECK(store.find(idem::Key{"PAY", "dunno"})->status == idem::Status::succeeded);
+  CHECK(janitor.stats().outcome_unknown == 0);
+  CHECK(janitor.stats().errors == 0);
+}
+
+TEST_CASE_METHOD(Fixture,
+                 "janitor with resolvers: a claim that took the record over meanwhile "
+                 "is left alone") {
+  idem::Resolvers resolvers;
+  std::atomic<bool> taken{false};
+  resolvers.add("PAY", [&](const idem::Record& r, const idem::ResolveContext&) {
+    // While the Janitor asks, a duplicate takes the stale claim over.
+    const auto c = store.claim(r.key, "", {.lease = 1h, .ttl = 2h});
+    taken = c.verdict == idem::Verdict::acquired;
+    return idem::Resolution::not_happened();
+  });
+  store.claim(idem::Key{"PAY", "race"}, "", {.lease = 1s, .ttl = 1h});
+  clock.advance(2s);
+  idem::Janitor janitor(store, {.interval = 1h, .resolvers = &resolvers});
+  for (int i = 0; i < 5000 && janitor.stats().rounds == 0; ++i)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(janitor.stats().rounds == 1);
+  REQUIRE(taken);
+  const auto r = store.find(idem::Key{"PAY", "race"});
+  CHECK(r->status == idem::Status::processing);  // the new claim's, not released under it
+  CHECK(r->attempts == 2);
+  CHECK(janitor.stats().resolved_not_happened == 0);
+  CHECK(janitor.stats().errors == 0);
 }

@@ -12,15 +12,20 @@
 //   #include <idem/testing/conformance.hpp>
 //
 // Works with Catch2 2.x (<catch2/catch.hpp>) and 3.x. Test names start with "conformance: ".
+// The cases of an optional ability (repair, list, record_step: idem/store/abilities.hpp) run
+// on stores that have it and say so with a warning on stores that do not.
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #if __has_include(<catch2/catch_test_macros.hpp>)
@@ -32,6 +37,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "idem/attempt.hpp"
 #include "idem/errors.hpp"
 #include "idem/fingerprint.hpp"
 #include "idem/guard.hpp"
@@ -39,8 +45,12 @@
 #include "idem/options.hpp"
 #include "idem/permanent_failure.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
+#include "idem/resolver.hpp"
 #include "idem/run_once.hpp"
 #include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
 #include "idem/verdict.hpp"
 
 #ifndef IDEM_CONFORMANCE_FIXTURES
@@ -71,6 +81,21 @@ inline Options short_ttl_options() {
 
 inline const std::string fp_a = fingerprint(nlohmann::json{{"amount", 299}, {"currency", "CNY"}});
 inline const std::string fp_b = fingerprint(nlohmann::json{{"amount", 599}, {"currency", "CNY"}});
+
+// The store type of a fixture.
+template <class F>
+using store_of = std::remove_cvref_t<decltype(std::declval<F&>().store())>;
+
+// A record put in outcome_unknown the way the resolver does it: a claim whose worker "died",
+// marked by a fenced repair.
+template <class S>
+Record unknown_record(S& store, const Key& key) {
+  const auto c = store.claim(key, fp_a, long_options);
+  return store.repair(key, Repair{.action = RepairAction::mark_unknown,
+                                  .fence = c.record.ticket.fence,
+                                  .snapshot = R"({"error":"gateway unreachable"})",
+                                  .reason = "conformance: the outcome is unknown"});
+}
 
 // Catch2's macros cannot take a type list with a comma in it; an alias can.
 using conformance_fixtures = IDEM_CONFORMANCE_FIXTURES;
@@ -560,4 +585,416 @@ TEMPLATE_LIST_TEST_CASE("conformance: concurrent claims on one key acquire exact
     th.join();
   CHECK(acquired == 1);
   CHECK(in_progress == threads - 1);
+}
+
+TEMPLATE_LIST_TEST_CASE("conformance: a stale claim is taken over after_crash, a retry without",
+                        "[conformance]", idem::testing::conformance_fixtures) {
+  using namespace idem::testing;
+  TestType fx;
+  auto& store = fx.store();
+  const idem::Key crashed{"PAY", "after-crash"};
+  const auto first = store.claim(crashed, fp_a, short_lease_options());
+  REQUIRE(first.verdict == idem::Verdict::acquired);
+  CHECK_FALSE(first.after_crash);
+  fx.advance(short_lease + idem::Duration{100});
+  const auto second = store.claim(crashed, fp_a, short_lease_options());
+  REQUIRE(second.verdict == idem::Verdict::acquired);
+  CHECK(second.after_crash);
+  CHECK(second.record.attempts == 2);
+
+  const idem::Key failed{"PAY", "after-failure"};
+  const auto c = store.claim(failed, fp_a, long_options);
+  store.fail(failed, c.record.ticket, R"({"error":"timeout"})", true);
+  const auto retry = store.claim(failed, fp_a, long_options);
+  REQUIRE(retry.verdict == idem::Verdict::acquired);
+  CHECK_FALSE(retry.after_crash);
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "conformance: a repair applies only at the fence read, and fences out "
+    "the crashed worker",
+    "[conformance]", idem::testing::conformance_fixtures) {
+  using namespace idem::testing;
+  using S = store_of<TestType>;
+  if constexpr (!idem::RepairingStore<S>) {
+    WARN("this store has no repair(): skipped");
+  } else {
+    TestType fx;
+    auto& store = fx.store();
+    const idem::Key key{"PAY", "repair"};
+    const auto c = store.claim(key, fp_a, long_options);
+
+    const idem::Record done = store.repair(key, {.action = idem::RepairAction::complete,
+                                                 .fence = c.record.ticket.fence,
+                                                 .snapshot = R"({"charge":"ch_1"})",
+                                                 .reason = "gateway shows ch_1"});
+    CHECK(done.status == idem::Status::succeeded);
+    CHECK(done.ticket.fence == c.record.ticket.fence + 1);
+    CHECK(done.repair_reason == "gateway shows ch_1");
+    REQUIRE(done.repaired_at.has_value());
+    CHECK(*done.repaired_at == done.updated_at);
+    CHECK(store.find(key) == done);
+
+    // The crashed worker wakes up: its write is refused, and the repair stands.
+    CHECK_THROWS_AS(store.complete(key, c.record.ticket, R"({"charge":"ch_2"})"), idem::LeaseLost);
+    const auto replay = store.claim(key, fp_a, long_options);
+    CHECK(replay.verdict == idem::Verdict::replayed);
+    CHECK(nlohmann::json::parse(replay.record.snapshot)["charge"] == "ch_1");
+
+    // A repair read at an older fence is refused with the record as it is now.
+    try {
+      store.repair(key, {.action = idem::RepairAction::release,
+                         .fence = c.record.ticket.fence,
+                         .reason = "too late"});
+      FAIL("a repair at a moved fence was applied");
+    } catch (const idem::RepairRefused& e) {
+      REQUIRE(e.current().has_value());
+      CHECK(*e.current() == done);
+    }
+    CHECK(store.find(key) == done);
+
+    // No record: refused without one. A bad repair: InvalidArgument, nothing written.
+    try {
+      store.repair(idem::Key{"PAY", "repair-none"},
+                   {.action = idem::RepairAction::release, .fence = 1, .reason = "none"});
+      FAIL("a repair of a missing record was applied");
+    } catch (const idem::RepairRefused& e) {
+      CHECK_FALSE(e.current().has_value());
+    }
+    CHECK_THROWS_AS(store.repair(key, {.action = idem::RepairAction::complete,
+                                       .fence = done.ticket.fence,
+                                       .snapshot = "{not json",
+                                       .reason = "bad"}),
+                    idem::InvalidArgument);
+    CHECK_THROWS_AS(
+        store.repair(
+            key, {.action = idem::RepairAction::release, .fence = done.ticket.fence, .reason = ""}),
+        idem::InvalidArgument);
+    CHECK(store.find(key) == done);
+
+    // release lets the next duplicate run; fail (permanent) makes duplicates replay the error.
+    store.repair(key, {.action = idem::RepairAction::release,
+                       .fence = done.ticket.fence,
+                       .reason = "refunded by hand; run again"});
+    int runs = 0;
+    const auto out = idem::run_once(store, key, fp_a, [&] {
+      ++runs;
+      return std::string("again");
+    });
+    CHECK(runs == 1);
+    CHECK(out.acquired());
+    const auto now = store.find(key);
+    REQUIRE(now.has_value());
+    store.repair(key, {.action = idem::RepairAction::fail,
+                       .fence = now->ticket.fence,
+                       .snapshot = R"({"error":"card_declined"})",
+                       .retryable = false,
+                       .reason = "the bank declined after all"});
+    const auto declined = idem::run_once(store, key, fp_a, [&] {
+      ++runs;
+      return std::string("never");
+    });
+    CHECK(runs == 1);
+    CHECK(declined.failed());
+    CHECK(declined.error()["error"] == "card_declined");
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("conformance: repairs racing on one fence: exactly one is applied",
+                        "[conformance]", idem::testing::conformance_fixtures) {
+  using namespace idem::testing;
+  using S = store_of<TestType>;
+  if constexpr (!idem::RepairingStore<S>) {
+    WARN("this store has no repair(): skipped");
+  } else {
+    TestType fx;
+    auto& store = fx.store();
+    const idem::Key key{"PAY", "repair-race"};
+    const auto c = store.claim(key, fp_a, long_options);
+    constexpr int threads = 8;
+    std::atomic<int> applied{0};
+    std::atomic<int> refused{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        while (!go.load())
+          std::this_thread::yield();
+        try {
+          store.repair(key, {.action = idem::RepairAction::complete,
+                             .fence = c.record.ticket.fence,
+                             .snapshot = nlohmann::json{{"by", t}}.dump(),
+                             .reason = "race"});
+          ++applied;
+        } catch (const idem::RepairRefused&) {
+          ++refused;
+        }
+      });
+    }
+    go = true;
+    for (auto& th : pool)
+      th.join();
+    CHECK(applied == 1);
+    CHECK(refused == threads - 1);
+    const auto stored = store.find(key);
+    REQUIRE(stored.has_value());
+    CHECK(stored->ticket.fence == c.record.ticket.fence + 1);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("conformance: outcome_unknown neither runs nor replays, and never expires",
+                        "[conformance]", idem::testing::conformance_fixtures) {
+  using namespace idem::testing;
+  using S = store_of<TestType>;
+  if constexpr (!idem::RepairingStore<S>) {
+    WARN("this store has no repair(): skipped");
+  } else {
+    TestType fx;
+    auto& store = fx.store();
+    const idem::Key key{"PAY", "unknown"};
+    const auto c = store.claim(key, fp_a, short_ttl_options());
+    const idem::Record unknown =
+        store.repair(key, {.action = idem::RepairAction::mark_unknown,
+                           .fence = c.record.ticket.fence,
+                           .snapshot = R"({"error":"gateway unreachable"})",
+                           .reason = "resolver: unknown",
+                           .keep = short_ttl});
+    CHECK(unknown.status == idem::Status::outcome_unknown);
+
+    int runs = 0;
+    auto business = [&] {
+      ++runs;
+      return std::string("charged");
+    };
+    const auto out = idem::run_once(store, key, fp_a, business, short_ttl_options());
+    CHECK(out.verdict() == idem::Verdict::outcome_unknown);
+    CHECK_FALSE(out.has_value());
+    CHECK_FALSE(out.failed());
+    CHECK(store.claim(key, fp_b, short_ttl_options()).verdict == idem::Verdict::conflict);
+
+    // Past its expire_at it still holds the key: not taken over, not purged, not released.
+    fx.advance(short_ttl + idem::Duration{200});
+    CHECK(store.claim(key, fp_a, short_ttl_options()).verdict == idem::Verdict::outcome_unknown);
+    store.purge_expired(100, 10);
+    store.release_stale(100);
+    const auto kept = store.find(key);
+    REQUIRE(kept.has_value());
+    CHECK(kept->status == idem::Status::outcome_unknown);
+    CHECK(runs == 0);
+
+    // Only a repair moves it on.
+    store.repair(key, {.action = idem::RepairAction::complete,
+                       .fence = kept->ticket.fence,
+                       .snapshot = R"("charged")",
+                       .reason = "gateway answered: charged"});
+    const auto replay = idem::run_once(store, key, fp_a, business, short_ttl_options());
+    CHECK(replay.verdict() == idem::Verdict::replayed);
+    CHECK(replay.value() == "charged");
+    CHECK(runs == 0);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("conformance: steps are kept with the claim and survive a crash",
+                        "[conformance]", idem::testing::conformance_fixtures) {
+  using namespace idem::testing;
+  using S = store_of<TestType>;
+  if constexpr (!idem::RecoveryPointStore<S>) {
+    WARN("this store has no record_step(): skipped");
+  } else {
+    TestType fx;
+    auto& store = fx.store();
+    const idem::Key key{"PAY", "steps"};
+    const auto c = store.claim(key, fp_a, short_lease_options());
+    const std::string points = store.record_step(key, c.record.ticket, "reserve", R"({"hold":7})");
+    CHECK(nlohmann::json::parse(points) == nlohmann::json{{"reserve", {{"hold", 7}}}});
+    // A step kept once keeps its first result.
+    CHECK(store.record_step(key, c.record.ticket, "reserve", R"({"hold":8})") == points);
+    CHECK(store.find(key)->recovery_points == points);
+    CHECK_THROWS_AS(store.record_step(key, c.record.ticket, "bad name", "1"),
+                    idem::InvalidArgument);
+    CHECK_THROWS_AS(store.record_step(key, c.record.ticket, "charge", "{not json"),
+                    idem::InvalidArgument);
+
+    // The worker dies; the takeover starts with the kept step, and the dead ticket is fenced.
+    fx.advance(short_lease + idem::Duration{100});
+    const auto resumed = store.claim(key, fp_a, short_lease_options());
+    REQUIRE(resumed.verdict == idem::Verdict::acquired);
+    CHECK(resumed.after_crash);
+    CHECK(resumed.record.recovery_points == points);
+    CHECK_THROWS_AS(store.record_step(key, c.record.ticket, "charge", R"({"id":1})"),
+                    idem::LeaseLost);
+    const std::string more =
+        store.record_step(key, resumed.record.ticket, "charge", R"({"id":"ch_9"})");
+    CHECK(nlohmann::json::parse(more)["charge"]["id"] == "ch_9");
+    store.complete(key, resumed.record.ticket, R"("paid")");
+    CHECK_THROWS_AS(store.record_step(key, resumed.record.ticket, "ship", "1"), idem::LeaseLost);
+    CHECK_THROWS_AS(
+        store.record_step(idem::Key{"PAY", "steps-none"}, idem::Ticket{1, "x"}, "a", "1"),
+        idem::LeaseLost);
+
+    // A record that expired starts afresh: its steps are gone.
+    const idem::Key old{"PAY", "steps-expired"};
+    const auto o = store.claim(old, fp_a, short_ttl_options());
+    store.record_step(old, o.record.ticket, "reserve", "1");
+    store.complete(old, o.record.ticket, "1");
+    fx.advance(short_ttl + idem::Duration{200});
+    const auto fresh = store.claim(old, fp_a, short_ttl_options());
+    REQUIRE(fresh.verdict == idem::Verdict::acquired);
+    CHECK_FALSE(fresh.after_crash);
+    CHECK(fresh.record.recovery_points.empty());
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "conformance: a business of steps resumes after a crash, running only "
+    "the unfinished steps",
+    "[conformance]", idem::testing::conformance_fixtures) {
+  using namespace idem::testing;
+  using S = store_of<TestType>;
+  if constexpr (!idem::RecoveryPointStore<S>) {
+    WARN("this store has no record_step(): skipped");
+  } else {
+    TestType fx;
+    auto& store = fx.store();
+    const idem::Key key{"ORDER", "steps-business"};
+    int reserved = 0, charged = 0, marked = 0;
+    std::string charge_key;
+    auto business = [&](idem::Attempt<S>& attempt, bool crash) {
+      const int hold = attempt.step("reserve", [&] { return ++reserved; });
+      charge_key = attempt.step_key("charge");
+      const int charge = attempt.step("charge", [&] { return 100 + ++charged; });
+      if (crash) throw std::runtime_error("the worker dies here");
+      attempt.step("mark_paid", [&] { return ++marked; });
+      return nlohmann::json{{"hold", hold}, {"charge", charge}};
+    };
+    // The first attempt "dies" after charging: its guard is never told (no fail recorded).
+    {
+      const auto c = store.claim(key, fp_a, short_lease_options());
+      REQUIRE(c.verdict == idem::Verdict::acquired);
+      idem::detail::GuardState state("conformance", c, nullptr, idem::EventKind::store_error);
+      idem::Attempt<S> attempt(store, state);
+      CHECK_THROWS_AS(business(attempt, true), std::runtime_error);
+      CHECK_FALSE(attempt.after_crash());
+    }
+    const std::string first_key = charge_key;
+    fx.advance(short_lease + idem::Duration{100});
+    const auto out = idem::run_once(
+        store, key, fp_a,
+        [&](idem::Attempt<S>& attempt) {
+          CHECK(attempt.after_crash());
+          CHECK(attempt.number() == 2);
+          return business(attempt, false);
+        },
+        short_lease_options());
+    REQUIRE(out);
+    CHECK(out.value() == nlohmann::json{{"hold", 1}, {"charge", 101}});
+    CHECK(reserved == 1);
+    CHECK(charged == 1);
+    CHECK(marked == 1);
+    CHECK(charge_key == first_key);  // the same downstream key in every attempt
+    CHECK(charge_key == idem::step_key(key, "charge"));
+    CHECK(charge_key != idem::step_key(key, "reserve"));
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("conformance: list answers stale and outcome_unknown records in order",
+                        "[conformance]", idem::testing::conformance_fixtures) {
+  using namespace idem::testing;
+  using S = store_of<TestType>;
+  if constexpr (!idem::ListingStore<S> || !idem::RepairingStore<S>) {
+    WARN("this store has no list() or repair(): skipped");
+  } else {
+    TestType fx;
+    auto& store = fx.store();
+    store.claim(idem::Key{"PAY", "stale-1"}, fp_a, short_lease_options());
+    fx.advance(idem::Duration{50});
+    store.claim(idem::Key{"PAY", "stale-2"}, fp_a, short_lease_options());
+    store.claim(idem::Key{"REFUND", "stale-3"}, fp_a, short_lease_options());
+    store.claim(idem::Key{"PAY", "live"}, fp_a, long_options);
+    const auto done = store.claim(idem::Key{"PAY", "done"}, fp_a, short_lease_options());
+    store.complete(done.record.key, done.record.ticket, "1");
+    unknown_record(store, idem::Key{"PAY", "unknown-1"});
+    fx.advance(short_lease + idem::Duration{100});
+
+    auto ids = [](const std::vector<idem::Record>& records) {
+      std::vector<std::string> out;
+      for (const auto& r : records)
+        out.push_back(r.key.id());
+      return out;
+    };
+    const auto stale = ids(store.list({.stale = true}));  // stale-2 and stale-3 tie
+    CHECK((stale == std::vector<std::string>{"stale-1", "stale-2", "stale-3"} ||
+           stale == std::vector<std::string>{"stale-1", "stale-3", "stale-2"}));
+    CHECK(ids(store.list({.stale = true, .biz_type = "REFUND"})) ==
+          std::vector<std::string>{"stale-3"});
+    CHECK(store.list({.stale = true, .limit = 1}).size() == 1);
+    CHECK(ids(store.list({.stale = true, .limit = 1})) == std::vector<std::string>{"stale-1"});
+    CHECK(ids(store.list({.status = idem::Status::outcome_unknown})) ==
+          std::vector<std::string>{"unknown-1"});
+    CHECK(store
+              .list({.status = idem::Status::outcome_unknown,
+                     .not_updated_for = std::chrono::hours{1}})
+              .empty());
+    CHECK(ids(store.list({.status = idem::Status::succeeded})) == std::vector<std::string>{"done"});
+    CHECK_THROWS_AS(store.list({.limit = 0}), idem::InvalidArgument);
+    CHECK_THROWS_AS(store.list({.stale = true, .status = idem::Status::failed}),
+                    idem::InvalidArgument);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("conformance: a resolver settles a crashed attempt before anything runs",
+                        "[conformance]", idem::testing::conformance_fixtures) {
+  using namespace idem::testing;
+  using S = store_of<TestType>;
+  if constexpr (!idem::RepairingStore<S>) {
+    WARN("this store has no repair(): skipped");
+  } else {
+    TestType fx;
+    auto& store = fx.store();
+    std::map<std::string, idem::Resolution> answers{
+        {"happened", idem::Resolution::happened(nlohmann::json{{"charge", "ch_1"}})},
+        {"not-happened", idem::Resolution::not_happened()},
+        {"unknown", idem::Resolution::unknown("gateway unreachable")}};
+    idem::Resolvers resolvers;
+    std::atomic<int> asked{0};
+    resolvers.add("PAY", [&](const idem::Record& r, const idem::ResolveContext&) {
+      ++asked;
+      return answers.at(r.key.id());
+    });
+    idem::Options options = short_lease_options();
+    options.resolvers = &resolvers;
+    for (const auto& [id, answer] : answers) {
+      store.claim(idem::Key{"PAY", id}, fp_a, options);  // a worker that dies
+    }
+    fx.advance(short_lease + idem::Duration{100});
+    int runs = 0;
+    auto charge = [&] {
+      ++runs;
+      return nlohmann::json{{"charge", "ch_new"}};
+    };
+    const auto happened =
+        idem::run_once(store, idem::Key{"PAY", "happened"}, fp_a, charge, options);
+    CHECK(happened.verdict() == idem::Verdict::replayed);
+    REQUIRE(happened);
+    CHECK(happened.value()["charge"] == "ch_1");
+    CHECK(runs == 0);
+
+    const auto again =
+        idem::run_once(store, idem::Key{"PAY", "not-happened"}, fp_a, charge, options);
+    CHECK(again.acquired());
+    CHECK(runs == 1);
+
+    const auto unknown = idem::run_once(store, idem::Key{"PAY", "unknown"}, fp_a, charge, options);
+    CHECK(unknown.verdict() == idem::Verdict::outcome_unknown);
+    CHECK(runs == 1);
+    CHECK(store.find(idem::Key{"PAY", "unknown"})->status == idem::Status::outcome_unknown);
+    CHECK(asked == 3);
+
+    // Without a resolver for its biz_type, a crashed attempt runs again as before.
+    store.claim(idem::Key{"REFUND", "r-1"}, fp_a, options);
+    fx.advance(short_lease + idem::Duration{100});
+    CHECK(idem::run_once(store, idem::Key{"REFUND", "r-1"}, fp_a, charge, options).acquired());
+    CHECK(runs == 2);
+    CHECK(asked == 3);
+  }
 }
