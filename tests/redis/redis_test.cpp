@@ -57,7 +57,7 @@ TEST_CASE("a record is a hash with the documented fields, in its bucket's slot")
   std::map<std::string, std::string> fields;
   for (std::size_t i = 0; i + 1 < all.size(); i += 2)
     fields[std::string(all[i].text())] = std::string(all[i + 1].text());
-  CHECK(fields.size() == idem::redis::detail::record_fields.size());
+  CHECK(fields.size() == idem::redis::detail::required_fields);  // no steps, never repaired
   CHECK(fields["status"] == "processing");
   CHECK(fields["fence"] == "1");
   CHECK(fields["owner"] == c.record.ticket.owner);
@@ -259,7 +259,7 @@ TEST_CASE("a takeover decided on an old read never overwrites what was written s
   const auto read = s.store.ops().read(*c, key, false);
   REQUIRE(read);
   const idem::Decision d = idem::decide(read->record, "", read->now);
-  REQUIRE(d == idem::Decision::take_over_retry);
+  REQUIRE(d == idem::Decision::take_over_stale);
   const idem::Record next =
       idem::take_over(read->record, d, "", "recoverer-token-0000000000000000", read->now, {});
 

@@ -14,15 +14,19 @@
 // with the next fence, find() shows it, purge_expired() deletes it); after that Redis has
 // deleted it, and the key starts afresh at fence 1.
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -32,6 +36,7 @@
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
 #include "idem/redis/connection.hpp"
 #include "idem/redis/detail/layout.hpp"
 #include "idem/redis/detail/record_scripts.hpp"
@@ -40,6 +45,7 @@
 #include "idem/redis/reply.hpp"
 #include "idem/status.hpp"
 #include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/retry.hpp"
 #include "idem/store/skeleton.hpp"
@@ -79,6 +85,7 @@ inline Record decode_record(const Key& key, ReplyView fields) {
   auto text = [&](std::size_t i) -> std::string_view {
     const ReplyView v = fields[i];
     if (v.is_nil()) {
+      if (i >= required_fields) return {};  // an optional field: none
       throw CorruptRecord(fmt::format("idem::redis: the record {}/{} has no field {}",
                                       key.biz_type(), idem::detail::printable(key.id()),
                                       record_fields[i]));
@@ -101,18 +108,20 @@ inline Record decode_record(const Key& key, ReplyView fields) {
   auto time = [&](std::size_t i) { return TimePoint{Duration{number(i)}}; };
 
   const std::string_view name = text(0);
-  Status status = Status::processing;
-  if (name == to_string(Status::succeeded)) {
-    status = Status::succeeded;
-  } else if (name == to_string(Status::failed)) {
-    status = Status::failed;
-  } else if (name != to_string(Status::processing)) {
+  std::optional<Status> status;
+  for (const Status s :
+       {Status::processing, Status::succeeded, Status::failed, Status::outcome_unknown}) {
+    if (name == to_string(s)) status = s;
+  }
+  if (!status) {
     throw CorruptRecord(fmt::format("idem::redis: the record {}/{} has status \"{}\"",
                                     key.biz_type(), idem::detail::printable(key.id()),
                                     idem::detail::printable(name)));
   }
+  std::optional<TimePoint> repaired_at;
+  if (!text(13).empty()) repaired_at = time(13);
   return Record{.key = key,
-                .status = status,
+                .status = *status,
                 .ticket = Ticket{static_cast<std::uint64_t>(number(1)), std::string(text(2))},
                 .fingerprint = std::string(text(3)),
                 .snapshot = std::string(text(4)),
@@ -121,7 +130,10 @@ inline Record decode_record(const Key& key, ReplyView fields) {
                 .created_at = time(7),
                 .updated_at = time(8),
                 .lease_until = time(9),
-                .expire_at = time(10)};
+                .expire_at = time(10),
+                .recovery_points = std::string(text(11)),
+                .repair_reason = std::string(text(12)),
+                .repaired_at = repaired_at};
 }
 
 // The record operations (see idem/store/skeleton.hpp), one script each.
@@ -153,16 +165,67 @@ class RecordOps {
     return RecordRead{decode_record(key, r[1]), TimePoint{Duration{r[0].integer()}}};
   }
 
+  // A retry or stale takeover keeps the recovery points read (take_over()), so next's points
+  // are those read, and the script is guarded by them too.
   bool write_takeover(Connection& c, Decision d, const Record& next, const Ticket& read) const {
     const std::string member = Layout::member(next.key);
     const RecordKeys k = layout_.keys(member);
     const std::string read_fence = decimal(static_cast<std::int64_t>(read.fence));
     const std::array<std::string, record_fields.size()> values = encode(next);
-    ScriptCall call{{k.record, k.leases, k.expiry},
+    ScriptCall call{{k.record, k.leases, k.expiry, k.unknown},
                     {d == Decision::take_over_expired ? "expired" : "retry", read_fence, read.owner,
-                     keep_, member}};
+                     next.recovery_points, keep_, member}};
     call.args.insert(call.args.end(), values.begin(), values.end());
     return c.eval(scripts_.take_over, call).integer() == 1;
+  }
+
+  // Writes what repaired() computed from the record read (idem/store/steps.hpp, RepairSteps),
+  // guarded by the ticket read; the indexes and the key's expiry follow the new status.
+  bool write_repair(Connection& c, const Record& next, const Ticket& read) const {
+    const std::string member = Layout::member(next.key);
+    const RecordKeys k = layout_.keys(member);
+    const std::array<std::string, record_fields.size()> values = encode(next);
+    const std::string read_fence = decimal(static_cast<std::int64_t>(read.fence));
+    ScriptCall call{{k.record, k.leases, k.expiry, k.unknown},
+                    {read_fence, read.owner, keep_, member}};
+    for (const std::string_view field : repaired_fields) {
+      call.args.push_back(field);
+      call.args.push_back(values[field_index(field)]);
+    }
+    return c.eval(scripts_.repair, call).integer() == 1;
+  }
+
+  // The recovery points computed from those read (StepSteps), guarded by holds() and by the
+  // points read.
+  bool write_points(Connection& c, const Key& key, const Ticket& t, std::string_view before,
+                    std::string_view after) const {
+    const RecordKeys k = layout_.keys(Layout::member(key));
+    const std::string fence = decimal(static_cast<std::int64_t>(t.fence));
+    return c.eval(scripts_.points, {{k.record}, {fence, t.owner, before, after}}).integer() == 1;
+  }
+
+  // Stale claims come from the lease index (scored by lease_until) and outcome_unknown records
+  // from the unknown index (scored by updated_at), each read in the order list() answers in,
+  // so that a call reads about the records it lists. Any other query walks every record: the
+  // expiry index holds all but the outcome_unknown ones (docs/redis.md, "Listing").
+  std::vector<Record> list(Connection& c, const RecordQuery& q) const {
+    const bool unknown = q.status == Status::outcome_unknown;
+    const bool ordered = q.stale || unknown;
+    std::vector<IndexCursor> cursors;
+    for (std::uint32_t b = 0; b < layout_.buckets(); ++b) {
+      if (ordered) {
+        cursors.push_back({b, unknown ? layout_.unknown(b) : layout_.leases(b)});
+      } else {
+        cursors.push_back({b, layout_.expiry(b), "0"});
+        if (!q.status) cursors.push_back({b, layout_.unknown(b), "0"});
+      }
+    }
+    // How far before the server's now an ordered index's scores end: a stale lease has run
+    // out; an outcome_unknown record was last updated not_updated_for ago.
+    std::string until = "0";
+    if (unknown) until = q.not_updated_for ? decimal(q.not_updated_for->count()) : "";
+    return ordered ? list_ordered(c, q, std::move(cursors), until)
+                   : list_walk(c, q, std::move(cursors));
   }
 
   bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
@@ -191,6 +254,150 @@ class RecordOps {
   const RecordScripts& scripts() const noexcept { return scripts_; }
 
  private:
+  // One index of one bucket, read page by page.
+  struct IndexCursor {
+    std::uint32_t bucket;
+    std::string index;
+    // Ordered: the score the next page starts at, and how many members of exactly that score
+    // were read already. A walk: ZSCAN's cursor.
+    std::string from = "-inf";
+    std::string skip = "0";
+    std::size_t skipped = 0;
+    TimePoint last{};  // ordered: the last score read
+  };
+
+  // Index pages (each bucket's, pipelined: one round trip per node, so every master of a
+  // cluster) and then the records they name (pipelined), kept by matches() at the server's
+  // now of their read. A bucket is read further only while its pages came full and could
+  // still hold a record before the last of the best `limit` found so far.
+  std::vector<Record> list_ordered(Connection& c, const RecordQuery& q,
+                                   std::vector<IndexCursor> open, const std::string& until) const {
+    const std::size_t page = std::min<std::size_t>(q.limit, 2 * (q.limit / layout_.buckets()) + 8);
+    const std::string count = decimal(static_cast<std::int64_t>(page));
+    std::vector<Record> found;
+    while (!open.empty()) {
+      std::vector<ScriptCall> calls;
+      calls.reserve(open.size());
+      for (const IndexCursor& cur : open)
+        calls.push_back({{cur.index}, {until, cur.from, cur.skip, count}});
+      const std::vector<Reply> pages = c.eval_all(scripts_.range, calls);
+      Candidates got;
+      std::vector<IndexCursor> more;
+      for (std::size_t i = 0; i < open.size(); ++i) {
+        const std::size_t n = take(got, q, open[i].bucket, pages[i]);
+        if (n < page) continue;  // the bucket has no more
+        IndexCursor& cur = open[i];
+        const std::string_view last = pages[i][2 * n - 1].text();
+        std::size_t ties = 0;  // the page's last members share its last score
+        while (ties < n && pages[i][2 * (n - ties) - 1].text() == last)
+          ++ties;
+        cur.skipped = last == cur.from ? cur.skipped + n : ties;
+        cur.from = std::string(last);
+        cur.skip = decimal(static_cast<std::int64_t>(cur.skipped));
+        cur.last = score_of(last);
+        more.push_back(std::move(cur));
+      }
+      keep_best(c, q, got, found);
+      open.clear();
+      const auto order_key = [&](const Record& r) {
+        return q.stale ? r.lease_until : r.updated_at;
+      };
+      for (IndexCursor& cur : more) {
+        // Ties are listed in any order: a bucket whose next page starts at the last kept
+        // record's key has nothing to add.
+        if (found.size() == q.limit && cur.last >= order_key(found.back())) continue;
+        open.push_back(std::move(cur));
+      }
+    }
+    return found;
+  }
+
+  // Every record of the given indexes, by ZSCAN pages (the server's work per call is bounded
+  // however large the index; a record may come twice), a few buckets per round.
+  std::vector<Record> list_walk(Connection& c, const RecordQuery& q,
+                                std::vector<IndexCursor> open) const {
+    constexpr std::size_t cursors_per_round = 32;
+    const std::string count = "128";
+    std::vector<Record> found;
+    while (!open.empty()) {
+      const std::size_t n = std::min(open.size(), cursors_per_round);
+      std::vector<ScriptCall> calls;
+      calls.reserve(n);
+      for (std::size_t i = 0; i < n; ++i)
+        calls.push_back({{open[i].index}, {open[i].from, count}});
+      const std::vector<Reply> pages = c.eval_all(scripts_.scan, calls);
+      Candidates got;
+      std::vector<IndexCursor> more(
+          std::make_move_iterator(open.begin() + static_cast<std::ptrdiff_t>(n)),
+          std::make_move_iterator(open.end()));
+      for (std::size_t i = 0; i < n; ++i) {
+        take(got, q, open[i].bucket, pages[i][1]);
+        open[i].from = std::string(pages[i][0].text());
+        if (open[i].from != "0") more.push_back(std::move(open[i]));
+      }
+      keep_best(c, q, got, found);
+      open = std::move(more);
+    }
+    return found;
+  }
+
+  // Members named by index pages, with their record keys.
+  struct Candidates {
+    std::vector<std::string> members;
+    std::vector<RecordKeys> keys;
+  };
+
+  // The members of a page (member, score, member, score, ...) of `bucket`'s index; those of
+  // another biz_type than the query's are left out unread. Answers how many the page held.
+  std::size_t take(Candidates& got, const RecordQuery& q, std::uint32_t bucket,
+                   ReplyView page) const {
+    const std::size_t n = page.size() / 2;
+    for (std::size_t j = 0; j < n; ++j) {
+      std::string member(page[2 * j].text());
+      if (!q.biz_type.empty() && Layout::key_of(member).biz_type() != q.biz_type) continue;
+      got.keys.push_back(layout_.keys(bucket, member));
+      got.members.push_back(std::move(member));
+    }
+    return n;
+  }
+
+  // Reads the candidates' records (pipelined) and keeps, in `found`, the best `limit` of
+  // those found so far that match the query, each record once.
+  void keep_best(Connection& c, const RecordQuery& q, const Candidates& got,
+                 std::vector<Record>& found) const {
+    std::vector<ScriptCall> reads;
+    reads.reserve(got.keys.size());
+    for (const RecordKeys& k : got.keys)
+      reads.push_back({{k.record}, {}});
+    const std::vector<Reply> records = c.eval_all(scripts_.read, reads);
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const Reply& r = records[i];
+      if (r.size() < 2) continue;  // gone since the index named it
+      Record rec = decode_record(Layout::key_of(got.members[i]), r[1]);
+      if (matches(q, rec, TimePoint{Duration{r[0].integer()}})) found.push_back(std::move(rec));
+    }
+    std::stable_sort(found.begin(), found.end(),
+                     [&](const Record& a, const Record& b) { return listed_before(q, a, b); });
+    std::unordered_set<Key> kept;
+    std::vector<Record> best;
+    for (Record& r : found) {
+      if (best.size() == q.limit) break;
+      if (kept.insert(r.key).second) best.push_back(std::move(r));
+    }
+    found = std::move(best);
+  }
+
+  // A sorted set's score as the server writes it (a time in milliseconds).
+  static TimePoint score_of(std::string_view s) {
+    double d = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
+    if (ec != std::errc{} || end != s.data() + s.size()) {
+      throw CorruptRecord(fmt::format("idem::redis: an index score \"{}\" is not a time",
+                                      idem::detail::printable(s)));
+    }
+    return TimePoint{Duration{static_cast<std::int64_t>(d)}};
+  }
+
   // A record's values in record_fields' order, as the scripts write them.
   static std::array<std::string, record_fields.size()> encode(const Record& r) {
     auto ms = [](TimePoint t) { return decimal(t.time_since_epoch().count()); };
@@ -204,7 +411,10 @@ class RecordOps {
             ms(r.created_at),
             ms(r.updated_at),
             ms(r.lease_until),
-            ms(r.expire_at)};
+            ms(r.expire_at),
+            r.recovery_points,
+            r.repair_reason,
+            r.repaired_at ? ms(*r.repaired_at) : std::string()};
   }
 
   // One batch of purge or release: the due members of every bucket's index (a few per
@@ -324,5 +534,6 @@ class Store : public StoreSkeleton<detail::Backend> {
 };
 
 static_assert(idem::Store<Store>);
+static_assert(RepairingStore<Store> && ListingStore<Store> && RecoveryPointStore<Store>);
 
 }  // namespace idem::redis

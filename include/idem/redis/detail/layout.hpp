@@ -8,14 +8,18 @@
 //   <prefix>:{<bucket>}:r:<biz_type>:<id>   the record, a hash (fields: record_fields)
 //   <prefix>:{<bucket>}:leases              sorted set of the bucket's processing records,
 //                                           scored by lease_until (release_stale reads it)
-//   <prefix>:{<bucket>}:expiry              sorted set of all the bucket's records, scored
-//                                           by expire_at (purge_expired reads it)
+//   <prefix>:{<bucket>}:expiry              sorted set of the bucket's records that may
+//                                           expire (all but outcome_unknown ones), scored by
+//                                           expire_at (purge_expired reads it)
+//   <prefix>:{<bucket>}:unknown             sorted set of the bucket's outcome_unknown
+//                                           records, scored by updated_at (list reads it)
 //
 // An index member is "<biz_type>:<id>": biz_type has no ':', so the member names one key.
 // The id is stored byte for byte (hash tags stop at the first '}', which the prefix and the
 // bucket number come before).
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -29,10 +33,30 @@ namespace idem::redis::detail {
 
 // The record hash's fields, in the order the scripts read them (HMGET) and write them.
 // Times are milliseconds since the Unix epoch (UTC), by the server's clock; status is
-// to_string(Status); retryable is 0 or 1.
-inline constexpr std::array<std::string_view, 11> record_fields = {
-    "status",   "fence",      "owner",      "fingerprint", "snapshot", "retryable",
-    "attempts", "created_at", "updated_at", "lease_until", "expire_at"};
+// to_string(Status); retryable is 0 or 1. The last three (recovery points, repair reason,
+// repaired_at) may be missing or empty: none (records written before they existed lack them).
+inline constexpr std::array<std::string_view, 14> record_fields = {
+    "status",    "fence",           "owner",         "fingerprint", "snapshot",
+    "retryable", "attempts",        "created_at",    "updated_at",  "lease_until",
+    "expire_at", "recovery_points", "repair_reason", "repaired_at"};
+// How many of record_fields every record has.
+inline constexpr std::size_t required_fields = 11;
+// The fields a repair writes: those repaired() may change (the recovery points stay).
+inline constexpr std::array<std::string_view, 9> repaired_fields = {
+    "status",     "fence",     "owner",         "snapshot",   "retryable",
+    "updated_at", "expire_at", "repair_reason", "repaired_at"};
+
+constexpr std::size_t field_index(std::string_view field) noexcept {
+  std::size_t i = 0;
+  while (i < record_fields.size() && record_fields[i] != field)
+    ++i;
+  return i;
+}
+static_assert([] {
+  for (const std::string_view f : repaired_fields)
+    if (field_index(f) == record_fields.size()) return false;
+  return true;
+}());
 
 // The bucket of a key: FNV-1a (32 bits) of "<biz_type>:<id>", modulo the bucket count.
 // Part of the layout: every process sharing a prefix must agree on it.
@@ -45,11 +69,12 @@ inline std::uint32_t bucket_of(std::string_view member, std::uint32_t buckets) n
   return h % buckets;
 }
 
-// The three keys one script about one record touches (all in the bucket's slot).
+// The keys one script about one record touches (all in the bucket's slot).
 struct RecordKeys {
   std::string record;
   std::string leases;
   std::string expiry;
+  std::string unknown;
 };
 
 class Layout {
@@ -90,13 +115,16 @@ class Layout {
     std::string record;
     record.reserve(tag.size() + 2 + member.size());
     record.append(tag).append("r:").append(member);
-    return {std::move(record), tag + "leases", tag + "expiry"};
+    return {std::move(record), tag + "leases", tag + "expiry", tag + "unknown"};
   }
   std::string leases(std::uint32_t bucket) const {
     return fmt::format("{}:{{{}}}:leases", prefix_, bucket);
   }
   std::string expiry(std::uint32_t bucket) const {
     return fmt::format("{}:{{{}}}:expiry", prefix_, bucket);
+  }
+  std::string unknown(std::uint32_t bucket) const {
+    return fmt::format("{}:{{{}}}:unknown", prefix_, bucket);
   }
   const std::string& prefix() const noexcept { return prefix_; }
 

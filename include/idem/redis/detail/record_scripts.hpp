@@ -25,6 +25,10 @@ struct RecordScripts {
   Script due;        // members of an index whose score has come
   Script release;    // release one stale claim, guarded by is_stale
   Script purge;      // delete one expired record, guarded by is_expired
+  Script repair;     // write a repaired record read earlier, guarded by the ticket read
+  Script points;     // write a claim's recovery points, guarded by holds and the points read
+  Script range;      // a page of an index in score order, up to a score
+  Script scan;       // a page of an index by ZSCAN
 };
 
 namespace script_text {
@@ -43,9 +47,42 @@ inline std::string prelude() {
 end
 local function int(n) return string.format('%d', n) end
 local FIELDS = {{{}}}
-local PROCESSING, FAILED = '{}', '{}'
+local PROCESSING, FAILED, UNKNOWN = '{}', '{}', '{}'
+-- record_rules: is_expired (an outcome_unknown record never expires)
+local function is_expired(status, expire_at, now)
+  return tonumber(expire_at) <= now and status ~= UNKNOWN
+end
+-- Writes field/value pairs; an empty optional field is deleted instead (missing means none).
+local OPTIONAL = {{recovery_points = true, repair_reason = true, repaired_at = true}}
+local function write(key, pairs)
+  local set, del = {{}}, {{}}
+  for i = 1, #pairs, 2 do
+    if pairs[i + 1] == '' and OPTIONAL[pairs[i]] then
+      del[#del + 1] = pairs[i]
+    else
+      set[#set + 1] = pairs[i]
+      set[#set + 1] = pairs[i + 1]
+    end
+  end
+  redis.call('HSET', key, unpack(set))
+  if #del > 0 then redis.call('HDEL', key, unpack(del)) end
+end
+-- The expiry of a record that is (or is no longer) outcome_unknown: an unknown record has no
+-- time to live and leaves the expiry index; any other gets expire_at + keep back.
+local function set_expiry(key, expiry, unknown, member, status, expire_at, updated_at, keep)
+  if status == UNKNOWN then
+    redis.call('PERSIST', key)
+    redis.call('ZREM', expiry, member)
+    redis.call('ZADD', unknown, updated_at, member)
+  else
+    redis.call('PEXPIREAT', key, int(tonumber(expire_at) + tonumber(keep)))
+    redis.call('ZADD', expiry, expire_at, member)
+    redis.call('ZREM', unknown, member)
+  end
+end
 )",
-                     fields, to_string(Status::processing), to_string(Status::failed));
+                     fields, to_string(Status::processing), to_string(Status::failed),
+                     to_string(Status::outcome_unknown));
 }
 
 // KEYS: record, leases, expiry. ARGV: owner, fingerprint, lease ms, ttl ms, keep ms, member.
@@ -72,36 +109,37 @@ redis.call('ZADD', KEYS[3], int(expire_at), ARGV[6])
 return {1, now}
 )";
 
-// KEYS: record, leases, expiry. ARGV: decision ("expired" or "retry"), the fence and owner
-// read, keep ms, member, then the new record's values in FIELDS' order (take_over()'s).
-// Answers 1 when written, 0 when the record moved on since it was read.
+// KEYS: record, leases, expiry, unknown. ARGV: decision ("expired" or "retry"), the fence,
+// owner and recovery points read, keep ms, member, then the new record's values in FIELDS'
+// order (take_over()'s). Answers 1 when written, 0 when the record moved on since it was
+// read. A retry or stale takeover keeps the points read, so it is also guarded by them: a
+// step the old claim recorded since the read must not be lost.
 inline constexpr const char* take_over = R"(
 local now = now_ms()
 local s = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner', 'retryable', 'lease_until',
-  'expire_at')
+  'expire_at', 'recovery_points')
 if not s[1] or s[2] ~= ARGV[2] or s[3] ~= ARGV[3] then return 0 end
--- record_rules: is_expired
-local expired = tonumber(s[6]) <= now
+local expired = is_expired(s[1], s[6], now)
 local holds
 if ARGV[1] == 'expired' then
   holds = expired
 else
   -- record_rules: is_retry_due
   holds = not expired and ((s[1] == PROCESSING and tonumber(s[5]) <= now) or
-                           (s[1] == FAILED and s[4] == '1'))
+                           (s[1] == FAILED and s[4] == '1')) and (s[7] or '') == ARGV[4]
 end
 if not holds then return 0 end
 local values = {}
 local new = {}
 for i, f in ipairs(FIELDS) do
   values[#values + 1] = f
-  values[#values + 1] = ARGV[5 + i]
-  new[f] = ARGV[5 + i]
+  values[#values + 1] = ARGV[6 + i]
+  new[f] = ARGV[6 + i]
 end
-redis.call('HSET', KEYS[1], unpack(values))
-redis.call('PEXPIREAT', KEYS[1], int(tonumber(new.expire_at) + tonumber(ARGV[4])))
-redis.call('ZADD', KEYS[2], new.lease_until, ARGV[5])
-redis.call('ZADD', KEYS[3], new.expire_at, ARGV[5])
+write(KEYS[1], values)
+redis.call('ZADD', KEYS[2], new.lease_until, ARGV[6])
+set_expiry(KEYS[1], KEYS[3], KEYS[4], ARGV[6], new.status, new.expire_at, new.updated_at,
+  ARGV[5])
 return 1
 )";
 
@@ -154,10 +192,16 @@ return 1
 
 // KEYS: record, leases, expiry. ARGV: member. Deletes the record when it has expired and
 // answers 1. An entry of a record that is gone leaves the indexes; one whose record was
-// renewed by a takeover is scored anew.
+// renewed by a takeover is scored anew; an outcome_unknown record never expires (it has no
+// entry to meet unless one was left behind).
 inline constexpr const char* purge = R"(
 local now = now_ms()
-local e = redis.call('HGET', KEYS[1], 'expire_at')
+local s = redis.call('HMGET', KEYS[1], 'status', 'expire_at')
+local e = s[2]
+if s[1] == UNKNOWN then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  return 0
+end
 -- record_rules: is_expired
 if e and tonumber(e) > now then
   redis.call('ZADD', KEYS[3], e, ARGV[1])
@@ -168,6 +212,54 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 if not e then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
+)";
+
+// KEYS: record, leases, expiry, unknown. ARGV: the fence and owner read, keep ms, member,
+// then field/value pairs: what repaired() computed for the fields it may change (the
+// recovery points are left as they are). Answers 1 when written, 0 when the record moved on
+// since it was read (or is gone).
+inline constexpr const char* repair = R"(
+local s = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner')
+-- record_rules: repair_holds, on the ticket read (the same fence under another owner is not
+-- the record the repair was decided on)
+if not s[1] or s[2] ~= ARGV[1] or s[3] ~= ARGV[2] then return 0 end
+local values, new = {}, {}
+for i = 5, #ARGV, 2 do
+  values[#values + 1] = ARGV[i]
+  values[#values + 1] = ARGV[i + 1]
+  new[ARGV[i]] = ARGV[i + 1]
+end
+write(KEYS[1], values)
+-- repaired() never leaves a record processing
+redis.call('ZREM', KEYS[2], ARGV[4])
+set_expiry(KEYS[1], KEYS[3], KEYS[4], ARGV[4], new.status, new.expire_at, new.updated_at, ARGV[3])
+return 1
+)";
+
+// KEYS: record. ARGV: fence, owner, the recovery points read, the points to write. Writes them
+// while the claim is held and the stored points are still those read; answers 1, or 0.
+inline constexpr const char* points = R"(
+local s = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner', 'recovery_points')
+-- record_rules: holds
+if s[1] ~= PROCESSING or s[2] ~= ARGV[1] or s[3] ~= ARGV[2] then return 0 end
+if (s[4] or '') ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], 'recovery_points', ARGV[4], 'updated_at', int(now_ms()))
+return 1
+)";
+
+// KEYS: an index. ARGV: how far before the server's now the scores end (ms; empty: no end),
+// the score to start at, how many members of that score to skip, how many to answer.
+// Answers {member, score, member, score, ...}: a page of the index in score order.
+inline constexpr const char* range = R"(
+local max = '+inf'
+if ARGV[1] ~= '' then max = int(now_ms() - tonumber(ARGV[1])) end
+return redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], max, 'WITHSCORES', 'LIMIT', ARGV[3], ARGV[4])
+)";
+
+// KEYS: an index. ARGV: ZSCAN's cursor, its COUNT. Answers ZSCAN's reply: {cursor, {member,
+// score, ...}}.
+inline constexpr const char* scan = R"(
+return redis.call('ZSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
 )";
 
 }  // namespace script_text
@@ -182,7 +274,9 @@ inline RecordScripts make_record_scripts() {
   return {make_script(writes + script_text::claim),  make_script(writes + script_text::take_over),
           make_script(writes + script_text::finish), make_script(reads + script_text::read),
           make_script(reads + script_text::due),     make_script(writes + script_text::release),
-          make_script(writes + script_text::purge)};
+          make_script(writes + script_text::purge),  make_script(writes + script_text::repair),
+          make_script(writes + script_text::points), make_script(reads + script_text::range),
+          make_script(reads + script_text::scan)};
 }
 
 }  // namespace idem::redis::detail
