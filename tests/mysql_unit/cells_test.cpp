@@ -130,6 +130,9 @@ Row record_row() {
           when(1s),
           when(2s),
           when(1h),
+          Cell{},  // recovery_points
+          Cell{},  // repair_reason
+          Cell{},  // repaired_at
           when(3s)};
 }
 
@@ -150,7 +153,38 @@ TEST_CASE("decode_record reads typed cells") {
   CHECK(read.record.created_at == at(2026, 12, 1, 1s));
   CHECK(read.record.updated_at == at(2026, 12, 1, 2s));
   CHECK(read.record.expire_at == at(2026, 12, 1, 1h));
+  CHECK(read.record.recovery_points.empty());  // NULL: no step finished
+  CHECK(read.record.repair_reason.empty());
+  CHECK_FALSE(read.record.repaired_at.has_value());
   CHECK(read.now == at(2026, 12, 1, 3s));
+}
+
+TEST_CASE("decode_record reads every status, recovery points and the last repair") {
+  for (int status = 0; status <= 3; ++status) {
+    Row row = record_row();
+    row[d::column::status] = Cell::from_int64(status);
+    CHECK(static_cast<int>(d::decode_record(row).record.status) == status);
+  }
+  Row row = record_row();
+  row[d::column::status] = Cell::from_int64(3);
+  row[d::column::recovery_points] = Cell::from_text(R"({"reserve":{"hold":"h-1"},"charge":7})");
+  row[d::column::repair_reason] = Cell::from_text("gateway shows ch_1 (caf\xc3\xa9)");
+  row[d::column::repaired_at] = Cell::from_time(d::Micros{at(2026, 12, 1, 5s)}, 3);
+  const auto read = d::decode_record(row);
+  CHECK(read.record.status == idem::Status::outcome_unknown);
+  CHECK(read.record.recovery_points == R"({"reserve":{"hold":"h-1"},"charge":7})");
+  CHECK(read.record.repair_reason == "gateway shows ch_1 (caf\xc3\xa9)");
+  CHECK(read.record.repaired_at == at(2026, 12, 1, 5s));
+}
+
+TEST_CASE("a status this idem does not know is CorruptRecord, as status 3 was to an older one") {
+  // An idem binary from before outcome_unknown knew 0 to 2 and refused anything else as
+  // CorruptRecord (never retried: nothing runs). This one knows 0 to 3 and refuses 4 alike.
+  Row row = record_row();
+  row[d::column::status] = Cell::from_int64(4);
+  CHECK_THROWS_AS(d::decode_record(row), idem::CorruptRecord);
+  CHECK_THROWS_WITH(d::decode_record(row),
+                    Catch::Contains("column status") && Catch::Contains("unknown status 4"));
 }
 
 TEST_CASE("decode_record and fresh_record refuse bad or NULL values as CorruptRecord") {
@@ -162,7 +196,7 @@ TEST_CASE("decode_record and fresh_record refuse bad or NULL values as CorruptRe
   CHECK_THROWS_AS(d::decode_record(with(10, Cell{})), idem::CorruptRecord);
   CHECK_THROWS_WITH(d::decode_record(with(10, Cell::from_text("0000-00-00 00:00:00"))),
                     Catch::Contains("created_at") && Catch::Contains("not a DATETIME"));
-  CHECK_THROWS_AS(d::decode_record(with(13, Cell::from_int64(5))), idem::CorruptRecord);
+  CHECK_THROWS_AS(d::decode_record(with(d::column::now, Cell::from_int64(5))), idem::CorruptRecord);
   CHECK_THROWS_WITH(d::decode_record(with(3, Cell{})), Catch::Contains("fence holds NULL"));
   CHECK_THROWS_AS(d::decode_record(with(3, Cell::from_int64(-1))), idem::CorruptRecord);
   CHECK_THROWS_AS(d::decode_record(with(2, Cell::from_text("1"))), idem::CorruptRecord);
@@ -171,6 +205,29 @@ TEST_CASE("decode_record and fresh_record refuse bad or NULL values as CorruptRe
   CHECK_THROWS_AS(d::decode_record(with(4, Cell::from_int64(1))), idem::CorruptRecord);
   CHECK_THROWS_AS(d::decode_record(with(0, Cell::from_text(""))), idem::CorruptRecord);  // key
   CHECK_THROWS_AS(d::decode_record(Row(13)), idem::CorruptRecord);
+  CHECK_THROWS_WITH(d::decode_record(Row(14)),  // a layout-1 row with the server's time
+                    Catch::Contains("14 columns") && Catch::Contains("migrate_record_table"));
+  // The new columns: each bad value names its column.
+  CHECK_THROWS_WITH(
+      d::decode_record(with(d::column::recovery_points, Cell::from_text("[1, 2]"))),
+      Catch::Contains("column recovery_points") && Catch::Contains("not a JSON object"));
+  CHECK_THROWS_WITH(d::decode_record(with(d::column::recovery_points, Cell::from_text("{\"a\":"))),
+                    Catch::Contains("column recovery_points"));
+  CHECK_THROWS_WITH(d::decode_record(with(d::column::recovery_points, Cell::from_int64(1))),
+                    Catch::Contains("column recovery_points") && Catch::Contains("not text"));
+  CHECK_THROWS_WITH(d::decode_record(with(d::column::repair_reason, Cell::from_int64(1))),
+                    Catch::Contains("column repair_reason"));
+  CHECK_THROWS_WITH(
+      d::decode_record(with(d::column::repaired_at, Cell::from_text("0000-00-00 00:00:00"))),
+      Catch::Contains("column repaired_at") && Catch::Contains("not a DATETIME"));
+  // A long bad value is shown shortened, not in full.
+  const std::string long_array = "[" + std::string(5000, '1') + "]";
+  try {
+    d::decode_record(with(d::column::recovery_points, Cell::from_text(long_array)));
+    FAIL("decoded recovery points that are not an object");
+  } catch (const idem::CorruptRecord& e) {
+    CHECK(std::string(e.what()).size() < 300);
+  }
 
   const idem::Key key{"PAY", "order-1"};
   const auto t = [](std::chrono::milliseconds tod) {

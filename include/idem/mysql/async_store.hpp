@@ -24,6 +24,7 @@
 #include "idem/async/net.hpp"
 #include "idem/async/skeleton.hpp"
 #include "idem/async/store.hpp"
+#include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/mysql/async_bound_store.hpp"
@@ -34,6 +35,7 @@
 #include "idem/mysql/store.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/steps.hpp"
 #include "idem/ticket.hpp"
@@ -74,7 +76,7 @@ class AsyncRecordOps {
 
   net::awaitable<bool> write_takeover(AsyncConnection& c, Decision d, const Record& next,
                                       const Ticket& read) const {
-    co_return co_await c.execute(ops_.takeover_sql(d), takeover_values(next, read)) == 1;
+    co_return co_await c.execute(ops_.takeover_sql(d), takeover_values(d, next, read)) == 1;
   }
 
   net::awaitable<bool> finish(AsyncConnection& c, const Key& key, const Ticket& t,
@@ -90,6 +92,20 @@ class AsyncRecordOps {
   net::awaitable<std::size_t> release(AsyncConnection& c, std::size_t batch) const {
     co_return static_cast<std::size_t>(
         co_await c.execute(ops_.sql().release, release_values(batch)));
+  }
+
+  net::awaitable<bool> write_repair(AsyncConnection& c, const Record& next,
+                                    const Ticket& read) const {
+    co_return co_await c.execute(ops_.sql().repair, repair_values(next, read)) == 1;
+  }
+
+  net::awaitable<bool> write_points(AsyncConnection& c, const Key& key, const Ticket& held,
+                                    std::string_view before, std::string_view after) const {
+    co_return co_await c.execute(ops_.sql().points, points_values(key, held, before, after)) == 1;
+  }
+
+  net::awaitable<std::vector<Record>> list(AsyncConnection& c, const RecordQuery& q) const {
+    co_return list_answer(co_await c.select(list_sql(ops_.sql(), q), list_values(q)));
   }
 
   // Waits until the server is done with connection `id` (its thread is gone), so that a
@@ -120,6 +136,36 @@ class AsyncRecordOps {
   RecordOps ops_;
 };
 
+}  // namespace detail
+
+// migrate_record_table (idem/mysql/schema.hpp) on a coroutine connection: the same statements.
+inline net::awaitable<Migration> migrate_record_table(AsyncConnection& c, std::string_view table) {
+  const auto parts = idem::detail::split_identifier(table, "idem::mysql", "table name", true);
+  const std::string quoted = idem::detail::quote_parts(parts, '`');
+  const std::vector<Param> where = detail::present_columns_values(parts);
+  std::vector<std::string> present;
+  for (const Row& row : co_await c.select(detail::present_columns_sql(), where))
+    present.emplace_back(row.at(0).text().value_or(""));
+  Migration done{detail::missing_columns(present), {}};
+  const auto statements =
+      detail::migration_statements(quoted, done.added, detail::server_is_mariadb(c.native()));
+  for (std::size_t i = 0; i < statements.size(); ++i) {
+    std::optional<StoreError> refused;
+    try {
+      co_await c.query(statements[i].sql);
+      done.algorithm = statements[i].algorithm;
+      co_return done;
+    } catch (const StoreError& e) {
+      if (!detail::algorithm_refused(e)) throw;
+      refused.emplace(e);
+    }
+    if (i + 1 == statements.size()) throw detail::migration_refused(quoted, *refused);
+  }
+  co_return done;
+}
+
+namespace detail {
+
 // idem::mysql for the coroutine store skeleton (idem/async/skeleton.hpp).
 struct AsyncBackend {
   using Connection = AsyncConnection;
@@ -143,18 +189,20 @@ class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
                                                                params.insert_returning)),
                       params.retry),
         pool_(std::move(pool)),
+        name_(params.table),
         table_(quote_identifier(params.table)) {
     if (!pool_) throw InvalidArgument("idem::mysql::AsyncStore: pool must not be null");
     attach(pool_.get());
   }
 
-  // Creates the record table if it does not exist (docs/schema.sql holds the same DDL).
-  net::awaitable<void> ensure_schema() {
-    co_await with_retries<bool>("ensure_schema",
-                                [&](AsyncConnection& c, bool) -> net::awaitable<bool> {
-                                  co_await c.query(record_table_ddl(table_));
-                                  co_return true;
-                                });
+  // Creates the record table if it does not exist (docs/schema.sql holds the same DDL), and
+  // brings one an older idem created to the current layout (migrate_record_table, online).
+  net::awaitable<Migration> ensure_schema() {
+    co_return co_await with_retries<Migration>(
+        "ensure_schema", [&](AsyncConnection& c, bool) -> net::awaitable<Migration> {
+          co_await c.query(record_table_ddl(table_));
+          co_return co_await migrate_record_table(c, name_);
+        });
   }
 
   // The store on a connection inside the transaction the caller began on it (in a
@@ -168,7 +216,8 @@ class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
 
  private:
   std::shared_ptr<AsyncPool> pool_;
-  std::string table_;
+  std::string name_;   // as given (StoreParams::table)
+  std::string table_;  // quoted
 };
 
 static_assert(idem::async::AsyncStore<AsyncStore>);

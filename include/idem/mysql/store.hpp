@@ -53,10 +53,15 @@
 #include "idem/mysql/schema.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
 #include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/retry.hpp"
+#include "idem/store/skeleton.hpp"
 #include "idem/store/sql_store.hpp"
+#include "idem/store/steps.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
@@ -104,7 +109,11 @@ class RecordOps {
     const auto rows = c.select(sql_.probe, {key.id(), key.biz_type()});
     if (rows.size() != 1) throw CorruptRecord("idem::mysql: the probe did not answer one row");
     const Row& row = rows.front();
-    if (row[0].is_null()) return {std::nullopt, time_of(row[13], "UTC_TIMESTAMP(3)")};
+    if (row.size() != column::count) {
+      throw CorruptRecord("idem::mysql: unexpected column count from the probe");
+    }
+    if (row[column::key].is_null())
+      return {std::nullopt, time_of(row[column::now], "UTC_TIMESTAMP(3)")};
     RowRead read = decode_record(row);
     return {std::move(read.record), read.now};
   }
@@ -151,7 +160,7 @@ class RecordOps {
   }
 
   bool write_takeover(Connection& c, Decision d, const Record& next, const Ticket& read) const {
-    return c.execute(takeover_sql(d), takeover_values(next, read)) == 1;
+    return c.execute(takeover_sql(d), takeover_values(d, next, read)) == 1;
   }
 
   // Claims up to max_batch_rows distinct keys with one INSERT IGNORE and one read (no read
@@ -217,17 +226,21 @@ class RecordOps {
       const ClaimRequest& r = *requests[i];
       auto it = rows.find(r.key);
       if (it != rows.end()) {
-        Record& stored = it->second.record;
-        if (stored.ticket.owner == tokens[i]) {
-          out.push_back({Verdict::acquired, std::move(stored)});
-          continue;
+        // The single claim's own steps from its read on: the same decision, the takeover
+        // written at once (after_crash for a stale claim), its own row recognised.
+        using Step = idem::detail::ClaimSteps::Step;
+        idem::detail::ClaimSteps steps("idem::mysql", r.key, r.fingerprint, o, tokens[i]);
+        Step step = steps.met(RecordRead{std::move(it->second.record), it->second.now});
+        if (step == Step::take_over) {
+          step =
+              steps.written(write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
         }
-        const Decision d = decide(stored, r.fingerprint, it->second.now);
-        if (!is_takeover(d)) {
-          out.push_back({verdict_of(d), std::move(stored)});
+        if (step == Step::done) {
+          out.push_back(std::move(steps).result());
           continue;
         }
       }
+      // No row (purged in between), or a takeover lost to another writer: a claim from the top.
       out.push_back(idem::detail::claim_on("idem::mysql", *this, c, r.key, r.fingerprint, o,
                                            tokens[i], false));
     }
@@ -248,6 +261,22 @@ class RecordOps {
     return static_cast<std::size_t>(c.execute(sql_.release, release_values(batch)));
   }
 
+  // The record repaired() computed, over the row whose ticket was read; false when the row
+  // moved on.
+  bool write_repair(Connection& c, const Record& next, const Ticket& read) const {
+    return c.execute(sql_.repair, repair_values(next, read)) == 1;
+  }
+
+  // A step's recovery points, while the claim holds and the points are still `before`.
+  bool write_points(Connection& c, const Key& key, const Ticket& held, std::string_view before,
+                    std::string_view after) const {
+    return c.execute(sql_.points, points_values(key, held, before, after)) == 1;
+  }
+
+  std::vector<Record> list(Connection& c, const RecordQuery& q) const {
+    return list_answer(c.select(list_sql(sql_, q), list_values(q)));
+  }
+
   // For the coroutine store's ops (idem/mysql/async_store.hpp), which send the same SQL.
   const RecordSql& sql() const noexcept { return sql_; }
   bool returning() const noexcept { return returning_; }
@@ -258,10 +287,7 @@ class RecordOps {
  private:
   // Runs insert_finished or insert_finished_commit with the finished record as its values.
   static std::uint64_t execute_finished(Connection& c, const std::string& sql, const Record& r) {
-    return c.execute(sql, {r.key.id(), r.key.biz_type(), static_cast<int>(r.status), r.ticket.fence,
-                           r.ticket.owner, r.fingerprint, Param::blob(r.snapshot),
-                           r.retryable ? 1 : 0, r.attempts, Param::time(r.lease_until),
-                           Param::time(r.created_at), Param::time(r.expire_at)});
+    return c.execute(sql, finished_values(r));
   }
 
   RecordSql sql_;  // built once, when the store is made
@@ -311,21 +337,25 @@ class Store : public StoreSkeleton<detail::Backend> {
   explicit Store(StoreParams params = {})
       : StoreSkeleton(detail::RecordOps(quote_identifier(params.table), params.insert_returning),
                       params.retry),
+        name_(params.table),
         table_(quote_identifier(params.table)),
         bound_claim_(params.bound_claim) {}
 
-  // Creates the record table if it does not exist (docs/schema.sql holds the same DDL).
-  void ensure_schema() {
-    with_retries("ensure_schema", [&](Connection& c, bool) {
+  // Creates the record table if it does not exist (docs/schema.sql holds the same DDL), and
+  // brings one an older idem created to the current layout (migrate_record_table, online).
+  // Returns what the migration did.
+  Migration ensure_schema() {
+    return with_retries("ensure_schema", [&](Connection& c, bool) {
       c.query(record_table_ddl(table_));
-      return 0;
+      return migrate_record_table(c, name_);
     });
   }
   // The same on the caller's handle. DDL commits any transaction open on it: call it at
   // start-up, not inside a transaction.
-  void ensure_schema(MYSQL* mysql) const {
+  Migration ensure_schema(MYSQL* mysql) const {
     Connection c(mysql);
     c.query(record_table_ddl(table_));
+    return migrate_record_table(c, name_);
   }
 
   // The same store on a connection inside the transaction open on it: one of idem's (e.g.
@@ -344,11 +374,14 @@ class Store : public StoreSkeleton<detail::Backend> {
 
  private:
   std::shared_ptr<Pool> shared_pool_;
-  std::string table_;
+  std::string name_;   // as given (StoreParams::table)
+  std::string table_;  // quoted
   BoundClaim bound_claim_;
 };
 
 static_assert(idem::Store<Store>);
 static_assert(idem::Store<BoundStore>);
+static_assert(RepairingStore<Store> && ListingStore<Store> && RecoveryPointStore<Store>);
+static_assert(RepairingStore<BoundStore> && RecoveryPointStore<BoundStore>);
 
 }  // namespace idem::mysql

@@ -1,9 +1,10 @@
 #pragma once
 // The SQL idem::mysql issues against the record table, and the decoding of its rows.
 // Every statement is a single-row operation on the primary key, except the batch claim
-// (a multi-row INSERT IGNORE and a read of the same primary keys) and the housekeeping ones,
-// which walk idx_expire / idx_stale in LIMITed batches.
+// (a multi-row INSERT IGNORE and a read of the same primary keys), the housekeeping ones,
+// which walk idx_expire / idx_stale in LIMITed batches, and list(), which walks idx_stale.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "idem/clock.hpp"
 #include "idem/errors.hpp"
@@ -22,6 +24,7 @@
 #include "idem/mysql/param.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
 #include "idem/status.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/sql_guards.hpp"
@@ -43,7 +46,47 @@ inline constexpr std::size_t batch_class(std::size_t rows) noexcept {
   return c;
 }
 
+// The record's columns, in the order every read answers them (docs/schema.sql); a read adds
+// the server's UTC_TIMESTAMP(3) after them.
+inline constexpr std::string_view record_columns =
+    "idempotent_key, biz_type, status, fence, owner_token, request_hash, response_snapshot, "
+    "retryable, attempts, lease_until, created_at, updated_at, expire_at, recovery_points, "
+    "repair_reason, repaired_at";
+// The columns a claim's INSERT writes; the later ones start NULL (no steps, no repair).
+inline constexpr std::string_view claim_columns =
+    "idempotent_key, biz_type, status, fence, owner_token, request_hash, response_snapshot, "
+    "retryable, attempts, lease_until, created_at, updated_at, expire_at";
+
+// The position of each column in a read's row.
+namespace column {
+enum : std::size_t {
+  key,
+  biz_type,
+  status,
+  fence,
+  owner_token,
+  request_hash,
+  response_snapshot,
+  retryable,
+  attempts,
+  lease_until,
+  created_at,
+  updated_at,
+  expire_at,
+  recovery_points,
+  repair_reason,
+  repaired_at,
+  now,  // UTC_TIMESTAMP(3), after the record's columns
+  count
+};
+}  // namespace column
+
+// Whether the stored recovery points are the bound value (empty for none: a NULL column).
+// BLOB and a binary value compare byte for byte.
+inline constexpr std::string_view points_are = "IFNULL(recovery_points, '') = ?";
+
 struct RecordSql {
+  std::string table;  // quoted
   std::string insert;
   std::string insert_returning;  // INSERT IGNORE answering with the new row's times (10.5+)
   std::array<std::string, batch_classes> insert_batch;            // INSERT IGNORE of 2^i claims
@@ -55,25 +98,24 @@ struct RecordSql {
                                // when there is none, and the server's time
   std::string insert_finished;         // a record-last claim's result, written last
   std::string insert_finished_commit;  // ... and the COMMIT, as one statement (MariaDB)
-  std::string take_over_retry;
+  std::string take_over_retry;         // also take_over_stale
   std::string take_over_expired;
   std::string finish;  // complete and fail
   std::string purge;
   std::string release;
+  std::string repair;  // the record repaired() computed
+  std::string points;  // a step's recovery point added
 };
 
 inline RecordSql make_record_sql(const std::string& t) {
-  constexpr std::string_view columns =
-      "idempotent_key, biz_type, status, fence, owner_token, request_hash, response_snapshot, "
-      "retryable, "
-      "attempts, lease_until, created_at, updated_at, expire_at";
   constexpr std::string_view now = "UTC_TIMESTAMP(3)";
   RecordSql s;
+  s.table = t;
   const std::string into = fmt::format(
       " INTO {} ({}) VALUES (?, ?, 0, 1, ?, ?, NULL, 0, 1, UTC_TIMESTAMP(3) + INTERVAL ? "
       "MICROSECOND, "
       "UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND)",
-      t, columns);
+      t, claim_columns);
   s.insert = "INSERT" + into;
   // IGNORE: a duplicate answers with no row instead of ER_DUP_ENTRY, which would arrive after
   // the column list and cost a statement reset. It can only skip duplicates here: every value
@@ -83,19 +125,21 @@ inline RecordSql make_record_sql(const std::string& t) {
   s.insert_returning = "INSERT IGNORE" + into + " RETURNING lease_until, created_at, expire_at";
   // The batch's RETURNING lists the columns of a read, UTC_TIMESTAMP(3) included, so both decode
   // alike (a batch must tell which keys were inserted).
-  const std::string returning = fmt::format(" RETURNING {}, UTC_TIMESTAMP(3)", columns);
-  s.select = fmt::format(
-      "SELECT {}, UTC_TIMESTAMP(3) FROM {} WHERE idempotent_key = ? AND biz_type = ?", columns, t);
+  const std::string returning = fmt::format(" RETURNING {}, UTC_TIMESTAMP(3)", record_columns);
+  s.select =
+      fmt::format("SELECT {}, UTC_TIMESTAMP(3) FROM {} WHERE idempotent_key = ? AND biz_type = ?",
+                  record_columns, t);
   s.select_locking = s.select + " LOCK IN SHARE MODE";
   // The derived one-row table makes the answer carry the server's time when no record exists.
   s.probe = fmt::format(
       "SELECT {}, UTC_TIMESTAMP(3) FROM (SELECT 1) AS probe LEFT JOIN {} ON idempotent_key = ? "
       "AND biz_type = ?",
-      columns, t);
+      record_columns, t);
   // IGNORE: meeting another request's row answers 0 rows instead of ER_DUP_ENTRY (every value
   // was validated before it got here, so a duplicate is all it can skip).
   const std::string finished_into =
-      fmt::format(" INTO {} ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {}, ?)", t, columns, now);
+      fmt::format(" INTO {} ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {}, ?, ?, ?, ?)", t,
+                  record_columns, now);
   s.insert_finished = "INSERT IGNORE" + finished_into;
   // A compound statement (MariaDB's anonymous block, prepared like any other): the COMMIT
   // travels with the INSERT. Without IGNORE: meeting another request's row is ER_DUP_ENTRY,
@@ -114,23 +158,32 @@ inline RecordSql make_record_sql(const std::string& t) {
       keys += "(idempotent_key = ? AND biz_type = ?)";
     }
     // IGNORE only skips the duplicates: every value was validated before it got here.
-    s.insert_batch[c] = fmt::format("INSERT IGNORE INTO {} ({}) VALUES {}", t, columns, values);
+    s.insert_batch[c] =
+        fmt::format("INSERT IGNORE INTO {} ({}) VALUES {}", t, claim_columns, values);
     s.insert_batch_returning[c] = s.insert_batch[c] + returning;  // only the inserted rows
     s.select_batch[c] =
-        fmt::format("SELECT {}, UTC_TIMESTAMP(3) FROM {} WHERE {}", columns, t, keys);
+        fmt::format("SELECT {}, UTC_TIMESTAMP(3) FROM {} WHERE {}", record_columns, t, keys);
   }
   // A takeover writes the record take_over() computed from the row that was read, guarded
   // by the rule it was decided on, re-checked against the server's clock (so a completion in
-  // between is never overwritten) and by the ticket read.
-  const std::string take_over = fmt::format(
-      "UPDATE {} SET status = ?, fence = ?, owner_token = ?, request_hash = ?, "
-      "response_snapshot = NULL, retryable = 0, attempts = ?, lease_until = ?, created_at = ?, "
-      "updated_at = ?, expire_at = ? WHERE idempotent_key = ? AND biz_type = ? AND ",
-      t);
+  // between is never overwritten) and by the ticket read. An expired record starts afresh
+  // without steps or repair. A retry (or a stale claim's takeover) keeps them, and is guarded
+  // by the points read too: the stale worker, still alive, may add a step in between, and the
+  // claim must answer with the steps it took over.
+  const auto take_over = [&](std::string_view extra) {
+    return fmt::format(
+        "UPDATE {} SET status = ?, fence = ?, owner_token = ?, request_hash = ?, "
+        "response_snapshot = NULL, retryable = 0, attempts = ?, lease_until = ?, created_at = ?, "
+        "updated_at = ?, expire_at = ?{} WHERE idempotent_key = ? AND biz_type = ? AND ",
+        t, extra);
+  };
   s.take_over_retry =
-      take_over + idem::detail::sql_guard::takeover_holds(Decision::take_over_retry, now, "?", "?");
-  s.take_over_expired = take_over + idem::detail::sql_guard::takeover_holds(
-                                        Decision::take_over_expired, now, "?", "?");
+      take_over("") +
+      idem::detail::sql_guard::takeover_holds(Decision::take_over_retry, now, "?", "?") + " AND " +
+      std::string(points_are);
+  s.take_over_expired =
+      take_over(", recovery_points = NULL, repair_reason = NULL, repaired_at = NULL") +
+      idem::detail::sql_guard::takeover_holds(Decision::take_over_expired, now, "?", "?");
   s.finish = fmt::format(
       "UPDATE {} SET status = ?, response_snapshot = ?, retryable = ?, updated_at = {} "
       "WHERE idempotent_key = ? AND biz_type = ? AND {}",
@@ -141,7 +194,38 @@ inline RecordSql make_record_sql(const std::string& t) {
       "UPDATE {} SET status = ?, retryable = ?, response_snapshot = ?, updated_at = {} WHERE {} "
       "ORDER BY lease_until LIMIT ?",
       t, now, idem::detail::sql_guard::is_stale(now));
+  // Every column repaired() may change, from the record it computed over the row read (its
+  // times are the server's, as read with the row), guarded by the ticket read.
+  s.repair = fmt::format(
+      "UPDATE {} SET status = ?, fence = ?, owner_token = ?, response_snapshot = ?, "
+      "retryable = ?, updated_at = ?, expire_at = ?, repair_reason = ?, repaired_at = ? "
+      "WHERE idempotent_key = ? AND biz_type = ? AND {}",
+      t, idem::detail::sql_guard::repair_holds("?", "?"));
+  // Guarded by the claim and by the points read, so that no step of the same claim written
+  // meanwhile (by another thread of the worker) is lost.
+  s.points = fmt::format(
+      "UPDATE {} SET recovery_points = ?, updated_at = {} "
+      "WHERE idempotent_key = ? AND biz_type = ? AND {} AND {}",
+      t, now, idem::detail::sql_guard::holds("?", "?"), points_are);
   return s;
+}
+
+// The SELECT of list(): the filter of record_query.hpp's matches() and the order of its
+// listed_before(), judged at the server's UTC_TIMESTAMP(3). Stale claims walk idx_stale
+// (status, lease_until) in lease order; a status, that index's prefix. Its values:
+// list_values().
+inline std::string list_sql(const RecordSql& s, const RecordQuery& q) {
+  constexpr std::string_view now = "UTC_TIMESTAMP(3)";
+  std::string where;
+  const auto add = [&](std::string_view condition) {
+    where += fmt::format("{}{}", where.empty() ? "" : " AND ", condition);
+  };
+  if (q.stale) add(idem::detail::sql_guard::is_stale(now));
+  if (q.status) add("status = ?");
+  if (!q.biz_type.empty()) add("biz_type = ?");
+  if (q.not_updated_for) add("updated_at <= UTC_TIMESTAMP(3) - INTERVAL ? MICROSECOND");
+  return fmt::format("SELECT {}, {} FROM {} WHERE {} ORDER BY {} LIMIT ?", record_columns, now,
+                     s.table, where.empty() ? "1" : where, q.stale ? "lease_until" : "updated_at");
 }
 
 inline std::int64_t micros(Duration d) {
@@ -150,8 +234,9 @@ inline std::int64_t micros(Duration d) {
 
 // A record column's value, or CorruptRecord naming the column and what it held instead.
 [[noreturn]] inline void corrupt(const Cell& cell, std::string_view column, std::string_view want) {
-  throw CorruptRecord(fmt::format("idem::mysql: column {} holds {}, not {}", column,
-                                  cell.is_null() ? "NULL" : "\"" + *cell.to_text() + "\"", want));
+  throw CorruptRecord(fmt::format(
+      "idem::mysql: column {} holds {}, not {}", column,
+      cell.is_null() ? "NULL" : "\"" + idem::detail::printable(*cell.to_text()) + "\"", want));
 }
 
 template <class Int>
@@ -174,45 +259,88 @@ inline std::string text_of(const Cell& cell, std::string_view column) {
   corrupt(cell, column, "text");
 }
 
+// The status column: 0 to 3. A newer idem's status is unknown here: the record is refused (as
+// CorruptRecord, never retried), so nothing runs on a state this idem does not understand.
+inline Status status_of(const Cell& cell) {
+  const int status = integer_of<int>(cell, "status");
+  if (status < 0 || status > static_cast<int>(Status::outcome_unknown)) {
+    throw CorruptRecord(
+        fmt::format("idem::mysql: column status holds unknown status {} (this idem knows 0 to {})",
+                    status, static_cast<int>(Status::outcome_unknown)));
+  }
+  return static_cast<Status>(status);
+}
+
+// The recovery points: NULL (no step finished) or a JSON object.
+inline std::string points_of(const Cell& cell) {
+  std::string points = text_of(cell, "recovery_points");
+  if (!points.empty() && !nlohmann::json::parse(points, nullptr, false).is_object()) {
+    corrupt(cell, "recovery_points", "a JSON object");
+  }
+  return points;
+}
+
+// A time that may be absent (NULL: never).
+inline std::optional<TimePoint> optional_time_of(const Cell& cell, std::string_view column) {
+  if (cell.is_null()) return std::nullopt;
+  return time_of(cell, column);
+}
+
 struct RowRead {
   Record record;
   TimePoint now;  // the server's UTC_TIMESTAMP(3) when the row was read
 };
 
 inline RowRead decode_record(const Row& row) {
-  if (row.size() != 14) throw CorruptRecord("idem::mysql: unexpected column count in a record row");
+  if (row.size() != column::count) {
+    throw CorruptRecord(
+        fmt::format("idem::mysql: a record row has {} columns, not {} (is the table migrated? see "
+                    "migrate_record_table)",
+                    row.size(), std::size_t{column::count}));
+  }
   std::optional<Key> key;
   try {
-    key.emplace(text_of(row[1], "biz_type"), text_of(row[0], "idempotent_key"));
+    key.emplace(text_of(row[column::biz_type], "biz_type"),
+                text_of(row[column::key], "idempotent_key"));
   } catch (const InvalidArgument& e) {
     throw CorruptRecord(fmt::format("idem::mysql: a stored key is not valid: {}", e.what()));
   }
-  const int status = integer_of<int>(row[2], "status");
-  if (status < 0 || status > 2)
-    throw CorruptRecord(fmt::format("idem::mysql: unknown status {}", status));
   return RowRead{Record{.key = std::move(*key),
-                        .status = static_cast<Status>(status),
-                        .ticket = Ticket{integer_of<std::uint64_t>(row[3], "fence"),
-                                         text_of(row[4], "owner_token")},
-                        .fingerprint = text_of(row[5], "request_hash"),
-                        .snapshot = text_of(row[6], "response_snapshot"),
-                        .retryable = integer_of<int>(row[7], "retryable") != 0,
-                        .attempts = integer_of<std::uint32_t>(row[8], "attempts"),
-                        .created_at = time_of(row[10], "created_at"),
-                        .updated_at = time_of(row[11], "updated_at"),
-                        .lease_until = time_of(row[9], "lease_until"),
-                        .expire_at = time_of(row[12], "expire_at")},
-                 time_of(row[13], "UTC_TIMESTAMP(3)")};
+                        .status = status_of(row[column::status]),
+                        .ticket = Ticket{integer_of<std::uint64_t>(row[column::fence], "fence"),
+                                         text_of(row[column::owner_token], "owner_token")},
+                        .fingerprint = text_of(row[column::request_hash], "request_hash"),
+                        .snapshot = text_of(row[column::response_snapshot], "response_snapshot"),
+                        .retryable = integer_of<int>(row[column::retryable], "retryable") != 0,
+                        .attempts = integer_of<std::uint32_t>(row[column::attempts], "attempts"),
+                        .created_at = time_of(row[column::created_at], "created_at"),
+                        .updated_at = time_of(row[column::updated_at], "updated_at"),
+                        .lease_until = time_of(row[column::lease_until], "lease_until"),
+                        .expire_at = time_of(row[column::expire_at], "expire_at"),
+                        .recovery_points = points_of(row[column::recovery_points]),
+                        .repair_reason = text_of(row[column::repair_reason], "repair_reason"),
+                        .repaired_at = optional_time_of(row[column::repaired_at], "repaired_at")},
+                 time_of(row[column::now], "UTC_TIMESTAMP(3)")};
 }
 
 // The row a single claim's INSERT IGNORE ... RETURNING created: the values the claim sent
-// (status 0, fence 1, attempts 1, its token and fingerprint, no snapshot) with the times the
-// server returned; created_at and updated_at are the same UTC_TIMESTAMP(3).
+// (status 0, fence 1, attempts 1, its token and fingerprint, no snapshot, steps or repair)
+// with the times the server returned; created_at and updated_at are the same
+// UTC_TIMESTAMP(3).
 inline Record fresh_record(const Row& row, const Key& key, const std::string& token,
                            std::string_view fingerprint) {
   if (row.size() != 3) throw CorruptRecord("idem::mysql: unexpected column count from RETURNING");
   return claim_record(key, token, fingerprint, time_of(row[1], "created_at"),
                       time_of(row[0], "lease_until"), time_of(row[2], "expire_at"));
+}
+
+// Optional columns are NULL when empty (no steps, no repair), so that "" and NULL never both
+// mean "none" in the table.
+inline Param blob_or_null(std::string_view bytes) {
+  return bytes.empty() ? Param(nullptr) : Param::blob(bytes);
+}
+inline Param time_or_null(const std::optional<TimePoint>& t) {
+  return t ? Param::time(*t) : Param(nullptr);
 }
 
 // The values of each single-row statement, in its placeholders' order: one copy for the
@@ -224,20 +352,23 @@ inline std::vector<Param> claim_values(const Key& key, std::string_view fp, cons
                                        const std::string& token) {
   return {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)};
 }
-inline std::vector<Param> takeover_values(const Record& next, const Ticket& read) {
-  return {static_cast<int>(next.status),
-          next.ticket.fence,
-          next.ticket.owner,
-          next.fingerprint,
-          next.attempts,
-          Param::time(next.lease_until),
-          Param::time(next.created_at),
-          Param::time(next.updated_at),
-          Param::time(next.expire_at),
-          next.key.id(),
-          next.key.biz_type(),
-          read.fence,
-          read.owner};
+inline std::vector<Param> takeover_values(Decision d, const Record& next, const Ticket& read) {
+  std::vector<Param> values{static_cast<int>(next.status),
+                            next.ticket.fence,
+                            next.ticket.owner,
+                            next.fingerprint,
+                            next.attempts,
+                            Param::time(next.lease_until),
+                            Param::time(next.created_at),
+                            Param::time(next.updated_at),
+                            Param::time(next.expire_at),
+                            next.key.id(),
+                            next.key.biz_type(),
+                            read.fence,
+                            read.owner};
+  // take_over() kept the points read: the guard that they are still the stored ones.
+  if (d != Decision::take_over_expired) values.push_back(Param::blob(next.recovery_points));
+  return values;
 }
 inline std::vector<Param> finish_values(const Key& key, const Ticket& t, std::string_view snapshot,
                                         Status to, bool retryable) {
@@ -249,12 +380,71 @@ inline std::vector<Param> finish_values(const Key& key, const Ticket& t, std::st
           t.fence,
           t.owner};
 }
+// A record-last claim's finished record (its updated_at: the server's now at the INSERT).
+inline std::vector<Param> finished_values(const Record& r) {
+  return {r.key.id(),
+          r.key.biz_type(),
+          static_cast<int>(r.status),
+          r.ticket.fence,
+          r.ticket.owner,
+          r.fingerprint,
+          Param::blob(r.snapshot),
+          r.retryable ? 1 : 0,
+          r.attempts,
+          Param::time(r.lease_until),
+          Param::time(r.created_at),
+          Param::time(r.expire_at),
+          blob_or_null(r.recovery_points),
+          blob_or_null(r.repair_reason),
+          time_or_null(r.repaired_at)};
+}
 inline std::vector<Param> purge_values(std::size_t batch) {
   return {static_cast<std::uint64_t>(batch)};
 }
 inline std::vector<Param> release_values(std::size_t batch) {
   return {static_cast<int>(released_status), released_retryable, Param::blob(released_snapshot),
           static_cast<std::uint64_t>(batch)};
+}
+inline std::vector<Param> repair_values(const Record& next, const Ticket& read) {
+  return {static_cast<int>(next.status),
+          next.ticket.fence,
+          next.ticket.owner,
+          Param::blob(next.snapshot),
+          next.retryable ? 1 : 0,
+          Param::time(next.updated_at),
+          Param::time(next.expire_at),
+          blob_or_null(next.repair_reason),
+          time_or_null(next.repaired_at),
+          next.key.id(),
+          next.key.biz_type(),
+          read.fence,
+          read.owner};
+}
+inline std::vector<Param> points_values(const Key& key, const Ticket& t, std::string_view before,
+                                        std::string_view after) {
+  return {Param::blob(after), key.id(), key.biz_type(), t.fence, t.owner, Param::blob(before)};
+}
+// list_sql()'s values. A not_updated_for beyond any stored time is held to one that still is
+// (so that its microseconds cannot overflow).
+inline std::vector<Param> list_values(const RecordQuery& q) {
+  std::vector<Param> values;
+  if (q.status) values.emplace_back(static_cast<int>(*q.status));
+  if (!q.biz_type.empty()) values.emplace_back(q.biz_type);
+  if (q.not_updated_for) {
+    constexpr Duration longest = std::chrono::hours{24 * 365 * 1000};
+    values.emplace_back(micros(std::min(*q.not_updated_for, longest)));
+  }
+  values.emplace_back(static_cast<std::uint64_t>(q.limit));
+  return values;
+}
+
+// What list() answers: the records, in the order the server sent them.
+inline std::vector<Record> list_answer(const std::vector<Row>& rows) {
+  std::vector<Record> records;
+  records.reserve(rows.size());
+  for (const Row& row : rows)
+    records.push_back(decode_record(row).record);
+  return records;
 }
 
 // What a read answers: the row, if any, with the server's now.

@@ -13,11 +13,15 @@
 
 namespace idem::mysql::detail {
 
+// Whether the server is MariaDB (which says so in its version string), not MySQL.
+inline bool server_is_mariadb(MYSQL* mysql) {
+  const char* info = mysql_get_server_info(mysql);
+  return info != nullptr && std::string_view(info).find("MariaDB") != std::string_view::npos;
+}
+
 // INSERT ... RETURNING: MariaDB 10.5 and later (MySQL has none).
 inline bool server_has_returning(MYSQL* mysql) {
-  const char* info = mysql_get_server_info(mysql);
-  return info != nullptr && std::string_view(info).find("MariaDB") != std::string_view::npos &&
-         mysql_get_server_version(mysql) >= 100500;
+  return server_is_mariadb(mysql) && mysql_get_server_version(mysql) >= 100500;
 }
 
 // A session variable's value through the text protocol; empty when the server has no such
