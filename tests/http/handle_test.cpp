@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <idem/http.hpp>
 #include <idem/idem.hpp>
+#include <idem/resolver.hpp>
 #include <idem/sqlite.hpp>
 
 #include "../support/sqlite_file.hpp"
@@ -284,6 +285,46 @@ TEST_CASE_METHOD(MemoryFixture, "handle: a worker that died keeps 409 until its 
   clock.advance(std::chrono::seconds{11});
   CHECK(idem::http::handle(store, post(R"("k-5")"), business, policy).status == 201);
   CHECK(runs == 1);
+}
+
+TEST_CASE_METHOD(MemoryFixture,
+                 "handle: a crashed attempt whose outcome is unknown is 503 with Retry-After, "
+                 "nothing runs, until a repair settles it") {
+  idem::Resolvers resolvers;
+  resolvers.add("http", [](const idem::Record&, const idem::ResolveContext&) {
+    return idem::Resolution::unknown("the gateway does not answer");
+  });
+  Policy policy;
+  policy.claim.lease = std::chrono::seconds{10};
+  policy.claim.resolvers = &resolvers;
+  const idem::Key key{"http", "k-6"};
+  const auto crashed =
+      store.claim(key, idem::http::request_fingerprint(post(R"("k-6")")), policy.claim);
+  REQUIRE(crashed.verdict == idem::Verdict::acquired);
+  clock.advance(std::chrono::seconds{11});
+  int runs = 0;
+  const auto business = [&] { return created(++runs); };
+  for (int i = 0; i < 2; ++i) {
+    const Response r = idem::http::handle(store, post(R"("k-6")"), business, policy);
+    problem(r, 503, "outcome-unknown");
+    CHECK(r.header("Retry-After") == std::optional<std::string>{"60"});
+  }
+  CHECK(runs == 0);
+  CHECK(store.find(key)->status == idem::Status::outcome_unknown);
+
+  // An operator learns the payment was captured and completes the record with the response.
+  const idem::Record unknown = *store.find(key);
+  store.repair(
+      key,
+      {.action = idem::RepairAction::complete,
+       .fence = unknown.ticket.fence,
+       .snapshot = idem::http::detail::recording_for(created(7), policy, "test").snapshot.dump(),
+       .reason = "the gateway's report shows the capture"});
+  const Response replay = idem::http::handle(store, post(R"("k-6")"), business, policy);
+  CHECK(replay.status == 201);
+  CHECK(replayed(replay));
+  CHECK(body_of(replay)["id"] == "pay_7");
+  CHECK(runs == 0);
 }
 
 TEMPLATE_TEST_CASE("handle: 5xx and transient 4xx are never stored - a retry runs again", "",
