@@ -2,8 +2,6 @@
 // when it forks; every child opens its own store after fork() and reports through its exit
 // status or the database file, never through Catch2.
 #include <signal.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,66 +15,13 @@
 #include <catch2/catch.hpp>
 
 #include "../support/sqlite_file.hpp"
+#include "child_process.hpp"
 
 using namespace std::chrono_literals;
+using idem_test::Pipe;
+using idem_test::spawn;
 using idem_test::TempDir;
-
-namespace {
-
-// Runs fn in a child process and returns its pid. The child leaves with _exit(fn()): it never
-// returns into Catch2, runs no static destructors, and flushes nothing of the parent's.
-template <class F>
-pid_t spawn(F&& fn) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int code = 70;
-    try {
-      code = fn();
-    } catch (...) {
-      code = 71;
-    }
-    ::_exit(code);
-  }
-  return pid;
-}
-
-// The exit code of a child, or 128 + the signal that ended it.
-int wait_exit(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// A pipe. As a start line: children block in wait() until the parent closes its write end.
-struct Pipe {
-  int fds[2] = {-1, -1};
-  Pipe() {
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  }
-  ~Pipe() {
-    close_read();
-    close_write();
-  }
-  void close_read() {
-    if (fds[0] >= 0) ::close(fds[0]);
-    fds[0] = -1;
-  }
-  void close_write() {
-    if (fds[1] >= 0) ::close(fds[1]);
-    fds[1] = -1;
-  }
-  // Blocks until a byte arrives or every write end is closed; true for a byte.
-  bool wait() {
-    char c = 0;
-    return ::read(fds[0], &c, 1) == 1;
-  }
-  void signal() {
-    const char c = 'x';
-    [[maybe_unused]] const auto n = ::write(fds[1], &c, 1);
-  }
-};
-
-}  // namespace
+using idem_test::wait_exit;
 
 TEST_CASE("8 processes race 2,000 keys at 12% duplicates on one file - executions equal keys") {
   TempDir dir;
@@ -250,8 +195,8 @@ TEST_CASE("a child killed inside a same-transaction body leaves neither a record
   REQUIRE(inside.wait());
 
   // While the child holds the write lock, a claim waits for it and gives up.
-  idem::sqlite::Store store{file,
-                            {.busy_timeout = 100ms, .retry = {.max_attempts = 1}, .create_schema = false}};
+  idem::sqlite::Store store{
+      file, {.busy_timeout = 100ms, .retry = {.max_attempts = 1}, .create_schema = false}};
   try {
     store.claim(key, "", {});
     FAIL("claimed while another process held the write lock");

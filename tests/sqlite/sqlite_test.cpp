@@ -103,7 +103,8 @@ TEST_CASE("the schema: byte-exact TEXT keys, the primary key and two indexes, id
                          "fence INTEGER 0", "owner_token TEXT 0", "request_hash TEXT 0",
                          "response_snapshot BLOB 0", "retryable INTEGER 0", "attempts INTEGER 0",
                          "lease_until INTEGER 0", "created_at INTEGER 0", "updated_at INTEGER 0",
-                         "expire_at INTEGER 0"});
+                         "expire_at INTEGER 0", "recovery_points BLOB 0", "repair_reason TEXT 0",
+                         "repaired_at INTEGER 0"});
     std::vector<std::string> indexes;
     auto idx = c->query(
         "SELECT il.name, group_concat(ii.name) FROM pragma_index_list('idempotent_record') il, "
@@ -216,7 +217,8 @@ TEST_CASE(
   TempDir dir;
   const auto file = dir / "locked.db";
   idem::sqlite::Store store{
-      file, {.busy_timeout = 50ms, .retry = {.max_attempts = 2, .backoff = 1ms, .max_backoff = 2ms}}};
+      file,
+      {.busy_timeout = 50ms, .retry = {.max_attempts = 2, .backoff = 1ms, .max_backoff = 2ms}}};
   const idem::Key done{"PAY", "before-the-lock"};
   store.complete(done, store.claim(done, "", {}).record.ticket, "1");
 

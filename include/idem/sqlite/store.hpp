@@ -33,6 +33,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -44,12 +45,15 @@
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
 #include "idem/sqlite/connection.hpp"
 #include "idem/sqlite/detail/record_sql.hpp"
 #include "idem/sqlite/errors.hpp"
 #include "idem/sqlite/pool.hpp"
 #include "idem/sqlite/schema.hpp"
 #include "idem/store.hpp"
+#include "idem/store/abilities.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/retry.hpp"
 #include "idem/store/sql_store.hpp"
@@ -88,7 +92,7 @@ namespace detail {
 class RecordOps {
  public:
   RecordOps(const TableName& table, std::function<TimePoint()> clock)
-      : sql_(make_record_sql(table)), clock_(std::move(clock)) {}
+      : table_(table), sql_(make_record_sql(table)), clock_(std::move(clock)) {}
 
   std::optional<RecordRead> read(Connection& c, const Key& key, bool /*bound*/) const {
     const TimePoint now = clock_();
@@ -110,13 +114,22 @@ class RecordOps {
     return std::nullopt;
   }
 
+  // `next` is take_over() of the row read: a retry keeps that row's recovery points, so they
+  // guard the write too (see make_record_sql).
   bool write_takeover(Connection& c, Decision d, const Record& next, const Ticket& read) const {
-    const std::string& sql =
-        d == Decision::take_over_expired ? sql_.take_over_expired : sql_.take_over_retry;
-    return c.execute(sql, {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
-                           next.fingerprint, next.attempts, millis(next.lease_until),
-                           millis(next.created_at), millis(next.updated_at), millis(next.expire_at),
-                           next.key.id(), next.key.biz_type(), read.fence, read.owner}) == 1;
+    if (d == Decision::take_over_expired) {
+      return c.execute(sql_.take_over_expired,
+                       {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
+                        next.fingerprint, next.attempts, millis(next.lease_until),
+                        millis(next.created_at), millis(next.updated_at), millis(next.expire_at),
+                        next.key.id(), next.key.biz_type(), read.fence, read.owner}) == 1;
+    }
+    return c.execute(
+               sql_.take_over_retry,
+               {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
+                next.fingerprint, next.attempts, millis(next.lease_until), millis(next.created_at),
+                millis(next.updated_at), millis(next.expire_at), next.key.id(), next.key.biz_type(),
+                read.fence, read.owner, Value::blob(next.recovery_points)}) == 1;
   }
 
   // The fenced UPDATE of complete/fail. Returns true if it changed the row.
@@ -137,7 +150,45 @@ class RecordOps {
                                  Value::blob(released_snapshot), millis(clock_()), limit(batch)}));
   }
 
+  // Writes repaired() over the row read, while it still carries the ticket read. True when it
+  // did.
+  bool write_repair(Connection& c, const Record& next, const Ticket& read) const {
+    return c.execute(sql_.repair,
+                     {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
+                      nullable_blob(next.snapshot), next.retryable, millis(next.updated_at),
+                      millis(next.expire_at), nullable_text(next.repair_reason),
+                      next.repaired_at ? Value(millis(*next.repaired_at)) : Value(nullptr),
+                      next.key.id(), next.key.biz_type(), read.fence, read.owner}) == 1;
+  }
+
+  // Replaces the recovery points `before` (as read) with `after` while `held` holds. True when
+  // it did; false when the claim is gone or the points moved on (StepSteps reads again).
+  bool write_points(Connection& c, const Key& key, const Ticket& held, std::string_view before,
+                    std::string_view after) const {
+    return c.execute(sql_.points, {Value::blob(after), millis(clock_()), key.id(), key.biz_type(),
+                                   held.fence, held.owner, Value::blob(before)}) == 1;
+  }
+
+  std::vector<Record> list(Connection& c, const RecordQuery& query) const {
+    std::vector<Value> params;
+    const std::string sql = list_sql(table_, query, clock_(), params);
+    std::vector<Record> found;
+    Rows rows = c.query(sql, params);
+    while (rows.next())
+      found.push_back(decode_record(rows));
+    return found;
+  }
+
  private:
+  // NULL for none, so that the columns read as "never" in the shell too.
+  static Value nullable_blob(std::string_view bytes) noexcept {
+    return bytes.empty() ? Value(nullptr) : Value::blob(bytes);
+  }
+  static Value nullable_text(std::string_view text) noexcept {
+    return text.empty() ? Value(nullptr) : Value(text);
+  }
+
+  TableName table_;
   RecordSql sql_;  // built once, when the store is made
   std::function<TimePoint()> clock_;
 };
@@ -171,7 +222,8 @@ class Store : public StoreSkeleton<detail::Backend> {
   // params.create_schema is false, creates the record table. Throws StoreError when the file
   // cannot be opened or is not a SQLite database, InvalidArgument for bad params.
   explicit Store(std::filesystem::path path, StoreParams params = {})
-      : StoreSkeleton(detail::RecordOps(parse_table_name(params.table), params.clock), params.retry),
+      : StoreSkeleton(detail::RecordOps(parse_table_name(params.table), params.clock),
+                      params.retry),
         params_(checked(path, std::move(params))),
         name_(parse_table_name(params_.table)),
         table_(name_.quoted()),
@@ -187,12 +239,16 @@ class Store : public StoreSkeleton<detail::Backend> {
     }
   }
 
-  // Creates the record table and its indexes if they do not exist. Never alters a table.
+  // Creates the record table and its indexes if they do not exist, and upgrades a table of an
+  // earlier idem in place (migrate_record_table: the columns it lacks are added, nothing else
+  // is altered), in one write transaction: concurrent stores on the file wait for it, and
+  // several stores that open at once each find the table as the first one left it.
   void ensure_schema() {
     with_retries("ensure_schema", [&](Connection& c, bool) {
       c.exec("BEGIN IMMEDIATE");
       try {
         c.exec(ddl_);
+        migrate_record_table(c, name_);
         c.exec("COMMIT");
       } catch (...) {
         try {
@@ -244,5 +300,7 @@ class Store : public StoreSkeleton<detail::Backend> {
 
 static_assert(idem::Store<Store>);
 static_assert(idem::Store<BoundStore>);
+static_assert(RepairingStore<Store> && ListingStore<Store> && RecoveryPointStore<Store>);
+static_assert(RepairingStore<BoundStore> && RecoveryPointStore<BoundStore>);
 
 }  // namespace idem::sqlite

@@ -1,0 +1,320 @@
+// A record table of the first layout (idem before outcome_unknown, repairs and recovery points)
+// upgraded in place by the store that opens it: the columns added at the end, old rows read as
+// "no steps, never repaired", every operation working on them, and the upgrade racing other
+// migrators and older binaries that keep claiming.
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "../support/sqlite_file.hpp"
+
+using namespace std::chrono_literals;
+using idem::sqlite::Value;
+using idem_test::TempDir;
+
+namespace {
+
+// The record table as idem created it before issue 26 ("version 1"), verbatim: the fixture
+// every migration test starts from. Do not update it with the current DDL.
+constexpr const char* v1_ddl = R"(CREATE TABLE IF NOT EXISTS "idempotent_record" (
+  idempotent_key    TEXT COLLATE BINARY NOT NULL,  -- the business id of the action, byte-exact
+  biz_type          TEXT COLLATE BINARY NOT NULL,  -- business domain: PAY, REFUND, ORDER, ...
+  status            INTEGER NOT NULL DEFAULT 0,    -- 0 processing, 1 succeeded, 2 failed
+  fence             INTEGER NOT NULL DEFAULT 1,    -- bumped by every claim and takeover
+  owner_token       TEXT    NOT NULL,              -- random token of the current claim
+  request_hash      TEXT    NOT NULL DEFAULT '',   -- request fingerprint; '' when opted out
+  response_snapshot BLOB,                          -- JSON: the response or the error
+  retryable         INTEGER NOT NULL DEFAULT 0,    -- failed records: may a duplicate run again
+  attempts          INTEGER NOT NULL DEFAULT 1,    -- claims that ran the business
+  lease_until       INTEGER NOT NULL,              -- ms since the Unix epoch, UTC
+  created_at        INTEGER NOT NULL,              -- ms since the Unix epoch, UTC
+  updated_at        INTEGER NOT NULL,              -- ms since the Unix epoch, UTC
+  expire_at         INTEGER NOT NULL,              -- ms since the Unix epoch, UTC; purged after
+  PRIMARY KEY (idempotent_key, biz_type)
+);
+CREATE INDEX IF NOT EXISTS "idempotent_record_idx_expire" ON "idempotent_record" (expire_at);
+CREATE INDEX IF NOT EXISTS "idempotent_record_idx_stale" ON "idempotent_record" (status, lease_until);
+)";
+
+// The statements of a first-layout idem binary: its claim INSERT and its fenced finish.
+constexpr const char* v1_insert =
+    "INSERT INTO \"idempotent_record\" (idempotent_key, biz_type, status, fence, owner_token, "
+    "request_hash, response_snapshot, retryable, attempts, lease_until, created_at, updated_at, "
+    "expire_at) VALUES (?1, ?2, ?3, ?4, ?5, '', ?6, ?7, ?8, ?9, ?10, ?10, ?11)";
+constexpr const char* v1_finish =
+    "UPDATE \"idempotent_record\" SET status = 1, response_snapshot = ?1, updated_at = ?2 "
+    "WHERE idempotent_key = ?3 AND biz_type = ?4 AND status = 0 AND fence = ?5 AND "
+    "owner_token = ?6";
+
+std::int64_t ms(idem::TimePoint t) {
+  return t.time_since_epoch().count();
+}
+
+struct OldRow {
+  std::string id;
+  idem::Status status;
+  std::string snapshot;  // empty: NULL
+  bool retryable = false;
+  std::int64_t lease_until = 0;
+  std::int64_t expire_at = 0;
+};
+
+void insert_old_row(idem::sqlite::Connection& c, const OldRow& r, std::int64_t now) {
+  c.execute(v1_insert, {r.id, "PAY", static_cast<int>(r.status), 1, "owner-" + r.id,
+                        r.snapshot.empty() ? Value(nullptr) : Value::blob(r.snapshot), r.retryable,
+                        1, r.lease_until, now, r.expire_at});
+}
+
+// "name type notnull default pk" for each column, in table order.
+std::vector<std::string> layout(idem::sqlite::Connection& c, const std::string& table) {
+  std::vector<std::string> columns;
+  auto info = c.query("PRAGMA table_info(\"" + table + "\")");
+  while (info.next()) {
+    columns.push_back(info.text(1) + " " + info.text(2) + " " + std::to_string(info.integer(3)) +
+                      " " + (info.is_null(4) ? "NULL" : info.text(4)) + " " +
+                      std::to_string(info.integer(5)));
+  }
+  return columns;
+}
+
+const idem::sqlite::TableName v1_table = idem::sqlite::parse_table_name("idempotent_record");
+
+}  // namespace
+
+TEST_CASE(
+    "a first-layout table is upgraded in place: old rows read with no steps and no repair, "
+    "and claims, replays, repairs and steps work on them") {
+  TempDir dir;
+  const auto file = dir / "v1.db";
+  idem::ManualClock clock;
+  const std::int64_t now = ms(clock.now());
+  {
+    idem::sqlite::Connection c{file};
+    c.exec(v1_ddl);
+    insert_old_row(c, {"done", idem::Status::succeeded, R"("paid")", false, now, now + 3'600'000},
+                   now);
+    insert_old_row(
+        c, {"retry", idem::Status::failed, R"({"error":"timeout"})", true, now, now + 3'600'000},
+        now);
+    insert_old_row(c, {"stale", idem::Status::processing, "", false, now - 1'000, now + 3'600'000},
+                   now);
+    insert_old_row(
+        c, {"live", idem::Status::processing, "", false, now + 3'600'000, now + 7'200'000}, now);
+    insert_old_row(
+        c, {"expired", idem::Status::succeeded, R"("old")", false, now - 2'000, now - 1'000}, now);
+  }
+
+  idem::sqlite::Store store{file, {.clock = [&] { return clock.now(); }}};
+  idem::sqlite::Store fresh{file, {.table = "fresh_record", .clock = [&] { return clock.now(); }}};
+  {
+    auto c = store.pool().acquire();
+    // The columns of a new table, in the same order, with the same types and defaults.
+    const auto migrated = layout(*c, "idempotent_record");
+    CHECK(migrated == layout(*c, "fresh_record"));
+    CHECK(migrated.size() == 16);
+    CHECK(migrated.back() == "repaired_at INTEGER 0 NULL 0");
+    // Idempotent: nothing more to add, and ensure_schema leaves the table as it is.
+    CHECK(idem::sqlite::migrate_record_table(*c, v1_table) == 0);
+  }
+  store.ensure_schema();
+  CHECK(idem_test::count(store) == 5);
+  CHECK(idem_test::count(store,
+                         "recovery_points IS NULL AND repair_reason IS NULL AND "
+                         "repaired_at IS NULL") == 5);
+
+  for (const char* id : {"done", "retry", "stale", "live", "expired"}) {
+    const auto r = store.find(idem::Key{"PAY", id});
+    REQUIRE(r.has_value());
+    CHECK(r->recovery_points.empty());
+    CHECK(r->repair_reason.empty());
+    CHECK_FALSE(r->repaired_at.has_value());
+  }
+  const auto listed = store.list({.stale = true});
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].key.id() == "stale");
+
+  // A replay of an old success.
+  const auto replay =
+      idem::run_once(store, idem::Key{"PAY", "done"}, "", [] { return std::string("again"); });
+  CHECK(replay.verdict() == idem::Verdict::replayed);
+  CHECK(replay.value() == "paid");
+  // An old retryable failure runs again; an old stale claim is taken over after a crash and
+  // keeps a step; an old expired record starts afresh.
+  const auto retry = store.claim(idem::Key{"PAY", "retry"}, "", {});
+  CHECK(retry.verdict == idem::Verdict::acquired);
+  CHECK_FALSE(retry.after_crash);
+  CHECK(retry.record.attempts == 2);
+  const auto stale = store.claim(idem::Key{"PAY", "stale"}, "", {});
+  REQUIRE(stale.verdict == idem::Verdict::acquired);
+  CHECK(stale.after_crash);
+  CHECK(store.record_step(stale.record.key, stale.record.ticket, "reserve", "7") ==
+        R"({"reserve":7})");
+  store.complete(stale.record.key, stale.record.ticket, R"("resumed")");
+  const auto expired = store.claim(idem::Key{"PAY", "expired"}, "", {});
+  CHECK(expired.verdict == idem::Verdict::acquired);
+  CHECK(expired.record.attempts == 1);
+  // An old live claim is repaired at its fence, and then holds the key as outcome_unknown.
+  const auto live = store.find(idem::Key{"PAY", "live"});
+  REQUIRE(live.has_value());
+  CHECK(store.claim(live->key, "", {}).verdict == idem::Verdict::in_progress);
+  const auto unknown = store.repair(live->key, {.action = idem::RepairAction::mark_unknown,
+                                                .fence = live->ticket.fence,
+                                                .reason = "worker of an older binary vanished"});
+  CHECK(unknown.ticket.fence == 2);
+  CHECK(store.find(live->key) == unknown);
+  CHECK(store.claim(live->key, "", {}).verdict == idem::Verdict::outcome_unknown);
+  const auto after = store.find(idem::Key{"PAY", "stale"});
+  REQUIRE(after.has_value());
+  CHECK(after->status == idem::Status::succeeded);
+  CHECK(after->recovery_points == R"({"reserve":7})");
+}
+
+TEST_CASE("migrate_record_table: a column another migrator added first counts as added") {
+  TempDir dir;
+  const auto file = dir / "lost.db";
+  idem::sqlite::Connection a{file};
+  idem::sqlite::Connection b{file};
+  a.exec(v1_ddl);
+
+  // Between a's look at the table and its ALTER, b adds the first column: a's ALTER then meets
+  // "duplicate column name", which is the table it wanted.
+  struct Interloper {
+    idem::sqlite::Connection* other;
+    int alters = 0;
+  } interloper{&b};
+  const auto hook = [](void* ctx, int action, const char*, const char*, const char*,
+                       const char*) -> int {
+    auto* self = static_cast<Interloper*>(ctx);
+    if (action == SQLITE_ALTER_TABLE && self->alters++ == 0) {
+      self->other->exec("ALTER TABLE \"idempotent_record\" ADD COLUMN recovery_points BLOB");
+    }
+    return SQLITE_OK;
+  };
+  sqlite3_set_authorizer(a.native(), hook, &interloper);
+  const int added = idem::sqlite::migrate_record_table(a, v1_table);
+  sqlite3_set_authorizer(a.native(), nullptr, nullptr);
+  CHECK(interloper.alters >= 3);
+  CHECK(added == 2);  // the other migrator added recovery_points
+
+  std::vector<std::string> names;
+  for (const auto& column : layout(a, "idempotent_record"))
+    names.push_back(column.substr(0, column.find(' ')));
+  CHECK(names.size() == 16);
+  CHECK(std::vector<std::string>(names.end() - 3, names.end()) ==
+        std::vector<std::string>{"recovery_points", "repair_reason", "repaired_at"});
+  CHECK(idem::sqlite::migrate_record_table(b, v1_table) == 0);
+  CHECK_THROWS_AS(
+      idem::sqlite::migrate_record_table(a, idem::sqlite::parse_table_name("no_such_table")),
+      idem::UsageError);
+}
+
+TEST_CASE("a store made without create_schema on a first-layout table fails until it is migrated") {
+  TempDir dir;
+  const auto file = dir / "unmigrated.db";
+  {
+    idem::sqlite::Connection c{file};
+    c.exec(v1_ddl);
+  }
+  idem::sqlite::Store store{file, {.create_schema = false}};
+  try {
+    store.claim(idem::Key{"PAY", "x"}, "", {});
+    FAIL("claimed on a table without the new columns");
+  } catch (const idem::StoreError& e) {
+    CHECK_FALSE(e.retryable());
+    CHECK_THAT(e.diagnostics().message, Catch::Contains("recovery_points"));
+  }
+  store.ensure_schema();
+  CHECK(store.claim(idem::Key{"PAY", "x"}, "", {}).verdict == idem::Verdict::acquired);
+}
+
+TEST_CASE(
+    "4 stores migrate one first-layout file at once while 4 threads of an older binary "
+    "claim on it: nothing fails, every key runs once") {
+  TempDir dir;
+  const auto file = dir / "online.db";
+  const idem::sqlite::StoreParams params{.synchronous = idem::sqlite::Synchronous::normal};
+  const idem::sqlite::ConnectionParams connection{.synchronous = idem::sqlite::Synchronous::normal};
+  {
+    idem::sqlite::Connection c{file, connection};
+    c.exec(v1_ddl);
+    c.exec("CREATE TABLE biz (id INTEGER PRIMARY KEY, trade_no TEXT NOT NULL, pid INTEGER)");
+  }
+  constexpr int keys = 300;
+  constexpr int old_threads = 4;
+  constexpr int new_threads = 4;
+  std::atomic<int> old_executed{0}, old_after_migration{0}, new_executed{0}, migrated{0};
+  idem_test::Errors errors;
+
+  idem_test::run_threads(old_threads + new_threads, [&](int t) {
+    try {
+      // Each thread walks every key from its own offset, so each key is claimed 8 times.
+      const auto key_at = [&](int i) { return "order-" + std::to_string((i + t * 37) % keys); };
+      if (t < old_threads) {
+        idem::sqlite::Connection c{file, connection};
+        for (int i = 0; i < keys; ++i) {
+          const std::string id = key_at(i);
+          const std::string owner = "old-" + std::to_string(t) + "-" + id;
+          const std::int64_t now = ms(idem::system_now());
+          const auto claimed = c.try_execute(v1_insert, {id, "ORDER", 0, 1, owner, nullptr, 0, 1,
+                                                         now + 60'000, now, now + 3'600'000});
+          if (claimed.code == SQLITE_CONSTRAINT_PRIMARYKEY) continue;  // a duplicate
+          if (claimed.code != SQLITE_OK) throw std::runtime_error("old claim failed");
+          const bool after = migrated.load() > 0;
+          c.execute("INSERT INTO biz (trade_no, pid) VALUES (?, ?)", {id, t});
+          if (c.execute(v1_finish, {Value::blob("\"" + id + "\""), now, id, "ORDER", 1, owner}) !=
+              1) {
+            throw std::runtime_error("old finish lost " + id);
+          }
+          ++old_executed;
+          if (after) ++old_after_migration;
+        }
+        return;
+      }
+      // The newer binaries start once the older ones are under way.
+      while (old_executed.load() < 10)
+        std::this_thread::yield();
+      idem::sqlite::Store store{file, params};  // migrates (or finds it migrated)
+      ++migrated;
+      for (int i = 0; i < keys; ++i) {
+        const std::string id = key_at(i);
+        const auto out = idem::run_once(store, idem::Key{"ORDER", id}, "", [&] {
+          store.pool().acquire()->execute("INSERT INTO biz (trade_no, pid) VALUES (?, ?)", {id, t});
+          ++new_executed;
+          return id;
+        });
+        if (out.verdict() == idem::Verdict::replayed && out.value() != id) {
+          throw std::runtime_error("wrong replay for " + id);
+        }
+      }
+    } catch (const std::exception& e) {
+      errors.add(e.what());
+    }
+  });
+  INFO("first error: " << errors.first());
+  CHECK(errors.size() == 0);
+  CHECK(migrated == new_threads);
+  CHECK(old_executed + new_executed == keys);
+  CHECK(old_after_migration > 0);  // the older binary kept claiming on the migrated table
+  CHECK(new_executed > 0);
+
+  idem::sqlite::Store store{file, params};
+  CHECK(idem_test::scalar(store, "SELECT COUNT(*) FROM biz") == keys);
+  CHECK(idem_test::scalar(store, "SELECT COUNT(DISTINCT trade_no) FROM biz") == keys);
+  CHECK(idem_test::count(store, "status = 1 AND fence = 1") == keys);
+  CHECK(idem_test::scalar(store, "SELECT COUNT(*) FROM pragma_table_info('idempotent_record')") ==
+        16);
+  // Every record, whichever binary wrote it, decodes and replays.
+  for (int k = 0; k < keys; ++k) {
+    const std::string id = "order-" + std::to_string(k);
+    const auto r = store.claim(idem::Key{"ORDER", id}, "", {});
+    CHECK(r.verdict == idem::Verdict::replayed);
+  }
+}
