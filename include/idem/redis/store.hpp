@@ -23,9 +23,11 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -201,7 +203,19 @@ class RecordOps {
                     std::string_view after) const {
     const RecordKeys k = layout_.keys(Layout::member(key));
     const std::string fence = decimal(static_cast<std::int64_t>(t.fence));
-    return c.eval(scripts_.points, {{k.record}, {fence, t.owner, before, after}}).integer() == 1;
+    const auto start = std::chrono::steady_clock::now();
+    const bool won =
+        c.eval(scripts_.points, {{k.record}, {fence, t.owner, before, after}}).integer() == 1;
+    if (!won) {
+      // Callers that write steps of one claim at once and lose a round meet again in the same
+      // order (the winner's next write arrives first, round after round), so a loser waits a
+      // random part of two round trips before it reads again.
+      thread_local std::minstd_rand jitter{std::random_device{}()};
+      const auto took = std::chrono::steady_clock::now() - start;
+      std::this_thread::sleep_for(took * (std::uniform_int_distribution<int>(0, 200)(jitter)) /
+                                  100);
+    }
+    return won;
   }
 
   // Stale claims come from the lease index (scored by lease_until) and outcome_unknown records
