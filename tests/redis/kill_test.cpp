@@ -114,3 +114,82 @@ TEST_CASE(
   WARN("redis kill: " << requests << " requests, " << kills.load() << " connections killed, "
                       << errors.size() << " calls failed");
 }
+
+TEST_CASE(
+    "connections killed at random during repairs - each repair applied once, lost replies "
+    "recognised by the owner token") {
+  idem::redis::ConnectionParams params = idem_test::redis_server();
+  params.client_name = idem_test::unique_prefix("killed-repairs");
+  auto pool = std::make_shared<idem::redis::Pool>(params, idem::redis::PoolParams{.size = 16});
+  idem::redis::Store store(
+      pool, idem_test::fresh_params({.retry = {.max_attempts = 30, .max_backoff = 50ms}}));
+
+  // Claims whose workers "died": each is repaired once, on the fence it was claimed with.
+  constexpr int keys = 10'000;
+  std::atomic<int> next{0};
+  idem_test::run_threads(16, [&](int) {
+    for (int k = next++; k < keys; k = next++) {
+      store.claim(idem::Key{"PAY", "r-" + std::to_string(k)}, "",
+                  idem::Options{.lease = 100ms, .ttl = 1h});
+    }
+  });
+  std::this_thread::sleep_for(150ms);
+
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  std::map<int, std::string> owners;  // the owner token each repair answered
+  std::atomic<bool> stop{false};
+  std::atomic<long> kills{0};
+  std::string killer_error = "none";
+  std::thread killer([&] {
+    try {
+      idem::redis::Connection admin(idem_test::redis_server());
+      std::mt19937 pick(11);
+      while (!stop.load()) {
+        const auto ids = clients_named(admin, params.client_name);
+        if (!ids.empty()) {
+          kills += admin.command({"CLIENT", "KILL", "ID", ids[pick() % ids.size()]}).integer();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds{1 + pick() % 2});
+      }
+    } catch (const std::exception& e) {
+      killer_error = e.what();
+    }
+  });
+  next = 0;
+  idem_test::run_threads(16, [&](int) {
+    for (int k = next++; k < keys; k = next++) {
+      try {
+        const idem::Record r = store.repair(idem::Key{"PAY", "r-" + std::to_string(k)},
+                                            idem::Repair{.action = idem::RepairAction::release,
+                                                         .fence = 1,
+                                                         .reason = "resolver: not charged"});
+        std::lock_guard lock(mutex);
+        owners.emplace(k, r.ticket.owner);
+      } catch (const std::exception& e) {
+        std::lock_guard lock(mutex);
+        errors.push_back(std::to_string(k) + ": " + e.what());
+      }
+    }
+  });
+  stop = true;
+  killer.join();
+
+  INFO("killer: " << killer_error
+                  << "; first error: " << (errors.empty() ? std::string("none") : errors.front()));
+  CHECK(killer_error == "none");
+  CHECK(kills > 50);
+  CHECK(errors.empty());  // no RepairRefused of a repair by its own write
+  REQUIRE(owners.size() == keys);
+  int wrong = 0;
+  for (const auto& [k, owner] : owners) {
+    const auto r = store.find(idem::Key{"PAY", "r-" + std::to_string(k)});
+    if (!r || r->ticket.fence != 2 || r->ticket.owner != owner ||
+        r->status != idem::Status::failed) {
+      ++wrong;
+    }
+  }
+  CHECK(wrong == 0);
+  WARN("redis kill during repairs: " << keys << " repairs, " << kills.load()
+                                     << " connections killed, " << errors.size() << " failed");
+}

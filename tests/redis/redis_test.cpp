@@ -13,24 +13,13 @@
 
 #include "../support/redis_server.hpp"
 #include "../support/workload.hpp"
+#include "raw.hpp"
 
 using namespace std::chrono_literals;
 using idem_test::RedisStore;
 
-namespace {
-
-// A command on a connection of the test's own.
-idem::redis::Reply raw(std::initializer_list<std::string_view> args) {
-  thread_local idem::redis::Connection c(idem_test::redis_server());
-  if (c.broken()) c.reconnect();
-  return c.command(args);
-}
-
-std::string record_key(const idem::redis::Store& store, const idem::Key& key) {
-  return store.ops().layout().keys(idem::redis::detail::Layout::member(key)).record;
-}
-
-}  // namespace
+using idem_test::raw;
+using idem_test::record_key;
 
 // The business writes nothing of its own here: the helpers' execution count is all there is
 // to check.
