@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -67,6 +68,25 @@ class GatewayClient {
               j.at("amount").get<std::int64_t>(), j.at("replayed").get<bool>()};
     } catch (const nlohmann::json::exception& e) {
       throw GatewayError(200, "POST /charges: not a charge: " + res->body + " (" + e.what() + ")");
+    }
+  }
+
+  // GET /charges?trade=T: the trade's charges in the ledger, oldest first (empty: never
+  // charged); nullopt when the gateway gave no usable answer, as for charged().
+  std::optional<std::vector<Charge>> charges_of(std::string_view trade) const {
+    const httplib::Result res = connect().Get(
+        "/charges", httplib::Params{{"trade", std::string(trade)}}, httplib::Headers{});
+    if (!res || res->status != 200) return std::nullopt;
+    try {
+      const nlohmann::json body = nlohmann::json::parse(res->body);
+      std::vector<Charge> found;
+      for (const nlohmann::json& c : body.at("charges")) {
+        found.push_back({c.at("charge_id").get<std::int64_t>(), std::string(trade),
+                         c.at("amount").get<std::int64_t>(), false});
+      }
+      return found;
+    } catch (const nlohmann::json::exception&) {
+      return std::nullopt;
     }
   }
 
