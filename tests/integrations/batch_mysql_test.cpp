@@ -32,17 +32,19 @@ std::vector<ClaimRequest> fresh_requests(int n, const std::string& fp = "fp") {
   return r;
 }
 
-// The state a sequence of single claims leaves: verdict + status + fence + attempts per request.
+// The state a sequence of single claims leaves: verdict + status + fence + attempts + whether
+// a crashed attempt was taken over, per request.
 struct Seen {
   Verdict verdict;
   idem::Status status;
   std::uint64_t fence;
   std::uint32_t attempts;
+  bool after_crash;
   bool operator==(const Seen&) const = default;
 };
 
 Seen seen(const idem::ClaimResult& r) {
-  return {r.verdict, r.record.status, r.record.ticket.fence, r.record.attempts};
+  return {r.verdict, r.record.status, r.record.ticket.fence, r.record.attempts, r.after_crash};
 }
 
 // Prepares, on a fresh table, one key per interesting stored state; returns the batch that
@@ -132,7 +134,49 @@ TEST_CASE("claim_batch answers exactly what one claim after another answers", "[
     CHECK(got[i].verdict == verdicts[i]);
   }
   CHECK(got[2].record.attempts == 2);  // the retryable failure ran again
+  CHECK_FALSE(got[2].after_crash);
+  CHECK(got[4].after_crash);           // the lease of key 4's worker ran out: it crashed mid-flight
   CHECK(got[5].record.attempts == 1);  // an expired record starts over
+  CHECK_FALSE(got[5].after_crash);
+}
+
+TEST_CASE("claim_batch resumes stale claims after_crash with their steps, expired ones afresh",
+          "[batch][mysql]") {
+  const bool returning = GENERATE(true, false);
+  INFO("insert_returning = " << returning);
+  idem_test::Table table(8, {.insert_returning = returning});
+  const idem::Options quick{.lease = 50ms, .ttl = 60s};
+  const idem::Options expiring{.lease = 50ms, .ttl = 60ms};
+  std::vector<ClaimRequest> batch;
+  for (int i = 0; i < 6; ++i) {
+    // Even keys: a worker that died after its first step; odd keys: the same, long expired.
+    const auto c = table.store.claim(key(i), "fp", i % 2 == 0 ? quick : expiring);
+    table.store.record_step(key(i), c.record.ticket, "reserve", std::to_string(i));
+    batch.push_back({key(i), "fp"});
+  }
+  batch.push_back({key(6), "fp"});  // fresh
+  std::this_thread::sleep_for(150ms);
+
+  const auto got = idem::claim_batch(table.store, batch, {.lease = 60s, .ttl = 1h});
+  REQUIRE(got.size() == 7);
+  for (int i = 0; i < 6; ++i) {
+    INFO("key " << i);
+    const auto& r = got[static_cast<std::size_t>(i)];
+    CHECK(r.verdict == Verdict::acquired);
+    CHECK(r.record.ticket.fence == 2);
+    if (i % 2 == 0) {
+      CHECK(r.after_crash);
+      CHECK(r.record.attempts == 2);
+      CHECK(r.record.recovery_points == R"({"reserve":)" + std::to_string(i) + "}");
+    } else {
+      CHECK_FALSE(r.after_crash);  // expired: a new action, its old steps gone
+      CHECK(r.record.attempts == 1);
+      CHECK(r.record.recovery_points.empty());
+    }
+    CHECK(table.store.find(r.record.key) == r.record);  // the claim answers the row as stored
+  }
+  CHECK(got[6].verdict == Verdict::acquired);
+  CHECK_FALSE(got[6].after_crash);
 }
 
 TEST_CASE("claim_batch refuses a bad request before writing anything", "[batch][mysql]") {

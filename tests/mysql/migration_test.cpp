@@ -1,0 +1,301 @@
+// The record table of an older idem (layout 1) upgraded in place by ensure_schema(), while
+// claims go on: the ALTER is instant, nothing runs twice, the old rows decode and the
+// migrated table is the one a fresh ensure_schema() creates.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include "../support/mysql_server.hpp"
+#include "../support/threads.hpp"
+
+using namespace std::chrono_literals;
+using idem_test::BusinessTable;
+using idem_test::Errors;
+
+namespace {
+
+// The record table exactly as idem created it before layout 2 (record_table_ddl at a867c37):
+// the fixture the migration must take as it is.
+constexpr std::string_view layout1_ddl = R"(CREATE TABLE IF NOT EXISTS {} (
+  idempotent_key    VARBINARY(64)    NOT NULL COMMENT 'the business id of the action, byte-exact',
+  biz_type          VARBINARY(32)    NOT NULL COMMENT 'business domain: PAY, REFUND, ORDER, ...',
+  status            TINYINT          NOT NULL DEFAULT 0 COMMENT '0 processing, 1 succeeded, 2 failed',
+  fence             BIGINT UNSIGNED  NOT NULL DEFAULT 1 COMMENT 'bumped by every claim and takeover',
+  owner_token       CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'random token of the current claim',
+  request_hash      VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '' COMMENT 'request fingerprint',
+  response_snapshot MEDIUMBLOB       NULL COMMENT 'JSON: the response (succeeded) or the error (failed)',
+  retryable         TINYINT          NOT NULL DEFAULT 0 COMMENT 'failed records: may a duplicate run again',
+  attempts          INT UNSIGNED     NOT NULL DEFAULT 1,
+  lease_until       DATETIME(3)      NOT NULL COMMENT 'UTC; a processing claim is honoured until then',
+  created_at        DATETIME(3)      NOT NULL COMMENT 'UTC',
+  updated_at        DATETIME(3)      NOT NULL COMMENT 'UTC',
+  expire_at         DATETIME(3)      NOT NULL COMMENT 'UTC; purged after this',
+  PRIMARY KEY (idempotent_key, biz_type),
+  KEY idx_expire (expire_at),
+  KEY idx_stale (status, lease_until)
+) ENGINE=InnoDB)";
+
+// A layout-1 table with rows an older idem wrote, dropped at the end.
+struct Layout1Table {
+  std::shared_ptr<idem::mysql::Pool> pool = idem_test::make_pool(16);
+  std::string name = idem_test::unique_table("v1");
+  std::string quoted = "`" + name + "`";
+
+  Layout1Table() { pool->acquire()->query(fmt::format(layout1_ddl, quoted)); }
+  ~Layout1Table() {
+    try {
+      pool->acquire()->query("DROP TABLE IF EXISTS " + quoted);
+    } catch (...) {
+    }
+  }
+  Layout1Table(const Layout1Table&) = delete;
+  Layout1Table& operator=(const Layout1Table&) = delete;
+
+  // A row as the old idem wrote it: its 13 columns; times relative to the server's now.
+  void old_row(const std::string& id, int status, const char* snapshot, int retryable,
+               int lease_seconds, int attempts = 1) {
+    pool->acquire()->execute(
+        "INSERT INTO " + quoted +
+            " (idempotent_key, biz_type, status, fence, owner_token, request_hash, "
+            "response_snapshot, retryable, attempts, lease_until, created_at, updated_at, "
+            "expire_at) VALUES (?, 'PAY', ?, ?, ?, 'fp', ?, ?, ?, UTC_TIMESTAMP(3) + INTERVAL ? "
+            "SECOND, UTC_TIMESTAMP(3) - INTERVAL 1 MINUTE, UTC_TIMESTAMP(3) - INTERVAL 1 MINUTE, "
+            "UTC_TIMESTAMP(3) + INTERVAL 1 DAY)",
+        {id, status, attempts, std::string(32, 'a'),
+         snapshot == nullptr ? idem::mysql::Param(nullptr) : idem::mysql::Param::blob(snapshot),
+         retryable, attempts, lease_seconds});
+  }
+
+  std::string create_table() {
+    const auto rows = pool->acquire()->select("SHOW CREATE TABLE " + quoted, {});
+    return std::string(*rows.at(0).at(1).text());
+  }
+};
+
+// SHOW CREATE TABLE with the table's name taken out, to compare two tables' definitions.
+std::string definition(std::string text, const std::string& name) {
+  const auto at = text.find(name);
+  if (at != std::string::npos) text.erase(at, name.size());
+  return text;
+}
+
+bool unknown_column(const idem::StoreError& e) {
+  return e.diagnostics().code == 1054;  // ER_BAD_FIELD_ERROR: the table is not migrated yet
+}
+
+}  // namespace
+
+TEST_CASE("a layout-1 table is migrated in place while 8 threads claim on it") {
+  Layout1Table v1;
+  // Rows of the old idem, and filler, so that the ALTER has rows it must not copy.
+  v1.old_row("old-done", 1, R"({"paid":1})", 0, -60);
+  v1.old_row("old-failed", 2, R"({"error":"timeout"})", 1, -60);
+  v1.old_row("old-declined", 2, R"({"error":"declined"})", 0, -60);
+  v1.old_row("old-stale", 0, nullptr, 0, -5);  // its worker died: lease ran out
+  v1.old_row("old-live", 0, nullptr, 0, 3600);
+  v1.pool->acquire()->query(
+      "INSERT INTO " + v1.quoted +
+      " SELECT CONCAT('filler-', seq), 'PAY', 1, 1, REPEAT('b', 32), '', '{\"ok\":1}', 0, 1, "
+      "UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL 1 DAY "
+      "FROM seq_1_to_20000");
+
+  idem::mysql::Store store{v1.pool, {.table = v1.name}};
+  // Before the migration a new idem reads nothing from the table: every read names the new
+  // columns, and the server refuses it (not retried, nothing runs).
+  try {
+    store.find(idem::Key{"PAY", "old-done"});
+    FAIL("read a layout-1 table without migrating it");
+  } catch (const idem::StoreError& e) {
+    CHECK(unknown_column(e));
+    CHECK_FALSE(e.retryable());
+  }
+
+  BusinessTable biz(v1.pool);
+  constexpr int threads = 8;
+  constexpr int keys = 300;
+  Errors errors;
+  std::atomic<int> settled{0};
+  std::atomic<int> refused_before{0};  // claims the unmigrated table refused
+  std::atomic<bool> migrated{false};
+  std::atomic<int> refused_after{0};  // the same after the migration (must stay 0)
+  std::atomic<long long> slowest_during_us{0};
+  std::atomic<bool> migrating{false};
+
+  std::thread migration;
+  idem::mysql::Migration done;
+  std::chrono::steady_clock::duration took{};
+  idem_test::run_threads(threads, [&](int t) {
+    if (t == 0) {
+      migration = std::thread([&] {
+        // Claims have settled and others were refused by the unmigrated table: the ALTER
+        // runs in the middle of them.
+        while (settled.load() < 20 || refused_before.load() < 8)
+          std::this_thread::sleep_for(1ms);
+        migrating = true;
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          done = store.ensure_schema();
+        } catch (const std::exception& e) {
+          errors.add(std::string("migration: ") + e.what());
+        }
+        took = std::chrono::steady_clock::now() - start;
+        migrated = true;
+        migrating = false;
+      });
+    }
+    // Every thread walks every key, one step behind the next thread: each key is claimed by
+    // all eight, most of them duplicates of a running or just finished claim. (Until the
+    // migration only fresh claims get through: a duplicate's read names the new columns.)
+    for (int i = 0; i < keys; ++i) {
+      const std::string id = "k-" + std::to_string((i + t) % keys);
+      for (;;) {
+        const bool after = migrated.load();
+        const bool during = migrating.load();
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          const auto out = idem::run_once(store, idem::Key{"PAY", id}, "fp", [&] {
+            biz.insert(*v1.pool->acquire(), id);
+            return id;
+          });
+          if (during) {
+            const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+            long long seen = slowest_during_us.load();
+            while (us > seen && !slowest_during_us.compare_exchange_weak(seen, us)) {
+            }
+          }
+          if (out) {
+            if (out.value() != id) errors.add("wrong answer for " + id);
+            ++settled;
+            break;
+          }
+          if (out.verdict() != idem::Verdict::in_progress) {
+            errors.add(fmt::format("{}: {}", id, idem::to_string(out.verdict())));
+            break;
+          }
+        } catch (const idem::StoreError& e) {
+          if (!unknown_column(e)) {
+            errors.add(e.what());
+            break;
+          }
+          ++(after ? refused_after : refused_before);
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+    }
+  });
+  migration.join();
+
+  INFO(errors.first());
+  CHECK(errors.size() == 0);
+  CHECK(refused_before.load() > 0);  // the migration did happen while claims were going on
+  CHECK(refused_after.load() == 0);
+  CHECK(done.added == std::vector<std::string>{"recovery_points", "repair_reason", "repaired_at"});
+  CHECK(done.algorithm == "INSTANT");  // MariaDB 10.11: no copy of the rows
+  CHECK(took < 2s);
+  CHECK(slowest_during_us.load() < 2'000'000);  // no claim waited long on the ALTER
+  CHECK(settled.load() == threads * keys);
+  // Nothing ran twice, every key ran once.
+  CHECK(biz.keys_executed_twice() == 0);
+  CHECK(biz.distinct_keys() == keys);
+  CHECK(biz.rows() == keys);
+
+  // The old rows decode, with no steps and no repair, and keep their meaning.
+  const auto old_done = store.find(idem::Key{"PAY", "old-done"});
+  REQUIRE(old_done);
+  CHECK(old_done->status == idem::Status::succeeded);
+  CHECK(old_done->snapshot == R"({"paid":1})");
+  CHECK(old_done->recovery_points.empty());
+  CHECK(old_done->repair_reason.empty());
+  CHECK_FALSE(old_done->repaired_at.has_value());
+  CHECK(store.claim(idem::Key{"PAY", "old-done"}, "fp", {}).verdict == idem::Verdict::replayed);
+  CHECK(store.claim(idem::Key{"PAY", "old-declined"}, "fp", {}).verdict == idem::Verdict::replayed);
+  CHECK(store.claim(idem::Key{"PAY", "old-live"}, "fp", {}).verdict == idem::Verdict::in_progress);
+  const auto retry = store.claim(idem::Key{"PAY", "old-failed"}, "fp", {});
+  CHECK(retry.verdict == idem::Verdict::acquired);
+  CHECK_FALSE(retry.after_crash);
+  CHECK(retry.record.attempts == 2);
+  const auto stale = store.claim(idem::Key{"PAY", "old-stale"}, "fp", {});
+  CHECK(stale.verdict == idem::Verdict::acquired);
+  CHECK(stale.after_crash);  // the old worker died mid-flight
+  CHECK(stale.record.ticket.fence == 2);
+  CHECK(stale.record.recovery_points.empty());
+  CHECK(store.list({.stale = false, .status = idem::Status::succeeded, .limit = 10}).size() == 10);
+
+  // The migrated table is the one a fresh ensure_schema() creates; migrating again is free.
+  idem_test::Table fresh;
+  const std::string fresh_table =
+      std::string(fresh.pool->acquire()
+                      ->select("SHOW CREATE TABLE " + fresh.store.table(), {})
+                      .at(0)
+                      .at(1)
+                      .text()
+                      .value_or(""));
+  CHECK(definition(v1.create_table(), v1.name) == definition(fresh_table, fresh.name));
+  const auto again = store.ensure_schema();
+  CHECK(again.added.empty());
+  CHECK(again.algorithm.empty());
+}
+
+TEST_CASE("a migration that cannot be instant runs online, and one that cannot be online fails") {
+  // MariaDB can be told never to add a column instantly: the migration then rebuilds the table
+  // in place with concurrent writes allowed (INPLACE, LOCK=NONE).
+  {
+    Layout1Table v1;
+    v1.old_row("old-done", 1, R"({"paid":1})", 0, -60);
+    struct Never {
+      idem::mysql::Pool& pool;
+      explicit Never(idem::mysql::Pool& p) : pool(p) {
+        pool.acquire()->query("SET GLOBAL innodb_instant_alter_column_allowed = 'never'");
+      }
+      ~Never() {
+        pool.acquire()->query("SET GLOBAL innodb_instant_alter_column_allowed = DEFAULT");
+      }
+    } never{*v1.pool};
+    auto c = v1.pool->acquire();
+    const auto done = idem::mysql::migrate_record_table(*c, v1.name);
+    CHECK(done.added.size() == 3);
+    CHECK(done.algorithm == "INPLACE, LOCK=NONE");
+    idem::mysql::Store store{v1.pool, {.table = v1.name}};
+    const auto row = store.find(idem::Key{"PAY", "old-done"});
+    REQUIRE(row);
+    CHECK(row->snapshot == R"({"paid":1})");
+  }
+  // A FULLTEXT index (a DBA's addition) allows neither: the migration refuses to copy the table
+  // under a lock and says what to do; nothing was changed.
+  {
+    Layout1Table v1;
+    v1.pool->acquire()->query(
+        "ALTER TABLE " + v1.quoted +
+        " ADD COLUMN note VARCHAR(100) NULL, ADD FULLTEXT KEY ft_note (note)");
+    auto c = v1.pool->acquire();
+    try {
+      idem::mysql::migrate_record_table(*c, v1.name);
+      FAIL("migrated a table that cannot be altered online");
+    } catch (const idem::StoreError& e) {
+      CHECK_FALSE(e.retryable());
+      CHECK_THAT(e.what(), Catch::Contains("online") && Catch::Contains("docs/mysql.md"));
+    }
+    CHECK(v1.create_table().find("recovery_points") == std::string::npos);
+  }
+}
+
+TEST_CASE("a partly migrated table gets only the columns it lacks") {
+  Layout1Table v1;
+  v1.pool->acquire()->query("ALTER TABLE " + v1.quoted +
+                            " ADD COLUMN recovery_points MEDIUMBLOB NULL");
+  auto c = v1.pool->acquire();
+  const auto done = idem::mysql::migrate_record_table(*c, v1.name);
+  CHECK(done.added == std::vector<std::string>{"repair_reason", "repaired_at"});
+  // Under a schema-qualified name too, and then there is nothing left to do.
+  const auto again = idem::mysql::migrate_record_table(*c, "idem_test." + v1.name);
+  CHECK(again.added.empty());
+}

@@ -1,0 +1,289 @@
+// Recovery points (idem/attempt.hpp) on MariaDB: record_step on the standalone store, racing
+// steps of one claim, a local step committed (or rolled back) with the business row of its
+// transaction, a record-last claim's steps written with its finished record, and a worker
+// process killed mid-business whose successor resumes with after_crash and the kept steps.
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "../support/mysql_server.hpp"
+#include "../support/threads.hpp"
+
+using namespace std::chrono_literals;
+using idem_test::BusinessTable;
+using idem_test::Errors;
+using idem_test::Table;
+
+namespace {
+
+using Attempt = idem::Attempt<idem::mysql::Store>;
+
+const idem::Options long_lease{.lease = 60s, .ttl = 1h};
+
+nlohmann::json points(const idem::Record& r) {
+  return nlohmann::json::parse(r.recovery_points.empty() ? "{}" : r.recovery_points);
+}
+
+// Runs fn in a child process and returns its pid. The child leaves with _exit(fn()): it never
+// returns into Catch2 and never touches the parent's connections (it opens its own).
+template <class F>
+pid_t spawn(F&& fn) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 70;
+    try {
+      code = fn();
+    } catch (...) {
+      code = 71;
+    }
+    ::_exit(code);
+  }
+  return pid;
+}
+
+// The exit code of a child, or 128 + the signal that ended it.
+int wait_exit(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+TEST_CASE("record_step keeps each step's first result with the claim, while it holds") {
+  Table t;
+  const idem::Key key{"ORDER", "steps-standalone"};
+  const auto claim = t.store.claim(key, "fp", long_lease);
+  const auto& ticket = claim.record.ticket;
+
+  const std::string one = t.store.record_step(key, ticket, "reserve", R"({"hold":"h-1"})");
+  CHECK(nlohmann::json::parse(one) == nlohmann::json{{"reserve", {{"hold", "h-1"}}}});
+  const auto after_one = t.store.find(key);
+  CHECK(after_one->recovery_points == one);
+  CHECK(after_one->updated_at >= claim.record.updated_at);
+  // The first result of a step stays; another step joins it.
+  CHECK(t.store.record_step(key, ticket, "reserve", R"({"hold":"h-2"})") == one);
+  const std::string two = t.store.record_step(key, ticket, "charge", R"("ch_1")");
+  CHECK(points(*t.store.find(key)) ==
+        nlohmann::json{{"reserve", {{"hold", "h-1"}}}, {"charge", "ch_1"}});
+  CHECK(t.store.find(key)->recovery_points == two);
+  // Bad input is refused before anything is sent; a foreign ticket holds nothing.
+  CHECK_THROWS_AS(t.store.record_step(key, ticket, "bad name", "1"), idem::InvalidArgument);
+  CHECK_THROWS_AS(t.store.record_step(key, ticket, "ship", "not json"), idem::InvalidArgument);
+  CHECK_THROWS_AS(
+      t.store.record_step(key, idem::Ticket{ticket.fence + 1, ticket.owner}, "ship", "1"),
+      idem::LeaseLost);
+  CHECK_THROWS_AS(t.store.record_step(idem::Key{"ORDER", "none"}, ticket, "ship", "1"),
+                  idem::LeaseLost);
+  // Once finished, the claim keeps its points and takes no more.
+  t.store.complete(key, ticket, R"({"ok":1})");
+  CHECK_THROWS_AS(t.store.record_step(key, ticket, "ship", "1"), idem::LeaseLost);
+  CHECK(t.store.find(key)->recovery_points == two);
+}
+
+TEST_CASE("16 threads record 16 steps of one claim at once: every step is kept") {
+  Table t(16);
+  constexpr int threads = 16;
+  for (int round = 0; round < 5; ++round) {
+    const idem::Key key{"ORDER", "steps-race-" + std::to_string(round)};
+    const auto claim = t.store.claim(key, "fp", long_lease);
+    Errors errors;
+    idem_test::run_threads(threads, [&](int i) {
+      const std::string step = "step-" + std::to_string(i);
+      try {
+        const auto answer = nlohmann::json::parse(
+            t.store.record_step(key, claim.record.ticket, step, std::to_string(i)));
+        if (answer.value(step, -1) != i) errors.add("the answer lacks " + step);
+      } catch (const std::exception& e) {
+        errors.add(e.what());
+      }
+    });
+    INFO(errors.first());
+    REQUIRE(errors.size() == 0);
+    const auto kept = points(*t.store.find(key));
+    REQUIRE(kept.size() == threads);  // no step's write was lost to another's
+    for (int i = 0; i < threads; ++i)
+      CHECK(kept.value("step-" + std::to_string(i), -1) == i);
+  }
+}
+
+TEST_CASE("a local step commits with its business row, or neither stays") {
+  Table t;
+  BusinessTable biz(t.pool);
+  const idem::Key key{"ORDER", "steps-local"};
+  int ran = 0;
+
+  // The body throws after its step: the transaction, and with it the step's row and its
+  // recovery point, roll back; the claim fails retryably.
+  CHECK_THROWS_AS(idem::run_once(t.store, key, "fp",
+                                 [&](Attempt& attempt) -> int {
+                                   idem::mysql::with_transaction(
+                                       *t.pool, [&](idem::mysql::Connection& c) -> int {
+                                         auto tx = t.store.bind(c);
+                                         attempt.step(tx, "reserve", [&] {
+                                           ++ran;
+                                           biz.insert(c, key.id());
+                                           return std::string("h-1");
+                                         });
+                                         throw std::runtime_error("after the step");
+                                       });
+                                   return 0;
+                                 }),
+                  std::runtime_error);
+  CHECK(ran == 1);
+  CHECK(biz.rows() == 0);
+  CHECK(t.store.find(key)->recovery_points.empty());
+  CHECK(t.store.find(key)->status == idem::Status::failed);
+
+  // The next attempt runs the step again (nothing was kept) and this time commits both.
+  const auto out = idem::run_once(t.store, key, "fp", [&](Attempt& attempt) {
+    CHECK(attempt.number() == 2);
+    return idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      auto tx = t.store.bind(c);
+      return attempt.step(tx, "reserve", [&] {
+        ++ran;
+        biz.insert(c, key.id());
+        return std::string("h-2");
+      });
+    });
+  });
+  REQUIRE(out);
+  CHECK(out.value() == "h-2");
+  CHECK(ran == 2);
+  CHECK(biz.rows() == 1);
+  CHECK(points(*t.store.find(key)) == nlohmann::json{{"reserve", "h-2"}});
+
+  // A claim taken over from a dead worker finds the committed step and does not run it again.
+  const idem::Key crashed{"ORDER", "steps-local-crashed"};
+  const auto first = t.store.claim(crashed, "fp", {.lease = 200ms, .ttl = 1h});
+  idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+    biz.insert(c, crashed.id());
+    return t.store.bind(c).record_step(crashed, first.record.ticket, "reserve", R"("h-3")");
+  });
+  std::this_thread::sleep_for(300ms);  // the worker "died": its lease runs out
+  const auto resumed = idem::run_once(t.store, crashed, "fp", [&](Attempt& attempt) {
+    CHECK(attempt.after_crash());
+    return idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      auto tx = t.store.bind(c);
+      return attempt.step(tx, "reserve", [&] {
+        ++ran;
+        biz.insert(c, crashed.id());
+        return std::string("again");
+      });
+    });
+  });
+  REQUIRE(resumed);
+  CHECK(resumed.value() == "h-3");
+  CHECK(ran == 2);
+  CHECK(biz.rows("trade_no = 'steps-local-crashed'") == 1);
+}
+
+TEST_CASE("a bound claim's steps are written with its record, in either way of claiming") {
+  for (const auto how : {idem::BoundClaim::record_last, idem::BoundClaim::claim_first}) {
+    Table t(8, {.bound_claim = how});
+    BusinessTable biz(t.pool);
+    const idem::Key key{"ORDER", "steps-bound"};
+    const auto out = idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      auto tx = t.store.bind(c);
+      return idem::run_once(tx, key, "fp", [&](idem::Attempt<idem::mysql::BoundStore>& a) {
+        const auto hold = a.step("reserve", [&] {
+          biz.insert(c, key.id());
+          return std::string("h-1");
+        });
+        return hold + "/" + a.step("charge", [] { return std::string("ch_1"); });
+      });
+    });
+    REQUIRE(out);
+    CHECK(out.value() == "h-1/ch_1");
+    const auto stored = t.store.find(key);
+    REQUIRE(stored);
+    CHECK(stored->status == idem::Status::succeeded);
+    CHECK(points(*stored) == nlohmann::json{{"reserve", "h-1"}, {"charge", "ch_1"}});
+    CHECK(biz.rows() == 1);
+  }
+}
+
+TEST_CASE("a worker killed mid-business is resumed after_crash with the steps it kept") {
+  Table t;
+  const idem::Key key{"ORDER", "steps-killed"};
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+
+  // The worker: claims, finishes two steps, says so, and is killed in its third.
+  const pid_t worker = spawn([&]() -> int {
+    ::close(ready[0]);
+    auto pool = std::make_shared<idem::mysql::Pool>(idem_test::server(),
+                                                    idem::mysql::PoolParams{.size = 1});
+    idem::mysql::Store store{pool, {.table = t.name}};
+    const auto out =
+        idem::run_once(store, key, "fp",
+                       [&](Attempt& attempt) {
+                         attempt.step("reserve", [] { return nlohmann::json{{"hold", "h-1"}}; });
+                         attempt.step("charge", [] { return std::string("ch_1"); });
+                         const char c = 'x';
+                         if (::write(ready[1], &c, 1) != 1) ::_exit(72);
+                         for (;;)
+                           ::pause();  // the "ship" step that never ends
+                         return 0;
+                       },
+                       {.lease = 1s, .ttl = 1h});
+    return out ? 73 : 74;
+  });
+  REQUIRE(worker > 0);
+  ::close(ready[1]);
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  ::close(ready[0]);
+  REQUIRE(::kill(worker, SIGKILL) == 0);
+  REQUIRE(wait_exit(worker) == 128 + SIGKILL);
+
+  const auto left = t.store.find(key);
+  REQUIRE(left);
+  CHECK(left->status == idem::Status::processing);
+  CHECK(points(*left).size() == 2);
+  // Before the lease runs out the dead worker's claim still holds.
+  CHECK(t.store.claim(key, "fp", long_lease).verdict == idem::Verdict::in_progress);
+  std::this_thread::sleep_for(1100ms);
+
+  int reran = 0;
+  bool after_crash = false;
+  const auto out = idem::run_once(
+      t.store, key, "fp",
+      [&](Attempt& attempt) {
+        after_crash = attempt.after_crash();
+        CHECK(attempt.number() == 2);
+        const auto hold = attempt.step("reserve", [&] {
+          ++reran;
+          return nlohmann::json{{"hold", "h-again"}};
+        });
+        const auto charge = attempt.step("charge", [&] {
+          ++reran;
+          return std::string("ch_again");
+        });
+        const auto ship = attempt.step("ship", [] { return std::string("sh_1"); });
+        return hold["hold"].get<std::string>() + "/" + charge + "/" + ship;
+      },
+      long_lease);
+  REQUIRE(out);
+  CHECK(after_crash);
+  CHECK(reran == 0);  // the kept steps did not run again
+  CHECK(out.value() == "h-1/ch_1/sh_1");
+  const auto done = t.store.find(key);
+  CHECK(done->status == idem::Status::succeeded);
+  CHECK(done->ticket.fence == 2);
+  CHECK(points(*done) ==
+        nlohmann::json{{"reserve", {{"hold", "h-1"}}}, {"charge", "ch_1"}, {"ship", "sh_1"}});
+  // A duplicate now replays.
+  CHECK(t.store.claim(key, "fp", long_lease).verdict == idem::Verdict::replayed);
+}
