@@ -23,6 +23,7 @@
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -89,7 +90,7 @@ class Attempt {
     }
     T value = std::invoke(fn);
     std::string points =
-        store_.record_step(state_.key(), state_.ticket(), step, detail::encode_snapshot(value));
+        record(store_, step, detail::encode_snapshot(value), state_.record().recovery_points);
     state_.steps_recorded(std::move(points));
     return value;
   }
@@ -115,11 +116,27 @@ class Attempt {
     }
     T value = std::invoke(fn);
     // Not copied into this attempt's view: the transaction may still roll back.
-    bound.record_step(state_.key(), state_.ticket(), step, detail::encode_snapshot(value));
+    record(bound, step, detail::encode_snapshot(value), current->recovery_points);
     return value;
   }
 
  private:
+  // store.record_step, telling a store that can use it which points this attempt knows of
+  // (one round trip instead of a read and a write; see idem::detail::StepSteps).
+  template <class Into>
+  std::string record(Into& store, std::string_view step, const std::string& result,
+                     std::string_view known) {
+    if constexpr (requires {
+                    store.record_step(state_.key(), state_.ticket(), step, result,
+                                      std::optional<std::string_view>(known));
+                  }) {
+      return store.record_step(state_.key(), state_.ticket(), step, result,
+                               std::optional<std::string_view>(known));
+    } else {
+      return store.record_step(state_.key(), state_.ticket(), step, result);
+    }
+  }
+
   S& store_;
   detail::GuardState& state_;
 };

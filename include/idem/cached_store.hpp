@@ -150,9 +150,14 @@ class CachedStore {
   std::vector<Record> list(const RecordQuery& query) requires ListingStore<S> {
     return store_.list(query);
   }
-  std::string record_step(const Key& key, const Ticket& ticket, std::string_view step,
-                          std::string_view result) requires RecoveryPointStore<S> {
-    return store_.record_step(key, ticket, step, result);
+  std::string record_step(
+      const Key& key, const Ticket& ticket, std::string_view step, std::string_view result,
+      std::optional<std::string_view> known = std::nullopt) requires RecoveryPointStore<S> {
+    if constexpr (requires { store_.record_step(key, ticket, step, result, known); }) {
+      return store_.record_step(key, ticket, step, result, known);
+    } else {
+      return store_.record_step(key, ticket, step, result);
+    }
   }
 
   // Drops the copy of one key (after changing its record by hand), or of every key.

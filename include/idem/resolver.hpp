@@ -142,6 +142,24 @@ class Resolvers {
 
   bool covers(std::string_view biz_type) const { return entries_.find(biz_type) != entries_.end(); }
 
+  // After the store was restored from a backup it may have forgotten records that finished
+  // after the backup was taken: a duplicate of such a request finds no record, claims afresh
+  // and would repeat the effect. Until `until` (the restore time plus the longest time a
+  // caller keeps retrying), every acquired claim of a covered biz_type asks its resolver
+  // first, fresh or not. docs/recovery.md has the runbook. Safe to call at any time, from any
+  // thread.
+  void ask_every_claim_until(TimePoint until) noexcept {
+    every_claim_until_.store(until.time_since_epoch().count(), std::memory_order_relaxed);
+  }
+
+  // Whether an acquired claim of this biz_type asks its resolver before the business runs:
+  // when it resumed a crashed attempt, or during an ask_every_claim_until() window.
+  bool asks(std::string_view biz_type, bool after_crash, TimePoint now) const {
+    if (!covers(biz_type)) return false;
+    return after_crash ||
+           now.time_since_epoch().count() < every_claim_until_.load(std::memory_order_relaxed);
+  }
+
   std::vector<std::string> biz_types() const {
     std::vector<std::string> types;
     for (const auto& [type, entry] : entries_)
@@ -216,6 +234,7 @@ class Resolvers {
   }
 
   std::map<std::string, Entry, std::less<>> entries_;
+  std::atomic<Duration::rep> every_claim_until_{0};
   std::size_t max_running_;
   std::shared_ptr<std::atomic<std::size_t>> running_ =
       std::make_shared<std::atomic<std::size_t>>(0);

@@ -131,9 +131,9 @@ Record repair_on(std::string_view who, const Ops& ops, Connection& c, const Key&
 template <class Ops, class Connection>
 std::string record_step_on(std::string_view who, const Ops& ops, Connection& c, const Key& key,
                            const Ticket& ticket, std::string_view step, std::string_view result,
-                           bool bound) {
+                           bool bound, std::optional<std::string_view> known = std::nullopt) {
   using Step = StepSteps::Step;
-  StepSteps steps(who, key, ticket, step, result);
+  StepSteps steps(who, key, ticket, step, result, known);
   for (Step s = steps.start();;) {
     switch (s) {
       case Step::read:
@@ -284,14 +284,18 @@ class StoreSkeleton {
   }
 
   // A step's result kept with the key (idem/attempt.hpp); LeaseLost once the claim is not held.
+  // `known`: the recovery points the caller believes are stored (see StepSteps).
   std::string record_step(const Key& key, const Ticket& ticket, std::string_view step,
-                          std::string_view result) requires
+                          std::string_view result,
+                          std::optional<std::string_view> known = std::nullopt) requires
       requires(const Ops& ops, Connection& c, const Key& k, const Ticket& t, std::string_view v) {
     { ops.write_points(c, k, t, v, v) } -> std::same_as<bool>;
   }
   {
-    return with_retries("record_step", [&](Connection& c, bool) {
-      return detail::record_step_on(Backend::name, ops_, c, key, ticket, step, result, false);
+    return with_retries("record_step", [&](Connection& c, bool uncertain) {
+      // After a lost reply the first write may have landed: look instead of trusting `known`.
+      return detail::record_step_on(Backend::name, ops_, c, key, ticket, step, result, false,
+                                    uncertain ? std::nullopt : known);
     });
   }
 

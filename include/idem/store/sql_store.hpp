@@ -176,7 +176,8 @@ class BoundSqlStore {
   // rolls back with the business writes beside it. A record-last claim keeps it until its
   // finished record is INSERTed.
   std::string record_step(const Key& key, const Ticket& ticket, std::string_view step,
-                          std::string_view result) requires
+                          std::string_view result,
+                          std::optional<std::string_view> known = std::nullopt) requires
       requires(const Ops& ops, Connection& c, const Key& k, const Ticket& t, std::string_view v) {
     { ops.write_points(c, k, t, v, v) } -> std::same_as<bool>;
   }
@@ -188,7 +189,7 @@ class BoundSqlStore {
     }
     send_deferred();
     return detail::record_step_on(Backend::name, *ops_, *connection_, key, ticket, step, result,
-                                  true);
+                                  true, known);
   }
 
   // A fenced repair (idem/repair.hpp) in this transaction.

@@ -203,13 +203,21 @@ class StepSteps {
     done,   // result()
   };
 
+  // `known`: the recovery points the caller believes are stored (its claim's, plus the steps it
+  // kept since). Given, the first try writes at once, guarded by them, and reads only when
+  // they turn out stale: one round trip instead of two.
   StepSteps(std::string_view who, const Key& key, const Ticket& ticket, std::string_view step,
-            std::string_view result)
+            std::string_view result, std::optional<std::string_view> known = std::nullopt)
       : who_(who), key_(key), ticket_(ticket), step_(step), result_text_(result) {
     with_step("", step_, result_text_);  // a bad step or result is InvalidArgument, first
+    if (known) {
+      before_ = std::string(*known);
+      after_ = with_step(before_, step_, result_text_);
+      first_ = after_ == before_ ? Step::done : Step::write;
+    }
   }
 
-  Step start() const noexcept { return Step::read; }
+  Step start() const noexcept { return first_; }
 
   Step met(std::optional<RecordRead> row) {
     if (!row || !holds(row->record, ticket_)) throw lease_lost(who_, key_, ticket_);
@@ -242,6 +250,7 @@ class StepSteps {
   std::string before_;
   std::string after_;
   int round_ = 0;
+  Step first_ = Step::read;
 };
 
 // complete / fail on one try: the fenced write, and when an earlier try lost its connection
