@@ -127,7 +127,7 @@ TEST_CASE("a repair is refused with the record as it is now, or without one when
   CHECK(idem_test::count(store) == 1);
 }
 
-TEST_CASE("two threads repair the same fence, 200 times: exactly one wins each time") {
+TEST_CASE("two threads repair the same fence, 200 times - exactly one wins each time") {
   Fixture fx;
   auto& store = fx.store;
   constexpr int rounds = 200;
@@ -175,7 +175,7 @@ TEST_CASE("two threads repair the same fence, 200 times: exactly one wins each t
   }
 }
 
-TEST_CASE("a bound store repairs in the caller's transaction: rolled back with it, or committed") {
+TEST_CASE("a bound store repairs in the caller's transaction - rolled back with it, or committed") {
   Fixture fx;
   auto& store = fx.store;
   const idem::Key key{"PAY", "repair-bound"};
@@ -261,7 +261,7 @@ TEST_CASE("decoding: status 3 and the new columns, and a corrupt value names its
   (void)c;
 }
 
-TEST_CASE("outcome_unknown past its expire_at: never purged, never taken over, never released") {
+TEST_CASE("outcome_unknown past its expire_at - never purged, never taken over, never released") {
   Fixture fx;
   auto& store = fx.store;
   const idem::Options short_life{.lease = 1s, .ttl = 2s};

@@ -73,7 +73,7 @@ TEST_CASE("record_step keeps the points as a JSON blob, guarded by the claim's f
 }
 
 TEST_CASE(
-    "a takeover answers exactly the steps it took over: a step the stale worker adds "
+    "a takeover answers exactly the steps it took over - a step the stale worker adds "
     "between the read and the write makes the write lose, and the claim look again") {
   Fixture fx;
   auto& store = fx.store;
@@ -122,7 +122,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a bound store records a step in the caller's transaction: it commits or rolls back "
+    "a bound store records a step in the caller's transaction - it commits or rolls back "
     "with the business writes beside it") {
   Fixture fx;
   auto& store = fx.store;
@@ -174,7 +174,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a worker killed with SIGKILL after its first step: the takeover after the lease "
+    "a worker killed with SIGKILL after its first step - the takeover after the lease "
     "resumes after_crash with the step kept, and runs only the rest") {
   TempDir dir;
   const auto file = dir / "killed-steps.db";
