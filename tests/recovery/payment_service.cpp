@@ -31,7 +31,8 @@
 //             (Resolvers::ask_every_claim_until).
 //
 // stdout, one line per write (the driver times its kills by them): "ready PID" once the store
-// is open, "charging T" before each charge is sent, "charged T" once it was answered,
+// is open, "charging T" before each charge is sent, "charged T" once it was answered ("charged
+// T replayed" when a deduplicating gateway answered with the charge the key already had),
 // "resolved T happened|not_happened|unknown" for each resolver answer, "answered N" every
 // --progress-every answers, and at the end "done lines=.. ran=.. replayed=.. unknown=..
 // failed=.. conflict=.. in_progress=.. errors=..". Errors go to stderr.
@@ -288,7 +289,7 @@ class Service {
     const std::string trade = idem_recovery::trade_id(p.trade);
     say("charging " + trade);
     const idem_test::Charge c = gateway_.charge(trade, p.amount, std::move(key));
-    say("charged " + trade);
+    say("charged " + trade + (c.replayed ? " replayed" : ""));
     return idem_recovery::charge_response(c);
   }
 
