@@ -1,5 +1,7 @@
 // idem::async::OffloadStore: a blocking SQLite store used from a loop thread, its calls run on
-// a thread pool, with the same outcomes and a loop that keeps serving.
+// a thread pool, with the same outcomes and a loop that keeps serving; repair, list and
+// record_step on the pool as well.
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -9,7 +11,9 @@
 #include <idem/async.hpp>
 #include <idem/sqlite.hpp>
 
+#include "../support/loop.hpp"
 #include "../support/sqlite_file.hpp"
+#include "abilities.hpp"
 
 namespace net = idem::async::net;
 using namespace std::chrono_literals;
@@ -59,4 +63,32 @@ TEST_CASE(
   REQUIRE(error);
   CHECK_THROWS_AS(std::rethrow_exception(error), idem::InvalidArgument);
   calls.join();
+}
+
+TEST_CASE(
+    "async offload: repair, list and record_step run on the pool, with the store's answers "
+    "and errors") {
+  idem::ManualClock clock;
+  const auto loop_thread = std::this_thread::get_id();
+  std::atomic<int> on_loop{0};
+  std::atomic<int> calls{0};
+  // The memory store reads its clock in every call: where the clock is read, the call ran.
+  idem::MemoryStore memory{[&] {
+    ++calls;
+    if (std::this_thread::get_id() == loop_thread) ++on_loop;
+    return clock.now();
+  }};
+  net::thread_pool pool{2};
+  idem::async::OffloadStore store{memory, pool.get_executor()};
+  static_assert(idem::async::RepairingAsyncStore<decltype(store)> &&
+                idem::async::ListingAsyncStore<decltype(store)> &&
+                idem::async::RecoveryPointAsyncStore<decltype(store)>);
+  net::io_context io;
+  idem_test::run_on(io, [&]() -> net::awaitable<int> {
+    co_await idem_test::exercise_abilities(store, [&](idem::Duration d) { clock.advance(d); });
+    co_return 0;
+  }());
+  CHECK(calls > 10);
+  CHECK(on_loop == 0);
+  pool.join();
 }

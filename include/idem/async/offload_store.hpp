@@ -14,15 +14,19 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "idem/async/net.hpp"
 #include "idem/async/store.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/store/abilities.hpp"
 #include "idem/ticket.hpp"
@@ -57,6 +61,18 @@ class OffloadStore {
   }
   net::awaitable<std::size_t> release_stale(std::size_t batch) {
     co_return co_await offload([&] { return store_->release_stale(batch); });
+  }
+
+  net::awaitable<Record> repair(const Key& key, const Repair& repair) requires RepairingStore<S> {
+    co_return co_await offload([&] { return store_->repair(key, repair); });
+  }
+  net::awaitable<std::vector<Record>> list(const RecordQuery& query) requires ListingStore<S> {
+    co_return co_await offload([&] { return store_->list(query); });
+  }
+  net::awaitable<std::string> record_step(const Key& key, const Ticket& ticket,
+                                          std::string_view step,
+                                          std::string_view result) requires RecoveryPointStore<S> {
+    co_return co_await offload([&] { return store_->record_step(key, ticket, step, result); });
   }
 
   S& store() const noexcept { return *store_; }

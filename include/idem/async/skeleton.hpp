@@ -8,6 +8,8 @@
 //     using Connection = ...;  // a non-blocking connection
 //     using Pool = ...;        // an idem::async::BasicPool of them (idem/async/pool.hpp)
 //     using Ops = ...;         // as the blocking skeleton's Ops, each returning net::awaitable
+//                              // (repair, record_step and list exist when the Ops have
+//                              // write_repair, write_points and list)
 //     static constexpr std::string_view name = "idem::mysql";
 //     static FailureKind classify(const StoreError&);
 //   };
@@ -17,6 +19,7 @@
 // with that statement (Ops::settled) and records a retryable failure if the claim is there
 // and ours, so the next duplicate runs at once. If that cleanup cannot run, the lease runs out.
 
+#include <concepts>
 #include <cstddef>
 #include <exception>
 #include <memory>
@@ -24,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -34,6 +38,8 @@
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/retry.hpp"
@@ -62,6 +68,49 @@ net::awaitable<ClaimResult> claim_on(std::string_view who, const Ops& ops, Conne
       case Step::take_over:
         step = steps.written(
             co_await ops.write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
+        break;
+      case Step::done:
+        co_return std::move(steps).result();
+    }
+  }
+}
+
+// One repair on one connection: RepairSteps run by coroutine calls.
+template <class Ops, class Connection>
+net::awaitable<Record> repair_on(std::string_view who, const Ops& ops, Connection& c,
+                                 const Key& key, const Repair& repair, const std::string& token,
+                                 bool bound) {
+  using Step = idem::detail::RepairSteps::Step;
+  idem::detail::RepairSteps steps(who, key, repair, token);
+  for (Step step = steps.start();;) {
+    switch (step) {
+      case Step::read:
+        step = steps.met(co_await ops.read(c, key, bound));
+        break;
+      case Step::write:
+        step = steps.written(co_await ops.write_repair(c, steps.next(), steps.read_ticket()));
+        break;
+      case Step::done:
+        co_return std::move(steps).result();
+    }
+  }
+}
+
+// One step's recovery point on one connection: StepSteps run by coroutine calls.
+template <class Ops, class Connection>
+net::awaitable<std::string> record_step_on(std::string_view who, const Ops& ops, Connection& c,
+                                           const Key& key, const Ticket& ticket,
+                                           std::string_view step, std::string_view result,
+                                           bool bound) {
+  using Step = idem::detail::StepSteps::Step;
+  idem::detail::StepSteps steps(who, key, ticket, step, result);
+  for (Step s = steps.start();;) {
+    switch (s) {
+      case Step::read:
+        s = steps.met(co_await ops.read(c, key, bound));
+        break;
+      case Step::write:
+        s = steps.written(co_await ops.write_points(c, key, ticket, steps.before(), steps.after()));
         break;
       case Step::done:
         co_return std::move(steps).result();
@@ -140,6 +189,42 @@ class StoreSkeleton {
     if (batch == 0) co_return 0;
     co_return co_await with_retries<std::size_t>(
         "release_stale", [&](Connection& c, bool) { return ops_.release(c, batch); });
+  }
+
+  // As the blocking skeleton's repair: RepairRefused with the current record when the fence
+  // moved on.
+  net::awaitable<Record> repair(const Key& key, const Repair& repair) requires
+      requires(const Ops& ops, Connection& c, const Record& r, const Ticket& t) {
+    { ops.write_repair(c, r, t) } -> std::same_as<net::awaitable<bool>>;
+  }
+  {
+    validate(repair);
+    const std::string token = idem::detail::new_owner_token();
+    co_return co_await with_retries<Record>("repair", [&](Connection& c, bool) {
+      return detail::repair_on(Backend::name, ops_, c, key, repair, token, false);
+    });
+  }
+
+  // As the blocking skeleton's record_step: LeaseLost once the claim is not held.
+  net::awaitable<std::string> record_step(const Key& key, const Ticket& ticket,
+                                          std::string_view step, std::string_view result) requires
+      requires(const Ops& ops, Connection& c, const Key& k, const Ticket& t, std::string_view v) {
+    { ops.write_points(c, k, t, v, v) } -> std::same_as<net::awaitable<bool>>;
+  }
+  {
+    co_return co_await with_retries<std::string>("record_step", [&](Connection& c, bool) {
+      return detail::record_step_on(Backend::name, ops_, c, key, ticket, step, result, false);
+    });
+  }
+
+  net::awaitable<std::vector<Record>> list(const RecordQuery& query) requires
+      requires(const Ops& ops, Connection& c, const RecordQuery& q) {
+    { ops.list(c, q) } -> std::same_as<net::awaitable<std::vector<Record>>>;
+  }
+  {
+    validate(query);
+    co_return co_await with_retries<std::vector<Record>>(
+        "list", [&](Connection& c, bool) { return ops_.list(c, query); });
   }
 
   const Ops& ops() const noexcept { return ops_; }

@@ -2,8 +2,8 @@
 // idem::async::AsyncStore: the contract of idem::Store (idem/store.hpp), word for word, with
 // each operation a coroutine. The same decision table, the same errors (thrown out of the
 // co_await), the same optional abilities (idem/store/abilities.hpp: supports_wait,
-// in_caller_transaction, abandon). The conformance suite runs on async stores through
-// idem::testing::BlockingStore (idem/testing/blocking_store.hpp).
+// in_caller_transaction, abandon, repair, list, record_step; below). The conformance suite
+// runs on async stores through idem::testing::BlockingStore (idem/testing/blocking_store.hpp).
 //
 //   net::awaitable<ClaimResult> claim(const Key&, std::string_view fingerprint, const Options&)
 //   net::awaitable<void> complete(const Key&, const Ticket&, std::string_view snapshot)
@@ -19,12 +19,16 @@
 #include <concepts>
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/async/net.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/ticket.hpp"
 
@@ -57,6 +61,27 @@ concept NotingAsyncStore = AsyncStore<S> &&
     requires(S& store, const Key& key, const Ticket& ticket) {
   { store.note_abandoned(key, ticket) }
   noexcept;
+};
+
+// The coroutine counterparts of idem::RepairingStore, ListingStore and RecoveryPointStore
+// (idem/store/abilities.hpp), with the same contracts: the resolver on the claim path of
+// async::Guard repairs, async::Attempt records its steps, the Janitor's passes and operators
+// list and repair.
+template <class S>
+concept RepairingAsyncStore = AsyncStore<S> &&
+    requires(S& store, const Key& key, const Repair& repair) {
+  { store.repair(key, repair) } -> std::same_as<net::awaitable<Record>>;
+};
+
+template <class S>
+concept ListingAsyncStore = AsyncStore<S> && requires(S& store, const RecordQuery& query) {
+  { store.list(query) } -> std::same_as<net::awaitable<std::vector<Record>>>;
+};
+
+template <class S>
+concept RecoveryPointAsyncStore = AsyncStore<S> &&
+    requires(S& store, const Key& key, const Ticket& ticket, std::string_view text) {
+  { store.record_step(key, ticket, text, text) } -> std::same_as<net::awaitable<std::string>>;
 };
 
 }  // namespace idem::async

@@ -17,15 +17,19 @@
 #include <cstddef>
 #include <exception>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "idem/async/net.hpp"
 #include "idem/async/store.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/store/abilities.hpp"
 #include "idem/ticket.hpp"
@@ -53,6 +57,17 @@ class BlockingStore {
     return run(store_->purge_expired(batch, max_batches));
   }
   std::size_t release_stale(std::size_t batch) { return run(store_->release_stale(batch)); }
+
+  Record repair(const Key& key, const Repair& repair) requires async::RepairingAsyncStore<S> {
+    return run(store_->repair(key, repair));
+  }
+  std::vector<Record> list(const RecordQuery& query) requires async::ListingAsyncStore<S> {
+    return run(store_->list(query));
+  }
+  std::string record_step(const Key& key, const Ticket& ticket, std::string_view step,
+                          std::string_view result) requires async::RecoveryPointAsyncStore<S> {
+    return run(store_->record_step(key, ticket, step, result));
+  }
 
   S& store() const noexcept { return *store_; }
 

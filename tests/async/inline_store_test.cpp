@@ -1,0 +1,26 @@
+// idem::async::InlineStore: a MemoryStore's repair, list and record_step as coroutines, with the
+// memory store's answers and errors.
+#include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
+#include <idem/async.hpp>
+#include <idem/idem.hpp>
+
+#include "../support/loop.hpp"
+#include "abilities.hpp"
+
+namespace net = idem::async::net;
+
+TEST_CASE("async inline store: repair, list and record_step answer as the memory store does") {
+  idem::ManualClock clock;
+  idem::MemoryStore memory{[&clock] { return clock.now(); }};
+  idem::async::InlineStore store{memory};
+  static_assert(idem::async::RepairingAsyncStore<decltype(store)> &&
+                idem::async::ListingAsyncStore<decltype(store)> &&
+                idem::async::RecoveryPointAsyncStore<decltype(store)>);
+  net::io_context io;
+  idem_test::run_on(io, [&]() -> net::awaitable<int> {
+    co_await idem_test::exercise_abilities(store, [&](idem::Duration d) { clock.advance(d); });
+    co_return 0;
+  }());
+  CHECK(memory.find({"PAY", "ab-1"})->status == idem::Status::succeeded);
+}

@@ -1,0 +1,307 @@
+// idem::async::StoreSkeleton's repair, record_step and list, driven through a scripted backend
+// (no server): the steps of idem/store/steps.hpp run by coroutine calls, a lost write read
+// again, a lost reply recognised on the next try, and the retry judging of the skeleton's other
+// operations (transient retried, fatal not, a bounded number of tries).
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
+#include <idem/async.hpp>
+#include <idem/async/pool.hpp>
+#include <idem/async/skeleton.hpp>
+#include <idem/idem.hpp>
+
+#include "../support/loop.hpp"
+
+namespace net = idem::async::net;
+using namespace std::chrono_literals;
+using idem::FailureKind;
+
+namespace {
+
+struct Connection {
+  unsigned long id() const noexcept { return 1; }
+};
+
+struct Driver {
+  using Connection = ::Connection;
+  net::awaitable<std::unique_ptr<Connection>> open() { co_return std::make_unique<Connection>(); }
+  net::awaitable<void> ready(std::unique_ptr<Connection>&, idem::Duration, idem::PoolUse) {
+    co_return;
+  }
+  bool reusable(const Connection&) noexcept { return true; }
+  std::string where() const { return ""; }
+};
+
+// The rows, and the script of what goes wrong with the next statements.
+struct Table {
+  idem::ManualClock clock;
+  std::map<idem::Key, idem::Record> rows;
+  std::vector<std::string> statements;  // as sent, in order
+  // Per statement name, the failures of its next sends: transient and fatal ones instead of
+  // the statement, reply_lost after it ran.
+  std::map<std::string, std::vector<FailureKind>> failures;
+  // Runs before the next write: another writer moves the row on.
+  std::function<void()> before_write;
+
+  void seed(const idem::Key& key) {
+    rows.emplace(key, idem::claim_record(key, "crashed-owner", "fp", clock.now(),
+                                         idem::Options{.lease = 1s}));
+  }
+};
+
+std::string_view name_of(FailureKind k) {
+  switch (k) {
+    case FailureKind::fatal:
+      return "fatal";
+    case FailureKind::transient:
+      return "transient";
+    case FailureKind::reply_lost:
+      return "reply_lost";
+  }
+  return "fatal";
+}
+
+struct Ops {
+  Table* t;
+
+  net::awaitable<std::optional<idem::RecordRead>> read(Connection&, const idem::Key& key,
+                                                       bool) const {
+    co_return scripted("read", [&]() -> std::optional<idem::RecordRead> {
+      const auto it = t->rows.find(key);
+      if (it == t->rows.end()) return std::nullopt;
+      return idem::RecordRead{it->second, t->clock.now()};
+    });
+  }
+
+  // Guarded as sql_guard::repair_holds: the fence and the owner read.
+  net::awaitable<bool> write_repair(Connection&, const idem::Record& next,
+                                    const idem::Ticket& read) const {
+    interfere();
+    co_return scripted("write_repair", [&] {
+      const auto it = t->rows.find(next.key);
+      if (it == t->rows.end() || it->second.ticket != read) return false;
+      it->second = next;
+      return true;
+    });
+  }
+
+  // Guarded by holds() and by the points read.
+  net::awaitable<bool> write_points(Connection&, const idem::Key& key, const idem::Ticket& held,
+                                    std::string_view before, std::string_view after) const {
+    interfere();
+    co_return scripted("write_points", [&] {
+      const auto it = t->rows.find(key);
+      if (it == t->rows.end() || !idem::holds(it->second, held) ||
+          it->second.recovery_points != before) {
+        return false;
+      }
+      it->second.recovery_points = std::string(after);
+      it->second.updated_at = t->clock.now();
+      return true;
+    });
+  }
+
+  net::awaitable<std::vector<idem::Record>> list(Connection&, const idem::RecordQuery& q) const {
+    co_return scripted("list", [&] {
+      std::vector<idem::Record> found;
+      for (const auto& [key, r] : t->rows)
+        if (idem::matches(q, r, t->clock.now())) found.push_back(r);
+      std::sort(found.begin(), found.end(), [&](const idem::Record& a, const idem::Record& b) {
+        return idem::listed_before(q, a, b);
+      });
+      if (found.size() > q.limit)
+        found.erase(found.begin() + static_cast<std::ptrdiff_t>(q.limit), found.end());
+      return found;
+    });
+  }
+
+ private:
+  template <class F>
+  auto scripted(const std::string& name, F run) const -> decltype(run()) {
+    t->statements.push_back(name);
+    std::optional<FailureKind> failure;
+    if (auto& queue = t->failures[name]; !queue.empty()) {
+      failure = queue.front();
+      queue.erase(queue.begin());
+    }
+    if (failure && *failure != FailureKind::reply_lost) {
+      throw idem::StoreError(std::string(name_of(*failure)), *failure != FailureKind::fatal);
+    }
+    auto answer = run();
+    if (failure) throw idem::StoreError("reply_lost", true);
+    return answer;
+  }
+
+  void interfere() const {
+    if (auto f = std::exchange(t->before_write, nullptr)) f();
+  }
+};
+
+struct Backend {
+  using Connection = ::Connection;
+  using Pool = idem::async::BasicPool<Driver>;
+  using Ops = ::Ops;
+  static constexpr std::string_view name = "scripted";
+  static FailureKind classify(const idem::StoreError& e) {
+    const std::string_view what = e.what();
+    if (what == "transient") return FailureKind::transient;
+    if (what == "reply_lost") return FailureKind::reply_lost;
+    return FailureKind::fatal;
+  }
+};
+
+class Store : public idem::async::StoreSkeleton<Backend> {
+ public:
+  explicit Store(Table& t)
+      : StoreSkeleton(Ops{&t}, {.max_attempts = 3, .backoff = 1ms, .max_backoff = 2ms}) {
+    attach(&pool_);
+  }
+
+ private:
+  Backend::Pool pool_{Driver{}, 1, 1s, "scripted pool"};
+};
+
+struct Scripted {
+  Table table;
+  Store store{table};
+  net::io_context io;
+  const idem::Key key{"PAY", "s-1"};
+
+  template <class T>
+  T run(net::awaitable<T> a) {
+    return idem_test::run_on(io, std::move(a));
+  }
+  idem::Record repair(idem::Repair r) { return run(store.repair(key, r)); }
+  std::string step(const idem::Ticket& ticket, std::string_view name, std::string_view result) {
+    return run(store.record_step(key, ticket, name, result));
+  }
+  std::vector<idem::Record> list(idem::RecordQuery q) { return run(store.list(q)); }
+  std::vector<std::string> sent() { return std::exchange(table.statements, {}); }
+};
+
+using Statements = std::vector<std::string>;
+
+}  // namespace
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: a repair reads, checks the fence and writes "
+                 "repaired(); a stale fence is refused with the current record") {
+  table.seed(key);
+  const idem::Record done = repair({.action = idem::RepairAction::complete,
+                                    .fence = 1,
+                                    .snapshot = R"({"charge":"ch_1"})",
+                                    .reason = "the gateway shows ch_1"});
+  CHECK(done.status == idem::Status::succeeded);
+  CHECK(done.ticket.fence == 2);
+  CHECK(table.rows.at(key).ticket == done.ticket);
+  CHECK(sent() == Statements{"read", "write_repair"});
+  try {
+    repair({.action = idem::RepairAction::release, .fence = 1, .reason = "late"});
+    FAIL("not refused");
+  } catch (const idem::RepairRefused& e) {
+    REQUIRE(e.current());
+    CHECK(e.current()->ticket.fence == 2);
+  }
+  CHECK(sent() == Statements{"read"});
+  CHECK_THROWS_AS(repair({.action = idem::RepairAction::release, .fence = 0, .reason = "x"}),
+                  idem::InvalidArgument);
+  CHECK(sent().empty());  // judged before any statement
+}
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: a repair that lost its write to another writer reads "
+                 "again and is refused") {
+  table.seed(key);
+  table.before_write = [&] {
+    auto& row = table.rows.at(key);
+    row.ticket = idem::Ticket{2, "another-owner"};
+  };
+  CHECK_THROWS_AS(repair({.action = idem::RepairAction::release, .fence = 1, .reason = "x"}),
+                  idem::RepairRefused);
+  CHECK(sent() == Statements{"read", "write_repair", "read"});
+}
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: a repair whose reply was lost finds its own write on "
+                 "the next try") {
+  table.seed(key);
+  table.failures["write_repair"] = {FailureKind::reply_lost};
+  const idem::Record done =
+      repair({.action = idem::RepairAction::mark_unknown, .fence = 1, .reason = "no answer"});
+  CHECK(done.status == idem::Status::outcome_unknown);
+  CHECK(done.ticket.fence == 2);
+  CHECK(sent() == Statements{"read", "write_repair", "read"});
+}
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: transient failures are tried again up to the policy's "
+                 "tries, fatal ones are not") {
+  table.seed(key);
+  table.failures["read"] = {FailureKind::transient, FailureKind::transient};
+  CHECK(repair({.action = idem::RepairAction::release, .fence = 1, .reason = "x"}).ticket.fence ==
+        2);
+  CHECK(sent() == Statements{"read", "read", "read", "write_repair"});
+
+  table.failures["list"] = {FailureKind::transient, FailureKind::transient, FailureKind::transient};
+  CHECK_THROWS_WITH(list({}), Catch::Contains("list gave up after 3 tries"));
+  CHECK(sent().size() == 3);
+
+  table.failures["read"] = {FailureKind::fatal};
+  CHECK_THROWS_WITH(step(idem::Ticket{}, "reserve", "1"), "fatal");
+  CHECK(sent() == Statements{"read"});
+}
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: record_step keeps a step while the claim holds, merges "
+                 "with a concurrent step of the same claim, and is fenced") {
+  table.seed(key);
+  const idem::Ticket held = table.rows.at(key).ticket;
+  CHECK(step(held, "reserve", R"("hold-1")") == R"({"reserve":"hold-1"})");
+  CHECK(sent() == Statements{"read", "write_points"});
+  // Kept already: no write.
+  CHECK(step(held, "reserve", R"("hold-2")") == R"({"reserve":"hold-1"})");
+  CHECK(sent() == Statements{"read"});
+  // Another step of the same claim lands between the read and the write: read again, merged.
+  table.before_write = [&] {
+    table.rows.at(key).recovery_points = R"({"reserve":"hold-1","charge":7})";
+  };
+  const std::string points = step(held, "ship", "42");
+  CHECK(nlohmann::json::parse(points) ==
+        nlohmann::json{{"reserve", "hold-1"}, {"charge", 7}, {"ship", 42}});
+  CHECK(table.rows.at(key).recovery_points == points);
+  CHECK(sent() == Statements{"read", "write_points", "read", "write_points"});
+  // A lost reply: the next try finds the step kept.
+  table.failures["write_points"] = {FailureKind::reply_lost};
+  CHECK(nlohmann::json::parse(step(held, "notify", "true"))["notify"] == true);
+  CHECK(sent() == Statements{"read", "write_points", "read"});
+  // Not held: LeaseLost, nothing written.
+  CHECK_THROWS_AS(step(idem::Ticket{held.fence, "someone-else"}, "late", "1"), idem::LeaseLost);
+  table.rows.at(key).status = idem::Status::succeeded;
+  CHECK_THROWS_AS(step(held, "late", "1"), idem::LeaseLost);
+  CHECK(sent() == Statements{"read", "read"});
+}
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: list answers the backend's rows, a bad query is "
+                 "refused before any statement") {
+  for (int i = 0; i < 3; ++i) {
+    table.seed({"PAY", "l-" + std::to_string(i)});
+    table.clock.advance(1s);
+  }
+  table.failures["list"] = {FailureKind::transient};
+  const auto stale = list({.stale = true, .limit = 2});
+  REQUIRE(stale.size() == 2);
+  CHECK(stale[0].key.id() == "l-0");  // the oldest lease first
+  CHECK(sent() == Statements{"list", "list"});
+  CHECK_THROWS_AS(list({.limit = 0}), idem::InvalidArgument);
+  CHECK(sent().empty());
+}
