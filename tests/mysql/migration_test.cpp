@@ -232,6 +232,64 @@ TEST_CASE("a migration that cannot be instant runs online, and one that cannot b
   }
 }
 
+TEST_CASE("a migration behind a long transaction gives up after its wait, and claims go on") {
+  Layout1Table v1;
+  idem::mysql::Store store{v1.pool, {.table = v1.name}};
+  // A console left in a transaction that read the table: it holds the metadata lock.
+  auto console = v1.pool->acquire();
+  console->query("START TRANSACTION");
+  console->select("SELECT COUNT(*) FROM " + v1.quoted, {});
+
+  // Fresh claims (which read no new column) go on beside the waiting ALTER.
+  std::atomic<bool> stop{false};
+  std::atomic<long long> slowest_ms{0};
+  std::atomic<int> claimed{0};
+  Errors errors;
+  std::thread claimer([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        const auto out = idem::run_once(store, idem::Key{"PAY", "fresh-" + std::to_string(i)}, "fp",
+                                        [] { return 1; });
+        if (!out) errors.add("not acquired");
+        ++claimed;
+      } catch (const std::exception& e) {
+        errors.add(e.what());
+      }
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+      if (ms > slowest_ms.load()) slowest_ms = ms;
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  std::this_thread::sleep_for(100ms);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    auto c = v1.pool->acquire();
+    idem::mysql::migrate_record_table(*c, v1.name);
+    FAIL("the ALTER got the metadata lock under an open transaction");
+  } catch (const idem::StoreError& e) {
+    CHECK(e.diagnostics().code == idem::mysql::code::lock_wait_timeout);
+    CHECK(e.retryable());  // ensure_schema() tries again
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(waited >= 1900ms);
+  CHECK(waited < 4s);
+  const int before = claimed.load();
+  std::this_thread::sleep_for(100ms);
+  CHECK(claimed.load() > before);  // claims run again once the ALTER gave up
+  stop = true;
+  claimer.join();
+  INFO(errors.first());
+  CHECK(errors.size() == 0);
+  CHECK(slowest_ms.load() < 3000);  // stalled at most for the ALTER's wait
+
+  console->query("ROLLBACK");
+  auto c = v1.pool->acquire();
+  CHECK(idem::mysql::migrate_record_table(*c, v1.name).added.size() == 3);
+}
+
 TEST_CASE("a partly migrated table gets only the columns it lacks") {
   Layout1Table v1;
   v1.pool->acquire()->query("ALTER TABLE " + v1.quoted +

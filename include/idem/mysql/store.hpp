@@ -23,6 +23,11 @@
 // lock wait timeouts are retried with jittered backoff; a write whose outcome was lost with
 // its connection is resolved by re-reading the row on a fresh connection (the owner token
 // says whether it was ours).
+//
+// Both also repair records (fenced by the fence read) and keep a business's finished steps
+// (record_step, guarded by the claim and the points read); Store lists records by status
+// (idem/store/abilities.hpp). ensure_schema() creates the table or migrates one an older idem
+// created (migrate_record_table, idem/mysql/schema.hpp).
 
 #include <algorithm>
 #include <chrono>
