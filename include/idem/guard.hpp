@@ -57,30 +57,49 @@ namespace idem {
 
 namespace detail {
 
-// An acquired claim that resumed a crashed attempt (after_crash), settled by the resolver of
-// its biz_type before the business runs (idem/resolver.hpp): happened completes the record
-// with the resolver's response (answered as a replay), unknown marks it outcome_unknown,
-// not_happened leaves the claim to run. Both writes are fenced repairs on the claim's own
-// fence; one refused means the lease ran out during the resolution and someone else holds
-// the key now: answered in_progress.
+// The settling of an acquired claim that resumed a crashed attempt (after_crash) by the
+// resolver of its biz_type, before the business runs (idem/resolver.hpp), as pure steps that
+// the blocking guard (resolve_crashed) and the coroutine guard (idem/async/guard.hpp) drive:
+// happened completes the record with the resolver's response (answered as a replay), unknown
+// marks it outcome_unknown, not_happened leaves the claim to run. Both writes are fenced
+// repairs on the claim's own fence; one refused means the lease ran out during the resolution
+// and someone else holds the key now: answered in_progress.
+
+// Whether the resolver is asked about this claim.
+inline bool resolver_settles(const ClaimResult& claim, const Options& options) {
+  return claim.verdict == Verdict::acquired && claim.after_crash && options.resolvers != nullptr &&
+         options.resolvers->covers(claim.record.key.biz_type());
+}
+
+// The repair that carries out the resolver's answer, or nullopt: the claim runs the business.
+inline std::optional<Repair> crash_repair(const Resolution& answer, const ClaimResult& claim) {
+  return repair_for(answer, claim.record.ticket.fence, /*claiming=*/true);
+}
+
+// The claim's answer once that repair was written (`settled`: the record as written).
+inline ClaimResult settled_claim(Record settled) {
+  const Verdict v =
+      settled.status == Status::succeeded ? Verdict::replayed : Verdict::outcome_unknown;
+  return ClaimResult{v, std::move(settled), true};
+}
+
+// The claim's answer once that repair was refused.
+inline ClaimResult refused_claim(const RepairRefused& e, const ClaimResult& claim) {
+  return ClaimResult{Verdict::in_progress, e.current().value_or(claim.record), true};
+}
+
+// Those steps with a blocking resolver call and repair.
 template <Store S>
 ClaimResult resolve_crashed(S& store, ClaimResult claim, const Options& options) {
   if constexpr (RepairingStore<S>) {
-    if (claim.verdict != Verdict::acquired || !claim.after_crash || options.resolvers == nullptr ||
-        !options.resolvers->covers(claim.record.key.biz_type())) {
-      return claim;
-    }
-    const Resolution answer = options.resolvers->resolve(claim.record);
+    if (!resolver_settles(claim, options)) return claim;
     const std::optional<Repair> repair =
-        repair_for(answer, claim.record.ticket.fence, /*claiming=*/true);
+        crash_repair(options.resolvers->resolve(claim.record), claim);
     if (!repair) return claim;
     try {
-      Record settled = store.repair(claim.record.key, *repair);
-      const Verdict v =
-          settled.status == Status::succeeded ? Verdict::replayed : Verdict::outcome_unknown;
-      return ClaimResult{v, std::move(settled), true};
+      return settled_claim(store.repair(claim.record.key, *repair));
     } catch (const RepairRefused& e) {
-      return ClaimResult{Verdict::in_progress, e.current().value_or(claim.record), true};
+      return refused_claim(e, claim);
     }
   } else {
     return claim;

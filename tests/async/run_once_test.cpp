@@ -1,12 +1,14 @@
 // idem::async::run_once and idem::async::Guard on a MemoryStore through InlineStore: the same
 // outcomes as the blocking API, Options::wait on a timer, cancellation, and many coroutines
 // racing on one loop thread.
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -263,4 +265,84 @@ TEST_CASE_METHOD(Loop,
   CHECK(executions.size() == static_cast<std::size_t>(keys));
   for (const auto& [k, n] : executions)
     CHECK(n == 1);
+}
+
+TEST_CASE(
+    "async run_once: cancelled while the resolver of a crashed attempt runs, it ends at "
+    "once; the resolver's thread finishes and its answer settles the key for the next "
+    "duplicate") {
+  struct Case {
+    std::string id;
+    idem::Resolution answer;
+  };
+  const std::vector<Case> cases{{"happened", idem::Resolution::happened(json{{"charge", "ch_1"}})},
+                                {"not_happened", idem::Resolution::not_happened()},
+                                {"unknown", idem::Resolution::unknown("the gateway says 503")}};
+  for (const Case& c : cases) {
+    INFO(c.id);
+    idem::ManualClock clock;
+    idem::MemoryStore memory{[&clock] { return clock.now(); }};
+    idem::async::InlineStore<idem::MemoryStore> store{memory};
+    std::atomic<bool> finished{false};
+    idem::Resolvers resolvers;
+    resolvers.add("PAY", [&](const idem::Record&, const idem::ResolveContext&) {
+      std::this_thread::sleep_for(300ms);
+      finished = true;
+      return c.answer;
+    });
+    const idem::Key key{"PAY", c.id};
+    REQUIRE(memory.claim(key, "fp", {.lease = 1s}).verdict == idem::Verdict::acquired);
+    clock.advance(2s);  // the worker died: its lease ran out
+
+    net::io_context io;
+    int ran = 0;
+    auto business = [&] {
+      ++ran;
+      return json{{"charge", "ran"}};
+    };
+    const idem::Options options{.lease = 1s, .resolvers = &resolvers};
+    std::optional<std::size_t> winner;
+    std::chrono::steady_clock::duration cancelled_after{};
+    const auto t0 = std::chrono::steady_clock::now();
+    net::co_spawn(
+        io,
+        [&]() -> net::awaitable<void> {
+          net::steady_timer timeout(co_await net::this_coro::executor, 20ms);
+          const auto first = co_await (idem::async::run_once(store, key, "fp", business, options) ||
+                                       timeout.async_wait(net::use_awaitable));
+          winner = first.index();
+          cancelled_after = std::chrono::steady_clock::now() - t0;
+        },
+        net::detached);
+    io.run();  // to its end: the resolver's thread, then the settling of its answer
+    REQUIRE(winner);
+    CHECK(*winner == 1);
+    CHECK(cancelled_after < 250ms);
+    CHECK(finished);
+    CHECK(std::chrono::steady_clock::now() - t0 >= 300ms);
+    CHECK(ran == 0);
+
+    const auto stored = memory.find(key);
+    REQUIRE(stored);
+    CHECK(stored->ticket.fence == 3);  // the crashed claim, the cancelled one's, the repair
+    // The next duplicate, at once (no lease to wait out) and with no resolver to ask.
+    io.restart();
+    const auto next = idem_test::run_on(io, idem::async::run_once(store, key, "fp", business));
+    if (c.id == "happened") {
+      CHECK(stored->status == idem::Status::succeeded);
+      CHECK(next.replayed());
+      CHECK(next.value() == json{{"charge", "ch_1"}});
+      CHECK(ran == 0);
+    } else if (c.id == "not_happened") {
+      CHECK(stored->status == idem::Status::failed);
+      CHECK(stored->retryable);
+      CHECK(next.acquired());
+      CHECK(next.value() == json{{"charge", "ran"}});
+      CHECK(ran == 1);
+    } else {
+      CHECK(stored->status == idem::Status::outcome_unknown);
+      CHECK(next.verdict() == idem::Verdict::outcome_unknown);
+      CHECK(ran == 0);
+    }
+  }
 }

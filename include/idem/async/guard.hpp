@@ -11,11 +11,17 @@
 //   if (guard.verdict() == idem::Verdict::replayed) { auto replay = guard.replay<Receipt>(); ... }
 //
 // Options::wait polls an in-progress claim on a timer of the coroutine's executor, never by
-// sleeping the thread. A guard that goes out of scope still open (an exception, an early
-// co_return, a cancelled coroutine) cannot co_await in its destructor: it starts the recording
-// of a retryable failure on the executor it claimed on, and that runs to its end on its own
-// (a store inside the caller's transaction only notes it: the transaction rolls back).
-// co_await abandon() to record it before going on.
+// sleeping the thread. With options.resolvers, a claim that took over a crashed attempt is
+// settled by the resolver of its biz_type as the blocking guard settles it (the verdict may
+// then be replayed or outcome_unknown); the resolver runs on a thread of its own while the
+// coroutine waits on its executor (idem/async/resolver.hpp). A claim cancelled during that
+// wait leaves the resolver to finish: its answer is then applied as the Janitor applies it
+// (not_happened releases the key, so the next duplicate runs at once), or, if that cannot be
+// written, the lease runs out as after a crash. A guard that goes out of scope still open (an
+// exception, an early co_return, a cancelled coroutine) cannot co_await in its destructor: it
+// starts the recording of a retryable failure on the executor it claimed on, and that runs to its
+// end on its own (a store inside the caller's transaction only notes it: the transaction rolls
+// back). co_await abandon() to record it before going on.
 
 #include <exception>
 #include <optional>
@@ -25,16 +31,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "idem/async/attempt.hpp"
 #include "idem/async/net.hpp"
+#include "idem/async/resolver.hpp"
 #include "idem/async/store.hpp"
 #include "idem/detail/guard_state.hpp"
 #include "idem/detail/snapshot.hpp"
 #include "idem/errors.hpp"
+#include "idem/guard.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"
+#include "idem/repair.hpp"
+#include "idem/resolver.hpp"
 #include "idem/serializable.hpp"
 #include "idem/store.hpp"
 #include "idem/store/abilities.hpp"
@@ -44,8 +55,59 @@ namespace idem::async {
 
 namespace detail {
 
+// After a claim cancelled while its resolver ran: the resolver's answer, applied as the
+// Janitor's resolver pass applies it (the claimer no longer runs the business). Refused: the
+// record moved on; any other failure: the lease runs out instead.
+template <RepairingAsyncStore S>
+net::awaitable<void> settle_abandoned_resolution(S& store, ResolverCall call, Record claimed) {
+  try {
+    const Resolution answer = co_await call.answer();
+    if (const std::optional<Repair> repair =
+            idem::detail::repair_for(answer, claimed.ticket.fence, /*claiming=*/false)) {
+      co_await store.repair(claimed.key, *repair);
+    }
+  } catch (...) {
+  }
+}
+
+// idem::detail::resolve_crashed for coroutines: the same steps, the resolver run off the loop.
+template <AsyncStore S>
+net::awaitable<ClaimResult> resolve_crashed(S& store, ClaimResult claim, const Options& options) {
+  if constexpr (RepairingAsyncStore<S>) {
+    if (!idem::detail::resolver_settles(claim, options)) co_return claim;
+    const auto executor = co_await net::this_coro::executor;
+    ResolverCall call(*options.resolvers, claim.record, executor);
+    std::optional<Resolution> answer;
+    std::exception_ptr interrupted;
+    try {
+      answer.emplace(co_await call.answer());
+    } catch (...) {
+      interrupted = std::current_exception();  // no co_await inside a handler
+    }
+    if (interrupted) {
+      net::co_spawn(executor, settle_abandoned_resolution(store, std::move(call), claim.record),
+                    net::detached);
+      std::rethrow_exception(interrupted);
+    }
+    const std::optional<Repair> repair = idem::detail::crash_repair(*answer, claim);
+    if (!repair) co_return claim;
+    std::optional<Record> settled;
+    std::optional<RepairRefused> refused;
+    try {
+      settled.emplace(co_await store.repair(claim.record.key, *repair));
+    } catch (const RepairRefused& e) {
+      refused.emplace(e);
+    }
+    if (refused) co_return idem::detail::refused_claim(*refused, claim);
+    co_return idem::detail::settled_claim(std::move(*settled));
+  } else {
+    co_return claim;
+  }
+}
+
 // Claims; while the answer is in_progress and options.wait allows, waits on a timer and claims
-// again (see ClaimWait), reported to options.observer.
+// again (see ClaimWait); then settles a resumed crashed attempt (resolve_crashed); reported to
+// options.observer.
 template <AsyncStore S>
 net::awaitable<ClaimResult> observed_claim(S& store, const Key& key, std::string_view fingerprint,
                                            const Options& options) {
@@ -59,6 +121,7 @@ net::awaitable<ClaimResult> observed_claim(S& store, const Key& key, std::string
       co_await sleep_for(*pause);
       result = co_await store.claim(key, fingerprint, options);
     }
+    result = co_await async::detail::resolve_crashed(store, std::move(result), options);
     report.answered(result);
     co_return result;
   } catch (const StoreError& e) {
@@ -112,6 +175,14 @@ class Guard {
   Verdict verdict() const noexcept { return state_.verdict(); }
   bool acquired() const noexcept { return state_.acquired(); }
   const Record& record() const noexcept { return state_.record(); }
+
+  // As IdempotencyGuard::after_crash: this claim resumed an attempt whose worker died (and no
+  // resolver settled it).
+  bool after_crash() const noexcept { return state_.after_crash(); }
+
+  // The business's view of this acquired claim (idem/async/attempt.hpp). Valid while the guard
+  // lives, and not across a move of the guard.
+  Attempt<S> attempt() { return Attempt<S>(*store_, state_); }
 
   // As IdempotencyGuard::commit.
   template <Serializable T>

@@ -14,6 +14,9 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
+#include <functional>
+#include <type_traits>
+#include <utility>
 
 #include "idem/clock.hpp"
 
@@ -32,6 +35,22 @@ template <class T, class E>
 struct Awaited<net::awaitable<T, E>> {
   using type = T;
 };
+
+// What fn(args...) answers, co_awaited when fn is a coroutine.
+template <class F, class... Args>
+using response_of = std::decay_t<typename Awaited<std::invoke_result_t<F&, Args&...>>::type>;
+
+// fn(args...), co_awaited when it returns an awaitable: a business or a step may be a
+// coroutine or a plain function.
+template <class F, class... Args>
+net::awaitable<response_of<F, Args...>> invoke_awaiting(F& fn, Args&... args) {
+  if constexpr (std::is_same_v<std::invoke_result_t<F&, Args&...>,
+                               net::awaitable<response_of<F, Args...>>>) {
+    co_return co_await std::invoke(fn, args...);
+  } else {
+    co_return std::invoke(fn, args...);
+  }
+}
 
 }  // namespace detail
 

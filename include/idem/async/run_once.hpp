@@ -9,7 +9,11 @@
 //                                             options);
 //   if (out) use(out.value());
 //
-// fn returns the response, or a net::awaitable of it (a coroutine). An exception from fn
+// fn returns the response, or a net::awaitable of it (a coroutine). It may take an
+// idem::async::Attempt<S>& (idem/async/attempt.hpp): a business made of steps keeps each
+// finished step's result with the key, and passes step_key()s downstream. With
+// options.resolvers, a crashed attempt's resolver may answer for it (idem/async/guard.hpp):
+// the Outcome is then a replay, or has the verdict outcome_unknown. An exception from fn
 // records a retryable failure before it propagates; idem::PermanentFailure records a
 // permanent one and comes back as a failed Outcome. A coroutine cancelled while fn runs
 // records the retryable failure too (the cancellation reaches fn as an exception), so the
@@ -26,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "idem/async/attempt.hpp"
 #include "idem/async/guard.hpp"
 #include "idem/async/net.hpp"
 #include "idem/async/store.hpp"
@@ -41,25 +46,36 @@ namespace idem::async {
 
 namespace detail {
 
-// What fn answers, co_awaited when it is a coroutine.
-template <class F>
-using response_of = std::decay_t<typename Awaited<std::invoke_result_t<F&>>::type>;
+// What a business answers: fn(attempt) when fn takes its attempt, else fn().
+template <class F, class A, bool = std::invocable<F&, A&>>
+struct BusinessResponse {
+  using type = response_of<F>;
+};
+template <class F, class A>
+struct BusinessResponse<F, A, true> {
+  using type = response_of<F, A>;
+};
+template <class F, class A>
+using business_response_t = typename BusinessResponse<F, A>::type;
 
-template <class F>
-net::awaitable<response_of<F>> invoke_awaiting(F& fn) {
-  if constexpr (std::is_same_v<std::invoke_result_t<F&>, net::awaitable<response_of<F>>>) {
-    co_return co_await std::invoke(fn);
+// fn() or, for a business that wants its claim's view (steps, keys for downstream),
+// fn(attempt) (idem/async/attempt.hpp), co_awaited when it is a coroutine.
+template <class F, class A>
+net::awaitable<business_response_t<F, A>> invoke_business(F& fn, A& attempt) {
+  if constexpr (std::invocable<F&, A&>) {
+    co_return co_await invoke_awaiting(fn, attempt);
   } else {
-    co_return std::invoke(fn);
+    co_return co_await invoke_awaiting(fn);
   }
 }
 
 }  // namespace detail
 
-template <AsyncStore S, std::invocable F>
-auto run_once(S& store, Key key, std::string fingerprint, F fn, Options options = {})
-    -> net::awaitable<Outcome<detail::response_of<F>>> {
-  using T = detail::response_of<F>;
+template <AsyncStore S, class F>
+requires std::invocable<F&> || std::invocable < F&, Attempt<S>
+& > auto run_once(S& store, Key key, std::string fingerprint, F fn, Options options = {})
+        -> net::awaitable<Outcome<detail::business_response_t<F, Attempt<S>>>> {
+  using T = detail::business_response_t<F, Attempt<S>>;
   static_assert(!std::is_void_v<T>,
                 "idem::async::run_once: fn must return the response to record (e.g. a bool or a "
                 "json), or an awaitable of it");
@@ -73,7 +89,8 @@ auto run_once(S& store, Key key, std::string fingerprint, F fn, Options options 
   std::optional<nlohmann::json> permanent;
   std::exception_ptr thrown;
   try {
-    value.emplace(co_await detail::invoke_awaiting(fn));
+    Attempt<S> attempt = guard.attempt();
+    value.emplace(co_await detail::invoke_business(fn, attempt));
   } catch (const PermanentFailure& e) {
     permanent = e.error();
   } catch (...) {

@@ -1,0 +1,80 @@
+#pragma once
+// idem::async::Attempt: idem::Attempt (idem/attempt.hpp) for coroutines, the business's view
+// of its acquired claim when the business is made of steps whose effects lie outside the store.
+//
+//   auto out = co_await idem::async::run_once(store, key, fp,
+//       [&](idem::async::Attempt<Store>& attempt) -> net::awaitable<Receipt> {
+//         auto hold = co_await attempt.step("reserve", [&] { return stock.reserve(order); });
+//         auto charge = co_await attempt.step("charge", [&]() -> net::awaitable<Charge> {
+//           co_return co_await gateway.charge(order.amount, attempt.step_key("charge"));
+//         });
+//         co_return Receipt{hold, charge};
+//       });
+//
+// A step's fn returns its result or an awaitable of it. Each result is kept with the key as
+// the step finishes (the store's record_step); when a later claim takes over a crashed attempt,
+// finished steps return their kept result without running, and only the unfinished ones run.
+
+#include <concepts>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "idem/async/net.hpp"
+#include "idem/async/store.hpp"
+#include "idem/attempt.hpp"
+#include "idem/detail/guard_state.hpp"
+#include "idem/detail/recovery_points.hpp"
+#include "idem/detail/snapshot.hpp"
+#include "idem/key.hpp"
+#include "idem/record.hpp"
+#include "idem/serializable.hpp"
+
+namespace idem::async {
+
+template <AsyncStore S>
+class Attempt {
+ public:
+  Attempt(S& store, idem::detail::GuardState& state) : store_(store), state_(state) {}
+
+  const Key& key() const noexcept { return state_.key(); }
+  // The claim: fence, attempts, the recovery points it started with.
+  const Record& claim() const noexcept { return state_.record(); }
+  // 1 for the first attempt of the action, 2 for its first retry, ...
+  std::uint32_t number() const noexcept { return state_.record().attempts; }
+  // Whether this attempt took over one whose worker died mid-flight (idem::Attempt's).
+  bool after_crash() const noexcept { return state_.after_crash(); }
+
+  // idem::step_key: the same key for this step in every attempt, to pass downstream.
+  std::string step_key(std::string_view step) const { return idem::step_key(key(), step); }
+
+  // As idem::Attempt::step, co_awaiting fn when it is a coroutine: runs fn unless `step`
+  // already finished in this or an earlier attempt, keeps its result with the key (LeaseLost
+  // when the claim was taken over) and answers it. `step` is used until the step ends:
+  // co_await it in the expression that made it.
+  template <std::invocable F>
+  requires RecoveryPointAsyncStore<S> net::awaitable<detail::response_of<F>> step(
+      std::string_view step, F fn) {
+    using T = detail::response_of<F>;
+    static_assert(
+        Serializable<T> && Deserializable<T>,
+        "idem::async::Attempt::step: a step's result must be JSON-serialisable both ways");
+    state_.require_open("step");
+    idem::detail::check_step_name(step);
+    if (auto kept = idem::detail::kept_result(state_.record().recovery_points, step)) {
+      co_return idem::detail::decode_snapshot<T>(*kept);
+    }
+    T value = co_await detail::invoke_awaiting(fn);
+    std::string points = co_await store_.record_step(state_.key(), state_.ticket(), step,
+                                                     idem::detail::encode_snapshot(value));
+    state_.steps_recorded(std::move(points));
+    co_return value;
+  }
+
+ private:
+  S& store_;
+  idem::detail::GuardState& state_;
+};
+
+}  // namespace idem::async
