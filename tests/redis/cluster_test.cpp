@@ -432,5 +432,5 @@ TEST_CASE(
   WARN("redis cluster failover: "
        << acked.size() << " acknowledged, " << lost << " lost with the killed master, "
        << runs.twice() << " keys ran twice, slowest call "
-       << std::chrono::duration_cast<std::chrono::milliseconds>(slowest).count() << " ms");
+       << std::chrono::duration_cast<std::chrono::milliseconds>(storm_slowest).count() << " ms");
 }

@@ -1,18 +1,24 @@
 #pragma once
 // idem::redis::Store: idempotency records in Redis, one hash per record (docs/redis.md).
 //
-// Every operation is one Lua script, atomic on the server, with `now` from the server's clock
+// Every write is one Lua script, atomic on the server, with `now` from the server's clock
 // (detail/record_scripts.hpp). A claim is one round trip: the script writes a fresh claim, or
 // answers with the record that is there, and decide() (idem/store/record_rules.hpp) takes
 // the verdict; a takeover is a second script, guarded by the fence and owner token it read.
-// complete() and fail() are fenced by fence and owner token; a write whose reply was lost
-// with its connection is reconciled by reading the record (the owner token says whether it
-// was ours), as on MySQL (idem/store/skeleton.hpp).
+// A repair and a step's recovery point are read, computed in C++ (repaired(), with_step())
+// and written by a script guarded by what was read, like a takeover. complete() and fail()
+// are fenced by fence and owner token; a write whose reply was lost with its connection is
+// reconciled by reading the record (the owner token says whether it was ours), as on MySQL
+// (idem/store/skeleton.hpp).
 //
 // Expiry: a record also expires in Redis itself (PEXPIREAT), StoreParams::keep_expired after
 // its expire_at. Until then it is an expired record as on any store (a claim takes it over
 // with the next fence, find() shows it, purge_expired() deletes it); after that Redis has
-// deleted it, and the key starts afresh at fence 1.
+// deleted it, and the key starts afresh at fence 1. An outcome_unknown record has no time to
+// live at all until a repair settles it.
+//
+// list() reads stale claims and outcome_unknown records from per-bucket indexes kept in the
+// order it answers in; any other query walks every record (docs/redis.md, "Listing").
 
 #include <algorithm>
 #include <array>
