@@ -73,6 +73,41 @@ TEST_CASE("record_step keeps the points as a JSON blob, guarded by the claim's f
 }
 
 TEST_CASE(
+    "steps written at once by one claim all stay - 8 threads, 7 steps each, and a stale "
+    "guess of the stored points") {
+  Fixture fx;
+  auto& store = fx.store;
+  const idem::Key key{"PAY", "steps-race"};
+  const auto c = store.claim(key, "", {});
+  // A guess of the stored points that is stale: its guarded write changes nothing, and the
+  // step is added to the points as they are.
+  CHECK(store.record_step(key, c.record.ticket, "a", "1", std::string_view{}) == R"({"a":1})");
+  CHECK(store.record_step(key, c.record.ticket, "b", "2", std::string_view{}) ==
+        R"({"a":1,"b":2})");
+
+  constexpr int threads = 8;
+  constexpr int steps = 7;  // with a and b: 58 steps, under max_steps
+  idem_test::Errors errors;
+  idem_test::run_threads(threads, [&](int t) {
+    for (int i = 0; i < steps; ++i) {
+      try {
+        store.record_step(key, c.record.ticket, "t" + std::to_string(t) + "-" + std::to_string(i),
+                          std::to_string(t * 100 + i));
+      } catch (const std::exception& e) {
+        errors.add(e.what());
+      }
+    }
+  });
+  INFO("first error: " << errors.first());
+  CHECK(errors.size() == 0);
+  const auto points = nlohmann::json::parse(store.find(key)->recovery_points);
+  CHECK(points.size() == 2 + threads * steps);
+  for (int t = 0; t < threads; ++t)
+    for (int i = 0; i < steps; ++i)
+      CHECK(points["t" + std::to_string(t) + "-" + std::to_string(i)] == t * 100 + i);
+}
+
+TEST_CASE(
     "a takeover answers exactly the steps it took over - a step the stale worker adds "
     "between the read and the write makes the write lose, and the claim look again") {
   Fixture fx;
