@@ -201,3 +201,41 @@ TEST_CASE("a repair whose reply was lost finds its own write by its owner token"
                                           "another-token-000000000000000000", false),
                   idem::RepairRefused);
 }
+
+TEST_CASE("a retry takeover keeps the last repair and the steps, an expired takeover clears them") {
+  RedisStore s;
+  const idem::Key key{"PAY", "repair-then-takeover"};
+  const auto keys = idem_test::keys_of(s.store, key);
+  const auto c = s.store.claim(key, "fp", idem::Options{.lease = 100ms, .ttl = 400ms});
+  s.store.record_step(key, c.record.ticket, "reserve", "1");
+  std::this_thread::sleep_for(150ms);
+  const idem::Record released = s.store.repair(key, {.action = idem::RepairAction::release,
+                                                     .fence = c.record.ticket.fence,
+                                                     .reason = "resolver: not charged",
+                                                     .keep = 1ms});
+  CHECK(released.expire_at == c.record.expire_at);  // never shortened, not lengthened here
+
+  // The next duplicate runs again (a retry, not a crash) with the repair and the steps kept.
+  const auto retry = s.store.claim(key, "fp", idem::Options{.lease = 100ms, .ttl = 400ms});
+  REQUIRE(retry.verdict == idem::Verdict::acquired);
+  CHECK_FALSE(retry.after_crash);
+  CHECK(retry.record.repair_reason == "resolver: not charged");
+  CHECK(retry.record.repaired_at == released.repaired_at);
+  CHECK(retry.record.recovery_points == R"({"reserve":1})");
+  CHECK(s.store.find(key) == retry.record);
+  s.store.fail(key, retry.record.ticket, "{}", false);
+
+  // Expired: the next claim is a brand-new request, and the hash loses the old fields.
+  std::this_thread::sleep_for(450ms);
+  const auto fresh = s.store.claim(key, "fp", {});
+  REQUIRE(fresh.verdict == idem::Verdict::acquired);
+  CHECK_FALSE(fresh.after_crash);
+  CHECK(fresh.record.attempts == 1);
+  CHECK(s.store.find(key) == fresh.record);
+  CHECK(fresh.record.repair_reason.empty());
+  CHECK_FALSE(fresh.record.repaired_at);
+  CHECK(fresh.record.recovery_points.empty());
+  for (const char* field : {"recovery_points", "repair_reason", "repaired_at"}) {
+    CHECK(raw({"HEXISTS", keys.record, field}).integer() == 0);
+  }
+}

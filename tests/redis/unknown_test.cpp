@@ -30,7 +30,8 @@ idem::Repair mark_unknown(std::uint64_t fence, idem::Duration keep = idem::Durat
 
 }  // namespace
 
-TEST_CASE("an outcome_unknown record outlives its expiry in Redis; a repair gives it one again") {
+TEST_CASE(
+    "an outcome_unknown record outlives its expiry in Redis, and a repair gives it one again") {
   RedisStore s(4, {.keep_expired = 1s});
   const idem::Key key{"PAY", "unknown-forever"};
   const auto keys = idem_test::keys_of(s.store, key);
