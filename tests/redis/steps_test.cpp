@@ -157,6 +157,26 @@ TEST_CASE("record_step keeps a step's first result, and is LeaseLost once the cl
   CHECK_THROWS_AS(s.store.record_step(key, next.record.ticket, "charge", "1"), idem::LeaseLost);
 }
 
+TEST_CASE("record_step with a guess of the stored points writes at once, and reads when stale") {
+  RedisStore s;
+  const idem::Key key{"ORDER", "steps-known"};
+  const auto c = s.store.claim(key, "", idem::Options{.lease = 30s, .ttl = 1h});
+  s.store.record_step(key, c.record.ticket, "reserve", "1");
+  // What an Attempt passes: the points it knows of. Right, the guarded write goes through.
+  CHECK(s.store.record_step(key, c.record.ticket, "charge", "2", R"({"reserve":1})") ==
+        R"({"charge":2,"reserve":1})");
+  // Stale: the guarded write changes nothing, and the step joins the points as they are.
+  CHECK(s.store.record_step(key, c.record.ticket, "ship", "3", std::string_view{}) ==
+        R"({"charge":2,"reserve":1,"ship":3})");
+  CHECK(s.store.record_step(key, c.record.ticket, "pack", "4", R"({"reserve":1})") ==
+        R"({"charge":2,"pack":4,"reserve":1,"ship":3})");
+  CHECK(s.store.find(key)->recovery_points == R"({"charge":2,"pack":4,"reserve":1,"ship":3})");
+  // A claim no longer held is LeaseLost, whatever the guess.
+  s.store.complete(key, c.record.ticket, "{}");
+  CHECK_THROWS_AS(s.store.record_step(key, c.record.ticket, "late", "5", std::string_view{}),
+                  idem::LeaseLost);
+}
+
 TEST_CASE("16 threads record steps of one claim at once: every step is kept, first result wins") {
   constexpr int threads = 16;
   constexpr int own_steps = 3;  // 16 * 3 + 1 shared step: inside max_steps
