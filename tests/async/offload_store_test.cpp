@@ -92,3 +92,19 @@ TEST_CASE(
   CHECK(on_loop == 0);
   pool.join();
 }
+
+TEST_CASE("async offload: SQLite's repair, list and record_step through the pool") {
+  idem_test::TempDir dir;
+  idem::ManualClock clock;
+  idem::sqlite::Store sqlite{dir / "abilities.db",
+                             idem::sqlite::StoreParams{.clock = [&clock] { return clock.now(); }}};
+  net::thread_pool pool{2};
+  idem::async::OffloadStore store{sqlite, pool.get_executor()};
+  net::io_context io;
+  idem_test::run_on(io, [&]() -> net::awaitable<int> {
+    co_await idem_test::exercise_abilities(store, [&](idem::Duration d) { clock.advance(d); });
+    co_return 0;
+  }());
+  CHECK(sqlite.find({"PAY", "ab-1"})->status == idem::Status::succeeded);
+  pool.join();
+}
