@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -685,6 +686,29 @@ TEST_CASE("docs/schema.sql holds the DDL that ensure_schema() runs") {
   const auto start = text.find("CREATE TABLE");
   REQUIRE(start != std::string::npos);
   CHECK(text.substr(start) == idem::mysql::record_table_ddl("`idempotent_record`") + ";\n");
+
+  // The upgrade's ALTER in its comment is the one migrate_record_table() sends to MariaDB for
+  // a layout-1 table (spaces aside).
+  const auto squeeze = [](const std::string& s) {
+    std::string out;
+    for (const char c : s) {
+      if (c == ' ' && (out.empty() || out.back() == ' ')) continue;
+      out += c;
+    }
+    return out;
+  };
+  std::string alter;
+  std::istringstream lines(text.substr(0, start));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("ALTER TABLE") != std::string::npos || !alter.empty()) {
+      alter += line.substr(line.find_first_not_of("- ")) + " ";
+    }
+    if (!alter.empty() && line.back() == ';') break;
+  }
+  const auto statements = idem::mysql::detail::migration_statements(
+      "`idempotent_record`", {"recovery_points", "repair_reason", "repaired_at"}, true);
+  REQUIRE_FALSE(statements.empty());
+  CHECK(squeeze(alter) == squeeze(statements.front().sql + "; "));
 }
 
 TEST_CASE("an exhausted pool is reported at once by the store and not retried") {
