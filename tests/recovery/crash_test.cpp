@@ -341,6 +341,13 @@ class Driver {
       : args_(std::move(args)), ledger_(std::move(ledger)), rng_(seed) {}
 
   Printed& printed() { return printed_; }
+  // The service's --mode.
+  std::string mode() const {
+    for (std::size_t i = 0; i + 1 < args_.size(); ++i) {
+      if (args_[i] == "--mode") return args_[i + 1];
+    }
+    return "?";
+  }
 
   // Starts the service `n` times and SIGKILLs each run at a random moment after it began
   // charging; `before_kill(k)` runs while run k still works, right before its kill.
@@ -493,6 +500,8 @@ void blind_case() {
   Driver driver(w.service_args("blind"), w.ledger, w.seed);
   const Traffic t = driver.crash(w.backend.store(), kills);
   REQUIRE(driver.finish() == 0);
+  WARN(fmt::format("{} {}: the final run printed: {}", Backend::name, driver.mode(),
+                   driver.printed().done));
   const Judged j = judge(w.ledger_counts(), w.trades);
   WARN(traffic_line(Backend::name, "blind", t, w.seed));
   WARN(fmt::format(
@@ -514,6 +523,8 @@ void steps_case() {
   Driver driver(w.service_args("steps"), w.ledger, w.seed);
   const Traffic t = driver.crash(w.backend.store(), kills);
   REQUIRE(driver.finish() == 0);
+  WARN(fmt::format("{} {}: the final run printed: {}", Backend::name, driver.mode(),
+                   driver.printed().done));
   const Counts ledger = w.ledger_counts();
   const Judged j = judge(ledger, w.trades);
   const auto statuses = status_counts(w.backend.store());
@@ -565,6 +576,8 @@ void resolver_case() {
                 w.ledger, w.seed);
   const Traffic t = driver.crash(w.backend.store(), kills);
   REQUIRE(driver.finish() == 0);
+  WARN(fmt::format("{} {}: the final run printed: {}", Backend::name, driver.mode(),
+                   driver.printed().done));
 
   auto& store = w.backend.store();
   const Counts ledger = w.ledger_counts();
@@ -694,6 +707,11 @@ TEST_CASE("SQLite, resolver: no trade charged twice, unknowns repaired to none",
   resolver_case<SqliteBackend>();
 }
 
+TEST_CASE("SQLite, restore: ask_every_claim_until keeps a restored store from charging twice",
+          "[sqlite][restore]") {
+  restore_case<SqliteBackend>();
+}
+
 TEST_CASE("MySQL, blind: a crash between the charge and its record charges a trade twice",
           "[mysql][blind]") {
   blind_case<MysqlBackend>();
@@ -707,6 +725,11 @@ TEST_CASE("MySQL, steps: the step key on a deduplicating gateway charges every t
 TEST_CASE("MySQL, resolver: no trade charged twice, unknowns repaired to none",
           "[mysql][resolver]") {
   resolver_case<MysqlBackend>();
+}
+
+TEST_CASE("MySQL, restore: ask_every_claim_until keeps a restored store from charging twice",
+          "[mysql][restore]") {
+  restore_case<MysqlBackend>();
 }
 
 #ifdef IDEM_RECOVERY_REDIS
