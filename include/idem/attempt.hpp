@@ -89,8 +89,8 @@ class Attempt {
       return detail::decode_snapshot<T>(*kept);
     }
     T value = std::invoke(fn);
-    std::string points =
-        record(store_, step, detail::encode_snapshot(value), state_.record().recovery_points);
+    std::string points = record(store_, step, detail::encode_snapshot(value), guess());
+    guess_ = points;
     state_.steps_recorded(std::move(points));
     return value;
   }
@@ -115,8 +115,9 @@ class Attempt {
       return detail::decode_snapshot<T>(*kept);
     }
     T value = std::invoke(fn);
-    // Not copied into this attempt's view: the transaction may still roll back.
-    record(bound, step, detail::encode_snapshot(value), current->recovery_points);
+    // Not copied into this attempt's view (its transaction may still roll back); only into the
+    // guess of what is stored, which the next step's write checks instead of trusting.
+    guess_ = record(bound, step, detail::encode_snapshot(value), current->recovery_points);
     return value;
   }
 
@@ -137,8 +138,14 @@ class Attempt {
     }
   }
 
+  // What the store most likely holds: the view, or what a bound step wrote after it.
+  std::string_view guess() const {
+    return guess_ ? std::string_view(*guess_) : std::string_view(state_.record().recovery_points);
+  }
+
   S& store_;
   detail::GuardState& state_;
+  std::optional<std::string> guess_;
 };
 
 }  // namespace idem

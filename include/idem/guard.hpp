@@ -65,10 +65,13 @@ namespace detail {
 // repairs on the claim's own fence; one refused means the lease ran out during the resolution
 // and someone else holds the key now: answered in_progress.
 
-// Whether the resolver is asked about this claim.
+// Whether the resolver is asked about this claim: one that resumed a crashed attempt, or any
+// acquired claim during a window after a restore from a backup (ask_every_claim_until), both
+// only for a biz_type with a resolver. `now`: the store's time of the claim.
 inline bool resolver_settles(const ClaimResult& claim, const Options& options) {
-  return claim.verdict == Verdict::acquired && claim.after_crash && options.resolvers != nullptr &&
-         options.resolvers->covers(claim.record.key.biz_type());
+  return claim.verdict == Verdict::acquired && options.resolvers != nullptr &&
+         options.resolvers->asks(claim.record.key.biz_type(), claim.after_crash,
+                                 claim.record.updated_at);
 }
 
 // The repair that carries out the resolver's answer, or nullopt: the claim runs the business.

@@ -12,7 +12,9 @@
 
 #include <catch2/catch.hpp>
 #include <idem/idem.hpp>
+#include <idem/memory_store.hpp>
 #include <idem/resolver.hpp>
+#include <idem/run_once.hpp>
 
 using namespace std::chrono_literals;
 using idem::Resolution;
@@ -155,4 +157,44 @@ TEST_CASE("resolvers: a response too large to store is unknown, not a crash") {
     return Resolution::happened(std::string(idem::max_snapshot_bytes + 1, 'x'));
   });
   CHECK(resolvers.resolve(record_of("PAY", "1")).kind() == Resolution::Kind::unknown);
+}
+
+TEST_CASE(
+    "resolvers: after a restore, every claim of a covered biz_type asks first until the "
+    "window closes") {
+  idem::ManualClock clock;
+  idem::MemoryStore store{[&] { return clock.now(); }};
+  idem::Resolvers resolvers;
+  std::atomic<int> asked{0};
+  resolvers.add("PAY", [&](const idem::Record& r, const idem::ResolveContext&) {
+    ++asked;
+    // The gateway charged T-1 before the backup was restored; T-2 never.
+    if (r.key.id() == "T-1") return Resolution::happened(nlohmann::json{{"charge", "ch_1"}});
+    return Resolution::not_happened();
+  });
+  const idem::Options options{.resolvers = &resolvers};
+  int charges = 0;
+  auto charge = [&] {
+    ++charges;
+    return nlohmann::json{{"charge", "ch_new"}};
+  };
+  // Outside a window a fresh claim runs without asking.
+  CHECK(idem::run_once(store, idem::Key{"PAY", "T-0"}, "", charge, options).acquired());
+  CHECK(asked == 0);
+
+  resolvers.ask_every_claim_until(clock.now() + std::chrono::hours{24});
+  const auto t1 = idem::run_once(store, idem::Key{"PAY", "T-1"}, "", charge, options);
+  CHECK(t1.verdict() == idem::Verdict::replayed);
+  CHECK(t1.value()["charge"] == "ch_1");
+  const auto t2 = idem::run_once(store, idem::Key{"PAY", "T-2"}, "", charge, options);
+  CHECK(t2.acquired());
+  CHECK(asked == 2);
+  CHECK(charges == 2);  // T-0 and T-2; T-1 was charged before and is not charged again
+  // A biz_type without a resolver is not asked.
+  CHECK(idem::run_once(store, idem::Key{"MAIL", "m"}, "", charge, options).acquired());
+  CHECK(asked == 2);
+
+  clock.advance(std::chrono::hours{25});  // the window closed
+  CHECK(idem::run_once(store, idem::Key{"PAY", "T-3"}, "", charge, options).acquired());
+  CHECK(asked == 2);
 }

@@ -204,8 +204,9 @@ class StepSteps {
   };
 
   // `known`: the recovery points the caller believes are stored (its claim's, plus the steps it
-  // kept since). Given, the first try writes at once, guarded by them, and reads only when
-  // they turn out stale: one round trip instead of two.
+  // wrote since). Given, the first try writes at once, guarded by them, and reads only when
+  // they turn out stale: one round trip instead of two. A guess that already holds the step
+  // proves nothing (the write that put it there may have rolled back): that one is read.
   StepSteps(std::string_view who, const Key& key, const Ticket& ticket, std::string_view step,
             std::string_view result, std::optional<std::string_view> known = std::nullopt)
       : who_(who), key_(key), ticket_(ticket), step_(step), result_text_(result) {
@@ -213,7 +214,7 @@ class StepSteps {
     if (known) {
       before_ = std::string(*known);
       after_ = with_step(before_, step_, result_text_);
-      first_ = after_ == before_ ? Step::done : Step::write;
+      first_ = after_ == before_ ? Step::read : Step::write;
     }
   }
 
