@@ -82,6 +82,38 @@ struct Ops {
     });
   }
 
+  // The claim and its finish, for a whole run_once on this store.
+  net::awaitable<std::optional<idem::Record>> insert(Connection&, const idem::Key& key,
+                                                     std::string_view fp, const idem::Options& o,
+                                                     const std::string& token, bool) const {
+    co_return scripted("insert", [&]() -> std::optional<idem::Record> {
+      if (t->rows.contains(key)) return std::nullopt;
+      return t->rows.emplace(key, idem::claim_record(key, token, fp, t->clock.now(), o))
+          .first->second;
+    });
+  }
+  net::awaitable<bool> write_takeover(Connection&, idem::Decision, const idem::Record& next,
+                                      const idem::Ticket& read) const {
+    co_return scripted("write_takeover", [&] {
+      auto& row = t->rows.at(next.key);
+      if (row.ticket != read) return false;
+      row = next;
+      return true;
+    });
+  }
+  net::awaitable<bool> finish(Connection&, const idem::Key& key, const idem::Ticket& ticket,
+                              std::string_view snapshot, idem::Status to, bool retryable) const {
+    co_return scripted("finish", [&] {
+      auto& row = t->rows.at(key);
+      if (!idem::holds(row, ticket)) return false;
+      row = idem::finished(row, to, snapshot, retryable, t->clock.now());
+      return true;
+    });
+  }
+  net::awaitable<std::size_t> purge(Connection&, std::size_t) const { co_return 0; }
+  net::awaitable<std::size_t> release(Connection&, std::size_t) const { co_return 0; }
+  net::awaitable<bool> settled(Connection&, unsigned long) const { co_return true; }
+
   // Guarded as sql_guard::repair_holds: the fence and the owner read.
   net::awaitable<bool> write_repair(Connection&, const idem::Record& next,
                                     const idem::Ticket& read) const {
@@ -183,6 +215,10 @@ struct Scripted {
   idem::Record repair(idem::Repair r) { return run(store.repair(key, r)); }
   std::string step(const idem::Ticket& ticket, std::string_view name, std::string_view result) {
     return run(store.record_step(key, ticket, name, result));
+  }
+  std::string step_known(const idem::Ticket& ticket, std::string_view name, std::string_view result,
+                         std::string_view known) {
+    return run(store.record_step(key, ticket, name, result, known));
   }
   std::vector<idem::Record> list(idem::RecordQuery q) { return run(store.list(q)); }
   std::vector<std::string> sent() { return std::exchange(table.statements, {}); }
@@ -291,6 +327,32 @@ TEST_CASE_METHOD(Scripted,
 }
 
 TEST_CASE_METHOD(Scripted,
+                 "async skeleton: record_step with the points the caller knows writes "
+                 "at once; a stale guess, or a lost reply, reads") {
+  table.seed(key);
+  const idem::Ticket held = table.rows.at(key).ticket;
+  CHECK(step_known(held, "reserve", "1", "") == R"({"reserve":1})");
+  CHECK(sent() == Statements{"write_points"});  // one round trip
+  // Stale: another step of the same claim was kept meanwhile.
+  table.rows.at(key).recovery_points = R"({"reserve":1,"charge":2})";
+  CHECK(nlohmann::json::parse(step_known(held, "ship", "3", R"({"reserve":1})")) ==
+        nlohmann::json{{"reserve", 1}, {"charge", 2}, {"ship", 3}});
+  CHECK(sent() == Statements{"write_points", "read", "write_points"});
+  // The first write landed but its reply was lost: the next try looks instead of trusting
+  // the guess (which would now be stale and write again).
+  table.failures["write_points"] = {FailureKind::reply_lost};
+  const std::string before = table.rows.at(key).recovery_points;
+  CHECK(nlohmann::json::parse(step_known(held, "notify", "true", before))["notify"] == true);
+  CHECK(sent() == Statements{"write_points", "read"});
+  // Not held: the guarded write changes nothing, the read says LeaseLost.
+  const std::string now = table.rows.at(key).recovery_points;
+  CHECK_THROWS_AS(step_known(idem::Ticket{held.fence, "someone-else"}, "late", "1", now),
+                  idem::LeaseLost);
+  CHECK(sent() == Statements{"write_points", "read"});
+  CHECK(table.rows.at(key).recovery_points == now);
+}
+
+TEST_CASE_METHOD(Scripted,
                  "async skeleton: list answers the backend's rows, a bad query is "
                  "refused before any statement") {
   for (int i = 0; i < 3; ++i) {
@@ -304,4 +366,20 @@ TEST_CASE_METHOD(Scripted,
   CHECK(sent() == Statements{"list", "list"});
   CHECK_THROWS_AS(list({.limit = 0}), idem::InvalidArgument);
   CHECK(sent().empty());
+}
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: an async Attempt's steps each cost one write, the "
+                 "points it knows guarding it") {
+  static_assert(idem::async::AsyncStore<Store> && idem::async::RecoveryPointAsyncStore<Store>);
+  auto business = [](idem::async::Attempt<Store>& attempt) -> net::awaitable<int> {
+    const int a = co_await attempt.step("reserve", [] { return 1; });
+    const int b = co_await attempt.step("charge", [] { return 2; });
+    co_return a + b;
+  };
+  const auto out = run(idem::async::run_once(store, key, "fp", business));
+  CHECK(out.value() == 3);
+  CHECK(sent() == Statements{"insert", "write_points", "write_points", "finish"});
+  CHECK(nlohmann::json::parse(table.rows.at(key).recovery_points) ==
+        nlohmann::json{{"reserve", 1}, {"charge", 2}});
 }

@@ -17,6 +17,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -66,13 +67,28 @@ class Attempt {
       co_return idem::detail::decode_snapshot<T>(*kept);
     }
     T value = co_await detail::invoke_awaiting(fn);
-    std::string points = co_await store_.record_step(state_.key(), state_.ticket(), step,
-                                                     idem::detail::encode_snapshot(value));
+    const std::string result = idem::detail::encode_snapshot(value);
+    std::string points = co_await record(step, result, state_.record().recovery_points);
     state_.steps_recorded(std::move(points));
     co_return value;
   }
 
  private:
+  // store.record_step, telling a store that can use it which points this attempt knows of (one
+  // round trip instead of a read and a write; see idem::detail::StepSteps).
+  net::awaitable<std::string> record(std::string_view step, std::string_view result,
+                                     std::string_view known) {
+    const std::optional<std::string_view> points_known(known);
+    if constexpr (requires {
+                    store_.record_step(state_.key(), state_.ticket(), step, result, points_known);
+                  }) {
+      co_return co_await store_.record_step(state_.key(), state_.ticket(), step, result,
+                                            points_known);
+    } else {
+      co_return co_await store_.record_step(state_.key(), state_.ticket(), step, result);
+    }
+  }
+
   S& store_;
   idem::detail::GuardState& state_;
 };

@@ -71,10 +71,15 @@ class InlineStore {
   net::awaitable<std::vector<Record>> list(const RecordQuery& query) requires ListingStore<S> {
     co_return store_->list(query);
   }
-  net::awaitable<std::string> record_step(const Key& key, const Ticket& ticket,
-                                          std::string_view step,
-                                          std::string_view result) requires RecoveryPointStore<S> {
-    co_return store_->record_step(key, ticket, step, result);
+  // `known`: the recovery points the caller believes are stored, for a store that uses them.
+  net::awaitable<std::string> record_step(
+      const Key& key, const Ticket& ticket, std::string_view step, std::string_view result,
+      std::optional<std::string_view> known = std::nullopt) requires RecoveryPointStore<S> {
+    if constexpr (requires { store_->record_step(key, ticket, step, result, known); }) {
+      co_return store_->record_step(key, ticket, step, result, known);
+    } else {
+      co_return store_->record_step(key, ticket, step, result);
+    }
   }
 
   S& store() const noexcept { return *store_; }

@@ -101,9 +101,10 @@ template <class Ops, class Connection>
 net::awaitable<std::string> record_step_on(std::string_view who, const Ops& ops, Connection& c,
                                            const Key& key, const Ticket& ticket,
                                            std::string_view step, std::string_view result,
-                                           bool bound) {
+                                           bool bound,
+                                           std::optional<std::string_view> known = std::nullopt) {
   using Step = idem::detail::StepSteps::Step;
-  idem::detail::StepSteps steps(who, key, ticket, step, result);
+  idem::detail::StepSteps steps(who, key, ticket, step, result, known);
   for (Step s = steps.start();;) {
     switch (s) {
       case Step::read:
@@ -205,15 +206,19 @@ class StoreSkeleton {
     });
   }
 
-  // As the blocking skeleton's record_step: LeaseLost once the claim is not held.
-  net::awaitable<std::string> record_step(const Key& key, const Ticket& ticket,
-                                          std::string_view step, std::string_view result) requires
+  // As the blocking skeleton's record_step: LeaseLost once the claim is not held; `known`: the
+  // recovery points the caller believes are stored (see StepSteps).
+  net::awaitable<std::string> record_step(
+      const Key& key, const Ticket& ticket, std::string_view step, std::string_view result,
+      std::optional<std::string_view> known = std::nullopt) requires
       requires(const Ops& ops, Connection& c, const Key& k, const Ticket& t, std::string_view v) {
     { ops.write_points(c, k, t, v, v) } -> std::same_as<net::awaitable<bool>>;
   }
   {
-    co_return co_await with_retries<std::string>("record_step", [&](Connection& c, bool) {
-      return detail::record_step_on(Backend::name, ops_, c, key, ticket, step, result, false);
+    co_return co_await with_retries<std::string>("record_step", [&](Connection& c, bool uncertain) {
+      // After a lost reply the first write may have landed: look instead of trusting `known`.
+      return detail::record_step_on(Backend::name, ops_, c, key, ticket, step, result, false,
+                                    uncertain ? std::nullopt : known);
     });
   }
 

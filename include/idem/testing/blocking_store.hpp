@@ -65,8 +65,14 @@ class BlockingStore {
     return run(store_->list(query));
   }
   std::string record_step(const Key& key, const Ticket& ticket, std::string_view step,
-                          std::string_view result) requires async::RecoveryPointAsyncStore<S> {
-    return run(store_->record_step(key, ticket, step, result));
+                          std::string_view result,
+                          std::optional<std::string_view> known =
+                              std::nullopt) requires async::RecoveryPointAsyncStore<S> {
+    if constexpr (requires { store_->record_step(key, ticket, step, result, known); }) {
+      return run(store_->record_step(key, ticket, step, result, known));
+    } else {
+      return run(store_->record_step(key, ticket, step, result));
+    }
   }
 
   S& store() const noexcept { return *store_; }
