@@ -113,6 +113,10 @@ Answer on_pay_result(S& store, const Callback& cb, Pay&& pay) {
       return {Verdict::busy};
     case idem::Verdict::conflict:
       return {Verdict::conflict};
+    case idem::Verdict::outcome_unknown:
+      // An earlier attempt died mid-effect and no one can tell yet (docs/recovery.md): like
+      // busy, the gateway retries later. (This example registers no resolver.)
+      return {Verdict::busy};
   }
   return {Verdict::conflict};
 }

@@ -220,6 +220,8 @@ int notify_pay_result(S& store, OrderBook& book, Counters& counters, const Callb
     case idem::Verdict::conflict:
       ++counters.conflict;
       return 422;
+    case idem::Verdict::outcome_unknown:
+      return 503;  // an earlier attempt died mid-effect (docs/recovery.md); not without resolvers
   }
   return 500;
 }
