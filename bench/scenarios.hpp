@@ -28,6 +28,7 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "mysql.mix",           "mysql.tx",
                                                  "mysql.tx_floor",      "mysql.tx_claim_first",
                                                  "mysql.tx_own",        "mysql.tx_handwritten",
+                                                 "mysql.steps",         "mysql.cycle_resolvers",
                                                  "mysql.cache",         "mysql.cache_storm",
                                                  "mysql.batch",         "mysql.storm",
                                                  "mysql.big_table",     "sqlite.cycle",

@@ -25,6 +25,8 @@ int run_mysql(const Config& config, const Selected& selected) {
       {"mysql.tx_claim_first", [&] { tx_scenario(config, TxMode::claim_first); }},
       {"mysql.tx_own", [&] { tx_scenario(config, TxMode::own); }},
       {"mysql.tx_handwritten", [&] { tx_handwritten_scenario(config); }},
+      {"mysql.steps", [&] { steps_scenario(config); }},
+      {"mysql.cycle_resolvers", [&] { cycle_resolvers_scenario(config); }},
       {"mysql.cache", [&] { cache_scenario(config, false); }},
       {"mysql.cache_storm", [&] { cache_scenario(config, true); }},
       {"mysql.batch", [&] { batch_scenario(config); }},

@@ -31,6 +31,13 @@ void tx_scenario(const Config& config, TxMode mode);
 // duplicates.
 void tx_handwritten_scenario(const Config& config);
 
+// mysql.steps (issue 26): three steps with recovery points (two local, in transactions with
+// their recovery points, one remote) against the same steps hand-written Stripe-style.
+// mysql.cycle_resolvers: mysql.mix with a resolver registered against without: the
+// resolver's cost on the claim path when no record is stale.
+void steps_scenario(const Config& config);
+void cycle_resolvers_scenario(const Config& config);
+
 // mysql.cache (12% duplicates) and mysql.cache_storm (50%): run_once on idem::CachedStore in
 // front of the MySQL store against the plain store.
 void cache_scenario(const Config& config, bool storm);
