@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "idem/errors.hpp"
+#include "idem/metrics.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
@@ -49,6 +50,9 @@ struct JanitorParams {
   std::size_t resolve_batch = 100;
   // An outcome_unknown record is asked about again once it was not updated for this long.
   std::chrono::milliseconds unknown_retry{std::chrono::minutes{5}};
+  // Not owned. With resolvers: the gauge idem_outcome_unknown_records is set per biz_type
+  // after each resolver pass. Null: no gauge.
+  Metrics* metrics = nullptr;
 };
 
 struct JanitorStats {
@@ -144,7 +148,10 @@ class Janitor {
         if (stop.stop_requested()) return;
         settle(r, resolvers.resolve(r));
       }
-      unknown_seen += listed({.status = Status::outcome_unknown, .biz_type = type}).size();
+      const std::size_t waiting =
+          listed({.status = Status::outcome_unknown, .biz_type = type}).size();
+      unknown_seen += waiting;
+      if (params_.metrics != nullptr) params_.metrics->outcome_unknown_records(type, waiting);
     }
     outcome_unknown_ = unknown_seen;
     std::vector<Record> stale = listed({.stale = true, .limit = params_.release_batch});

@@ -21,6 +21,8 @@
 //   idem_transaction_errors_total          bound-store operations that failed in a transaction
 //   idem_cache_hits_total                  claims idem::CachedStore answered from memory
 //   idem_claim_duration_seconds            histogram of the claim latency (waits included)
+//   idem_outcome_unknown_records           gauge: records in outcome_unknown, as the Janitor's
+//                                          last resolver pass saw them (JanitorParams::metrics)
 // The duplicate rate to watch (normally 1-2%; 12% and more during a retry storm):
 //   rate(idem_duplicates_total[5m]) / rate(idem_requests_total[5m])
 // and the alert on failures a client saw: increase(idem_store_errors_total[5m]) > 0
@@ -74,6 +76,14 @@ class Metrics final : public Observer {
   std::uint64_t count(std::string_view biz_type, EventKind kind) const {
     const Series* s = find(biz_type);
     return s ? s->events[static_cast<std::size_t>(kind)].load(std::memory_order_relaxed) : 0;
+  }
+
+  // The gauge of records waiting in outcome_unknown (docs/recovery.md), set by the Janitor's
+  // resolver pass for each biz_type it has a resolver for.
+  void outcome_unknown_records(std::string_view biz_type, std::uint64_t n) noexcept {
+    if (Series* s = series(biz_type)) {
+      s->unknown_records.store(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+    }
   }
 
   // Duplicates / requests since this object was made (0 without requests). For alerting,
@@ -140,6 +150,13 @@ class Metrics final : public Observer {
             "Bound-store operations that failed inside the caller's transaction.");
     counter("idem_cache_hits_total", EventKind::cache_hit,
             "Claims idem::CachedStore answered from memory, without the store.");
+    header("idem_outcome_unknown_records", "gauge",
+           "Records in outcome_unknown at the Janitor's last resolver pass: each waits for a "
+           "resolver's answer or an operator's repair.");
+    each([&](const std::string& b, const Series& s) {
+      const std::int64_t n = s.unknown_records.load(std::memory_order_relaxed);
+      if (n >= 0) out += fmt::format("idem_outcome_unknown_records{{biz_type=\"{}\"}} {}\n", b, n);
+    });
     header("idem_claim_duration_seconds", "histogram", "Claim latency, waits included.");
     each([&](const std::string& b, const Series& s) {
       std::uint64_t cumulative = 0;
@@ -164,6 +181,7 @@ class Metrics final : public Observer {
     std::array<std::atomic<std::uint64_t>, kinds> events{};
     std::array<std::atomic<std::uint64_t>, buckets.size() + 1> latency_buckets{};
     std::atomic<std::uint64_t> latency_ns{0};
+    std::atomic<std::int64_t> unknown_records{-1};  // -1: never set, not rendered
   };
 
   struct Totals {

@@ -108,7 +108,8 @@ TEST_CASE_METHOD(Fixture,
   store.claim(idem::Key{"PAY", "live"}, "", {.lease = 1h, .ttl = 2h});
   clock.advance(2s);
 
-  idem::Janitor janitor(store, {.interval = 1h, .resolvers = &resolvers});
+  idem::Metrics metrics;
+  idem::Janitor janitor(store, {.interval = 1h, .resolvers = &resolvers, .metrics = &metrics});
   for (int i = 0; i < 5000 && janitor.stats().rounds == 0; ++i)
     std::this_thread::sleep_for(1ms);  // the first round, on the Janitor's thread
   REQUIRE(janitor.stats().rounds == 1);
@@ -118,6 +119,9 @@ TEST_CASE_METHOD(Fixture,
   CHECK(stats.resolved_unknown == 1);
   CHECK(stats.released == 1);  // MAIL/m1, which has no resolver
   CHECK(stats.outcome_unknown == 1);
+  CHECK_THAT(metrics.render(),
+             Catch::Contains("# TYPE idem_outcome_unknown_records gauge") &&
+                 Catch::Contains("idem_outcome_unknown_records{biz_type=\"PAY\"} 1\n"));
   CHECK(answers.calls == 3);
 
   const auto paid = store.find(idem::Key{"PAY", "paid"});
@@ -144,6 +148,7 @@ TEST_CASE_METHOD(Fixture,
   CHECK(answers.calls == 4);
   CHECK(store.find(idem::Key{"PAY", "dunno"})->status == idem::Status::succeeded);
   CHECK(janitor.stats().outcome_unknown == 0);
+  CHECK_THAT(metrics.render(), Catch::Contains("idem_outcome_unknown_records{biz_type=\"PAY\"} 0"));
   CHECK(janitor.stats().errors == 0);
 }
 
