@@ -11,6 +11,7 @@
 // biz_type is released by a fenced repair. That needs a store that can list and repair
 // (idem::ListingStore, idem::RepairingStore); every store of idem's can.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -137,24 +138,27 @@ class Janitor {
     std::uint64_t unknown_seen = 0;
     for (const std::string& type : resolvers.biz_types()) {
       if (stop.stop_requested()) return;
-      for (const Record& r : listed({.stale = true, .biz_type = type})) {
+      for (const Record& r : listed({.stale = true, .biz_type = type}, params_.resolve_batch)) {
         if (stop.stop_requested()) return;
         settle(r, resolvers.resolve(r));
       }
       const auto unknown = listed({.status = Status::outcome_unknown,
                                    .biz_type = type,
-                                   .not_updated_for = params_.unknown_retry});
+                                   .not_updated_for = params_.unknown_retry},
+                                  params_.resolve_batch);
       for (const Record& r : unknown) {
         if (stop.stop_requested()) return;
         settle(r, resolvers.resolve(r));
       }
       const std::size_t waiting =
-          listed({.status = Status::outcome_unknown, .biz_type = type}).size();
+          listed({.status = Status::outcome_unknown, .biz_type = type}, params_.resolve_batch)
+              .size();
       unknown_seen += waiting;
       if (params_.metrics != nullptr) params_.metrics->outcome_unknown_records(type, waiting);
     }
     outcome_unknown_ = unknown_seen;
-    std::vector<Record> stale = listed({.stale = true, .limit = params_.release_batch});
+    if (params_.release_batch == 0) return;
+    std::vector<Record> stale = listed({.stale = true}, params_.release_batch);
     for (const Record& r : stale) {
       if (stop.stop_requested()) return;
       if (resolvers.covers(r.key.biz_type())) continue;  // resolved above, or next round
@@ -166,8 +170,9 @@ class Janitor {
     }
   }
 
-  std::vector<Record> listed(RecordQuery query) requires can_resolve {
-    if (query.limit == RecordQuery{}.limit) query.limit = params_.resolve_batch;
+  // At most `limit` records of the query (a list answers at most max_list_limit at once).
+  std::vector<Record> listed(RecordQuery query, std::size_t limit) requires can_resolve {
+    query.limit = std::min(limit, max_list_limit);
     try {
       return store_.list(query);
     } catch (...) {
