@@ -72,13 +72,7 @@ using Clock = std::chrono::steady_clock;
 using Counts = std::map<std::string, int>;
 using idem_recovery::ChildProcess;
 
-// 12% of them duplicates. IDEM_RECOVERY_PAYMENTS lowers it for the sanitizer presets
-// (CMakePresets.json), whose instrumented service would otherwise outlast CI's budget; the
-// kills and the windows stay as they are.
-const int payments = [] {
-  const char* v = std::getenv("IDEM_RECOVERY_PAYMENTS");
-  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 2000;
-}();
+constexpr int payments = 2000;  // 12% of them duplicates
 constexpr int kills = 30;
 constexpr int threads = 8;
 // How long the gateway holds a committed charge before it answers: most of a charge's time,
