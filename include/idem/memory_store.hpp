@@ -179,7 +179,7 @@ class MemoryStore {
     std::lock_guard lock(shard.mutex);
     auto it = shard.records.find(key);
     if (it == shard.records.end() || !holds(it->second, ticket)) {
-      detail::with_step("", step, result);  // a bad step is InvalidArgument before LeaseLost
+      detail::checked_step(step, result);  // a bad step is InvalidArgument before LeaseLost
       throw lease_lost("idem::MemoryStore", key, ticket);
     }
     std::string points = detail::with_step(it->second.recovery_points, step, result);

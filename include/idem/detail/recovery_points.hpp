@@ -58,16 +58,23 @@ inline std::optional<std::string> kept_result(std::string_view points, std::stri
   return it->dump();
 }
 
-// The recovery points with `step` added (result: JSON text). A step already kept keeps its
-// first result: the answer is then `points` unchanged. Throws InvalidArgument for a bad name
-// or result, or when the points would exceed max_steps or max_snapshot_bytes.
-inline std::string with_step(std::string_view points, std::string_view step,
-                             std::string_view result) {
+// Throws InvalidArgument for a bad step name or a result that is not JSON text: what a store
+// checks before anything else, so that bad input is never reported as a lost lease.
+inline nlohmann::json checked_step(std::string_view step, std::string_view result) {
   check_step_name(step);
   nlohmann::json value = nlohmann::json::parse(result, nullptr, false);
   if (value.is_discarded()) {
     throw InvalidArgument(fmt::format("idem: the result of step {} is not JSON text", step));
   }
+  return value;
+}
+
+// The recovery points with `step` added (result: JSON text). A step already kept keeps its
+// first result: the answer is then `points` unchanged. Throws InvalidArgument for a bad name
+// or result, or when the points would exceed max_steps or max_snapshot_bytes.
+inline std::string with_step(std::string_view points, std::string_view step,
+                             std::string_view result) {
+  nlohmann::json value = checked_step(step, result);
   nlohmann::json doc = parse_points(points);
   if (doc.contains(std::string(step))) return std::string(points);
   if (doc.size() >= max_steps) {

@@ -210,7 +210,7 @@ class StepSteps {
   StepSteps(std::string_view who, const Key& key, const Ticket& ticket, std::string_view step,
             std::string_view result, std::optional<std::string_view> known = std::nullopt)
       : who_(who), key_(key), ticket_(ticket), step_(step), result_text_(result) {
-    with_step("", step_, result_text_);  // a bad step or result is InvalidArgument, first
+    checked_step(step_, result_text_);  // a bad step or result is InvalidArgument, first
     if (known) {
       before_ = std::string(*known);
       after_ = with_step(before_, step_, result_text_);
