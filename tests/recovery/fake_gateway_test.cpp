@@ -21,6 +21,7 @@
 #include <catch2/catch.hpp>
 
 #include "../support/server_process.hpp"
+#include "../support/temp_dir.hpp"
 #include "../support/threads.hpp"
 #include "gateway_client.hpp"
 
@@ -29,34 +30,11 @@ using idem_test::charges_per_trade;
 using idem_test::GatewayClient;
 using idem_test::GatewayError;
 using Counts = std::map<std::string, int>;
+using idem_test::TempDir;
 
 namespace {
 
 constexpr std::chrono::milliseconds timeout{10000};
-
-// A fresh directory for one case's ledger, removed with everything in it. (Not the TempDir of
-// tests/support/sqlite_file.hpp: that header brings in idem, which this suite does not use.)
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("idem-gateway-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string ledger() const { return (path_ / "ledger.db").string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 idem_test::ServerProcess start_gateway(const std::string& ledger, const std::string& mode,
                                        std::vector<std::string> more = {}) {
@@ -80,7 +58,7 @@ int refusal(const GatewayClient& client, const std::string& trade, std::int64_t 
 
 TEST_CASE("plain mode charges twice for two calls with the same key", "[gateway]") {
   const TempDir dir;
-  const std::string ledger = dir.ledger();
+  const std::string ledger = (dir / "ledger.db").string();
   auto gateway = start_gateway(ledger, "plain");
   const GatewayClient client{gateway.port(), timeout};
 
@@ -98,7 +76,7 @@ TEST_CASE("plain mode charges twice for two calls with the same key", "[gateway]
 TEST_CASE("dedup mode charges once for two calls with the same key and replays the charge",
           "[gateway]") {
   const TempDir dir;
-  const std::string ledger = dir.ledger();
+  const std::string ledger = (dir / "ledger.db").string();
   auto gateway = start_gateway(ledger, "dedup");
   const GatewayClient client{gateway.port(), timeout};
 
@@ -118,7 +96,7 @@ TEST_CASE("dedup mode charges once for two calls with the same key and replays t
 
 TEST_CASE("dedup mode answers 422 for a key reused with another amount or trade", "[gateway]") {
   const TempDir dir;
-  const std::string ledger = dir.ledger();
+  const std::string ledger = (dir / "ledger.db").string();
   auto gateway = start_gateway(ledger, "dedup");
   const GatewayClient client{gateway.port(), timeout};
 
@@ -133,7 +111,7 @@ TEST_CASE("dedup mode answers 422 for a key reused with another amount or trade"
 
 TEST_CASE("bad requests are 400 and charge nothing", "[gateway]") {
   const TempDir dir;
-  const std::string ledger = dir.ledger();
+  const std::string ledger = (dir / "ledger.db").string();
   auto gateway = start_gateway(ledger, "dedup");
   const GatewayClient client{gateway.port(), timeout};
   httplib::Client raw("127.0.0.1", gateway.port());
@@ -160,7 +138,7 @@ TEST_CASE("the lookup says whether a trade was charged, and nothing when the gat
   const std::string mode = GENERATE("dedup", "plain");
   INFO("mode " << mode);
   const TempDir dir;
-  const std::string ledger = dir.ledger();
+  const std::string ledger = (dir / "ledger.db").string();
   auto gateway = start_gateway(ledger, mode);
   const GatewayClient client{gateway.port(), timeout};
 
@@ -179,7 +157,7 @@ TEST_CASE("the lookup says whether a trade was charged, and nothing when the gat
 TEST_CASE("8 threads x 50 charges on 100 keys in dedup mode leave exactly 100 charges",
           "[gateway]") {
   const TempDir dir;
-  const std::string ledger = dir.ledger();
+  const std::string ledger = (dir / "ledger.db").string();
   auto gateway = start_gateway(ledger, "dedup");
   const GatewayClient client{gateway.port(), timeout};
 
@@ -233,7 +211,7 @@ TEST_CASE("8 threads x 50 charges on 100 keys in dedup mode leave exactly 100 ch
 
 TEST_CASE("a charge is in the ledger before it is answered (--delay-ms)", "[gateway]") {
   const TempDir dir;
-  const std::string ledger = dir.ledger();
+  const std::string ledger = (dir / "ledger.db").string();
   auto gateway = start_gateway(ledger, "dedup", {"--delay-ms", "2000"});
 
   // The client gives up while the gateway holds the answer: it cannot know it was charged.
@@ -250,7 +228,7 @@ TEST_CASE("a charge is in the ledger before it is answered (--delay-ms)", "[gate
 TEST_CASE("a gateway SIGKILLed right after answering still has every answered charge",
           "[gateway]") {
   const TempDir dir;
-  const std::string ledger = dir.ledger();
+  const std::string ledger = (dir / "ledger.db").string();
 
   struct Answered {
     std::string trade;
