@@ -10,12 +10,14 @@
 // Every claim acquired is noted in the transaction's ClaimLedger; the transaction may commit
 // only when committable(): each claim succeeded or failed permanently.
 
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -30,6 +32,8 @@
 #include "idem/mysql/async_connection.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/ticket.hpp"
@@ -97,6 +101,45 @@ class BasicAsyncBoundStore {
     if (!row) co_return std::nullopt;
     co_return std::move(row->record);
   }
+
+  // As BoundStore::record_step: a step's result kept with the key in this transaction, so that
+  // it commits or rolls back with the business writes beside it (async::Attempt::step of a
+  // claim made through this store calls it). LeaseLost once the claim is not held; `known`: the
+  // recovery points the caller believes are stored (see StepSteps).
+  net::awaitable<std::string> record_step(
+      const Key& key, const Ticket& ticket, std::string_view step, std::string_view result,
+      std::optional<std::string_view> known = std::nullopt) requires
+      requires(const Ops& ops, AsyncConnection& c, const Key& k, const Ticket& t,
+               std::string_view v) {
+    { ops.write_points(c, k, t, v, v) } -> std::same_as<net::awaitable<bool>>;
+  }
+  {
+    co_return co_await idem::async::detail::record_step_on("idem::mysql", *ops_, *connection_, key,
+                                                           ticket, step, result, true, known);
+  }
+
+  // As BoundStore::repair: a fenced repair (idem/repair.hpp) in this transaction;
+  // RepairRefused with the current record when the fence moved on.
+  net::awaitable<Record> repair(const Key& key, const Repair& repair) requires
+      requires(const Ops& ops, AsyncConnection& c, const Record& r, const Ticket& t) {
+    { ops.write_repair(c, r, t) } -> std::same_as<net::awaitable<bool>>;
+  }
+  {
+    validate(repair);
+    co_return co_await idem::async::detail::repair_on(
+        "idem::mysql", *ops_, *connection_, key, repair, idem::detail::new_owner_token(), true);
+  }
+
+  // The records a RecordQuery asks for, read in this transaction.
+  net::awaitable<std::vector<Record>> list(const RecordQuery& query) requires
+      requires(const Ops& ops, AsyncConnection& c, const RecordQuery& q) {
+    { ops.list(c, q) } -> std::same_as<net::awaitable<std::vector<Record>>>;
+  }
+  {
+    validate(query);
+    co_return co_await ops_->list(*connection_, query);
+  }
+
   net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches) {
     std::size_t total = 0;
     for (std::size_t i = 0; i < max_batches && batch > 0; ++i) {
