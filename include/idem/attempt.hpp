@@ -97,8 +97,8 @@ class Attempt {
 
   // A local step: fn's writes go through the transaction that `bound` (a store bound to that
   // transaction, e.g. idem::mysql::Store::bind) runs in, and the recovery point is written in
-  // the same transaction, so both commit or neither does. Whether the step finished is read in
-  // that transaction too. The caller commits (with_transaction does).
+  // the same transaction, so both commit or neither does. The caller commits (with_transaction
+  // does). A lost claim is LeaseLost from the point's write, before anything commits.
   template <class Bound, class F>
   requires RecoveryPointStore<Bound> && std::invocable<F&>
   auto step(Bound& bound, std::string_view step, F&& fn) -> std::decay_t<std::invoke_result_t<F&>> {
@@ -107,17 +107,29 @@ class Attempt {
                   "idem::Attempt::step: a step's result must be JSON-serialisable both ways");
     state_.require_open("step");
     detail::check_step_name(step);
-    const auto current = bound.find(state_.key());
-    if (!current || !holds(*current, state_.ticket())) {
-      throw lease_lost("idem::Attempt", state_.key(), state_.ticket());
-    }
-    if (auto kept = detail::kept_result(current->recovery_points, step)) {
-      return detail::decode_snapshot<T>(*kept);
+    std::string_view believed = guess();
+    std::optional<Record> current;
+    switch (detail::local_step_start(state_.record().recovery_points, believed, step)) {
+      case detail::LocalStepStart::kept:
+        return detail::decode_snapshot<T>(
+            *detail::kept_result(state_.record().recovery_points, step));
+      case detail::LocalStepStart::read:
+        current = bound.find(state_.key());
+        if (!current || !holds(*current, state_.ticket())) {
+          throw lease_lost("idem::Attempt", state_.key(), state_.ticket());
+        }
+        if (auto kept = detail::kept_result(current->recovery_points, step)) {
+          return detail::decode_snapshot<T>(*kept);
+        }
+        believed = current->recovery_points;
+        break;
+      case detail::LocalStepStart::run:
+        break;
     }
     T value = std::invoke(fn);
     // Not copied into this attempt's view (its transaction may still roll back); only into the
-    // guess of what is stored, which the next step's write checks instead of trusting.
-    guess_ = record(bound, step, detail::encode_snapshot(value), current->recovery_points);
+    // belief of what is stored, which the next step's write checks instead of trusting.
+    guess_ = record(bound, step, detail::encode_snapshot(value), believed);
     return value;
   }
 

@@ -189,6 +189,94 @@ TEST_CASE("a local step commits with its business row, or neither stays") {
   CHECK(biz.rows("trade_no = 'steps-local-crashed'") == 1);
 }
 
+TEST_CASE("a local step rolled back with its transaction runs again, and a later step reads") {
+  Table t;
+  BusinessTable biz(t.pool);
+  const idem::Key key{"ORDER", "steps-local-rolled-back"};
+  int reserved = 0, tries = 0, shipped = 0;
+  const auto out = idem::run_once(t.store, key, "fp", [&](Attempt& attempt) {
+    // The first try's step writes its row and its recovery point, then the server rolls the
+    // try back (a deadlock, say): with_transaction runs the body again, and the step with it,
+    // although this attempt has seen its own point written.
+    const auto hold =
+        idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) -> std::string {
+          auto tx = t.store.bind(c);
+          auto h = attempt.step(tx, "reserve", [&] {
+            ++reserved;
+            biz.insert(c, key.id());
+            return "h-" + std::to_string(reserved);
+          });
+          if (++tries == 1) throw idem::StoreError("deadlock (simulated)", true);
+          return h;
+        });
+    // A step in a transaction the caller rolls back by hand, then another step: the second
+    // one's write finds the points unlike this attempt believes and reads them again.
+    try {
+      idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) -> int {
+        auto tx = t.store.bind(c);
+        attempt.step(tx, "ship", [&] { return ++shipped; });
+        throw std::runtime_error("the caller gives up on this transaction");
+      });
+    } catch (const std::runtime_error&) {
+    }
+    const auto paid = idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      auto tx = t.store.bind(c);
+      return attempt.step(tx, "paid", [] { return true; });
+    });
+    // And the rolled-back step runs again.
+    const auto ship = idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      auto tx = t.store.bind(c);
+      return attempt.step(tx, "ship", [&] { return ++shipped; });
+    });
+    // A step this attempt committed answers its result again, without running.
+    const auto again = idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      auto tx = t.store.bind(c);
+      return attempt.step(tx, "reserve", [&] {
+        ++reserved;
+        return std::string("again");
+      });
+    });
+    CHECK(again == hold);
+    return nlohmann::json{{"hold", hold}, {"paid", paid}, {"ship", ship}};
+  });
+  REQUIRE(out);
+  CHECK(out.value() == nlohmann::json{{"hold", "h-2"}, {"paid", true}, {"ship", 2}});
+  CHECK(tries == 2);
+  CHECK(reserved == 2);
+  CHECK(biz.rows() == 1);
+  CHECK(points(*t.store.find(key)) ==
+        nlohmann::json{{"reserve", "h-2"}, {"paid", true}, {"ship", 2}});
+}
+
+TEST_CASE("a local step of a claim taken over meanwhile is LeaseLost and rolls back") {
+  Table t;
+  BusinessTable biz(t.pool);
+  const idem::Key key{"ORDER", "steps-local-taken-over"};
+  int ran = 0;
+  CHECK_THROWS_AS(idem::run_once(
+                      t.store, key, "fp",
+                      [&](Attempt& attempt) {
+                        // Another worker takes the record over (the lease ran out) before the
+                        // step: its row must not commit.
+                        std::this_thread::sleep_for(300ms);
+                        const auto other = t.store.claim(key, "fp", {.lease = 30s, .ttl = 1h});
+                        REQUIRE(other.verdict == idem::Verdict::acquired);
+                        return idem::mysql::with_transaction(
+                            *t.pool, [&](idem::mysql::Connection& c) {
+                              auto tx = t.store.bind(c);
+                              return attempt.step(tx, "reserve", [&] {
+                                ++ran;
+                                biz.insert(c, key.id());
+                                return 1;
+                              });
+                            });
+                      },
+                      idem::Options{.lease = 200ms, .ttl = 1h}),
+                  idem::LeaseLost);
+  CHECK(biz.rows() == 0);
+  CHECK(t.store.find(key)->recovery_points.empty());
+}
+
 TEST_CASE("a bound claim's steps are written with its record, in either way of claiming") {
   for (const auto how : {idem::BoundClaim::record_last, idem::BoundClaim::claim_first}) {
     Table t(8, {.bound_claim = how});

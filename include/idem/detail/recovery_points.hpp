@@ -58,6 +58,25 @@ inline std::optional<std::string> kept_result(std::string_view points, std::stri
   return it->dump();
 }
 
+// How a local step (Attempt::step with a bound store) begins, from the points its claim found
+// and the points this attempt believes are stored (the claim's plus its own writes since):
+//  - kept: the claim found it finished (an earlier attempt committed it): its kept result;
+//  - read: only this attempt's own write says so, and that write's transaction may have rolled
+//    back (with_transaction runs a body again after a deadlock): read the points in the
+//    transaction and run the step unless they hold it;
+//  - run: nobody finished it. Run it, and write its point guarded by the believed points: the
+//    claim guard turns a lost claim into LeaseLost, which rolls the step back with its
+//    transaction, and a stale belief reads the points again. No read first: the points of a
+//    held claim change only through this attempt.
+enum class LocalStepStart { kept, read, run };
+
+inline LocalStepStart local_step_start(std::string_view claimed, std::string_view believed,
+                                       std::string_view step) {
+  if (kept_result(claimed, step)) return LocalStepStart::kept;
+  if (believed != claimed && kept_result(believed, step)) return LocalStepStart::read;
+  return LocalStepStart::run;
+}
+
 // Throws InvalidArgument for a bad step name or a result that is not JSON text: what a store
 // checks before anything else, so that bad input is never reported as a lost lease.
 inline nlohmann::json checked_step(std::string_view step, std::string_view result) {
