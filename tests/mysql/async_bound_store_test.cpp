@@ -1,9 +1,11 @@
 // idem::mysql::AsyncBoundStore's recovery points, repairs and lists on the real MariaDB server,
 // inside coroutine transactions (with_transaction): a step's recovery point commits or rolls
-// back with the business row beside it, a claim taken over refuses the step, a fenced repair
-// applies in the transaction or is refused with the current record, and list answers the query,
-// the transaction's own writes included.
+// back with the business row beside it, a local step (async::Attempt::step(bound, ...)) of a
+// pooled claim runs again after its transaction rolled back and never after it committed, a
+// claim taken over refuses the step, a fenced repair applies in the transaction or is refused
+// with the current record, and list answers the query, the transaction's own writes included.
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -113,57 +115,235 @@ TEST_CASE(
   CHECK(parsed(stored->recovery_points) == nlohmann::json{{"reserve", "h-2"}, {"charge", "c"}});
 }
 
-TEST_CASE(
-    "async mysql bound: a local step of a pooled claim commits its recovery point with its "
-    "transaction, and a rolled-back transaction leaves none") {
+// The local step, async::Attempt::step(bound, name, fn), of a claim on the pooled store: as
+// idem::Attempt's in tests/mysql/steps_test.cpp.
+using PooledAttempt = idem::async::Attempt<idem::mysql::AsyncStore>;
+
+TEST_CASE("async mysql bound: a local step commits with its business row, or neither stays") {
   idem_test::AsyncTable t;
   idem_test::BusinessTable biz(t.blocking.pool);
   net::io_context io;
   const idem::Key key{"ORDER", "abs-local"};
-  const auto claim = run_on(io, t.store.claim(key, "fp", long_lease));
-  REQUIRE(claim.verdict == idem::Verdict::acquired);
-  const idem::Ticket ticket = claim.record.ticket;
+  int ran = 0;
+  // The step "reserve" in a transaction of its own: fn inserts the business row `trade_no`
+  // and answers `result`; the body throws after the step when `throw_after`.
+  auto reserve = [&](PooledAttempt& attempt, std::string trade_no, std::string result,
+                     bool throw_after) {
+    return idem::mysql::with_transaction(
+        *t.pool,
+        [&, trade_no, result, throw_after](AsyncTransaction& tx) -> net::awaitable<std::string> {
+          auto bound = tx.bind(t.store);
+          std::string hold =
+              co_await attempt.step(bound, "reserve", [&]() -> net::awaitable<std::string> {
+                ++ran;
+                co_await insert_row(tx.connection(), biz.name, trade_no);
+                co_return result;
+              });
+          if (throw_after) throw std::runtime_error("after the step");
+          co_return hold;
+        });
+  };
 
-  // The step's row and point are written, seen inside the transaction, then rolled back.
-  const auto seen_inside = run_on(
-      io, idem::mysql::with_transaction(
-              *t.pool, [&](AsyncTransaction& tx) -> net::awaitable<std::optional<idem::Record>> {
-                auto bound = tx.bind(t.store);
-                co_await insert_row(tx.connection(), biz.name, key.id());
-                co_await bound.record_step(key, ticket, "reserve", R"("h-1")");
-                tx.set_rollback_only();
-                co_return co_await bound.find(key);
-              }));
-  REQUIRE(seen_inside);
-  CHECK(parsed(seen_inside->recovery_points) == nlohmann::json{{"reserve", "h-1"}});
+  // The body throws after its step: the transaction, and with it the step's row and its
+  // recovery point, roll back; the claim fails retryably.
+  CHECK_THROWS_AS(run_on(io, idem::async::run_once(
+                                 t.store, key, "fp",
+                                 [&](PooledAttempt& attempt) -> net::awaitable<std::string> {
+                                   co_return co_await reserve(attempt, key.id(), "h-1", true);
+                                 },
+                                 long_lease)),
+                  std::runtime_error);
+  CHECK(ran == 1);
   CHECK(biz.rows() == 0);
-  auto after_rollback = t.blocking.store.find(key);
-  REQUIRE(after_rollback);
-  CHECK(after_rollback->recovery_points.empty());
-  CHECK(after_rollback->status == idem::Status::processing);
+  CHECK(t.blocking.store.find(key)->recovery_points.empty());
+  CHECK(t.blocking.store.find(key)->status == idem::Status::failed);
 
-  // The step runs again; this time it commits, its write guarded by the points the claim knew.
-  const std::optional<std::string_view> known(claim.record.recovery_points);
-  const std::string points = run_on(
-      io, idem::mysql::with_transaction(
-              *t.pool, [&](AsyncTransaction& tx) -> net::awaitable<std::string> {
-                auto bound = tx.bind(t.store);
-                co_await insert_row(tx.connection(), biz.name, key.id());
-                co_return co_await bound.record_step(key, ticket, "reserve", R"("h-2")", known);
-              }));
-  CHECK(parsed(points) == nlohmann::json{{"reserve", "h-2"}});
+  // The next attempt runs the step again (nothing was kept) and this time commits both.
+  std::uint32_t number = 0;
+  const auto out = run_on(io, idem::async::run_once(
+                                  t.store, key, "fp",
+                                  [&](PooledAttempt& attempt) -> net::awaitable<std::string> {
+                                    number = attempt.number();
+                                    co_return co_await reserve(attempt, key.id(), "h-2", false);
+                                  },
+                                  long_lease));
+  CHECK(number == 2);
+  REQUIRE(out);
+  CHECK(out.value() == "h-2");
+  CHECK(ran == 2);
   CHECK(biz.rows() == 1);
-  const auto committed = t.blocking.store.find(key);
-  REQUIRE(committed);
-  CHECK(committed->recovery_points == points);
-  // A step already kept keeps its first result, even when the caller's `known` is stale.
-  const std::string again = run_on(
-      io, idem::mysql::with_transaction(
-              *t.pool, [&](AsyncTransaction& tx) -> net::awaitable<std::string> {
-                auto bound = tx.bind(t.store);
-                co_return co_await bound.record_step(key, ticket, "reserve", R"("h-3")", known);
-              }));
-  CHECK(again == points);
+  CHECK(parsed(t.blocking.store.find(key)->recovery_points) == nlohmann::json{{"reserve", "h-2"}});
+
+  // A claim taken over from a dead worker finds the committed step and does not run it again.
+  const idem::Key crashed{"ORDER", "abs-local-crashed"};
+  const auto first = run_on(io, t.store.claim(crashed, "fp", short_lease));
+  REQUIRE(first.verdict == idem::Verdict::acquired);
+  run_on(io, idem::mysql::with_transaction(
+                 *t.pool, [&](AsyncTransaction& tx) -> net::awaitable<std::string> {
+                   auto bound = tx.bind(t.store);
+                   co_await insert_row(tx.connection(), biz.name, crashed.id());
+                   co_return co_await bound.record_step(crashed, first.record.ticket, "reserve",
+                                                        R"("h-3")");
+                 }));
+  std::this_thread::sleep_for(200ms);  // the worker "died": its lease runs out
+  bool after_crash = false;
+  const auto resumed =
+      run_on(io, idem::async::run_once(
+                     t.store, crashed, "fp",
+                     [&](PooledAttempt& attempt) -> net::awaitable<std::string> {
+                       after_crash = attempt.after_crash();
+                       co_return co_await reserve(attempt, crashed.id(), "again", false);
+                     },
+                     long_lease));
+  CHECK(after_crash);
+  REQUIRE(resumed);
+  CHECK(resumed.value() == "h-3");
+  CHECK(ran == 2);
+  CHECK(biz.rows("trade_no = 'abs-local-crashed'") == 1);
+}
+
+TEST_CASE(
+    "async mysql bound: a local step rolled back with its transaction runs again, and a later "
+    "step reads") {
+  idem_test::AsyncTable t;
+  idem_test::BusinessTable biz(t.blocking.pool);
+  net::io_context io;
+  const idem::Key key{"ORDER", "abs-local-rolled-back"};
+  int reserved = 0, tries = 0, shipped = 0;
+  bool gave_up = false;
+  std::string again;
+  auto business = [&](PooledAttempt& attempt) -> net::awaitable<nlohmann::json> {
+    // The first try's step writes its row and its recovery point, then the server rolls the
+    // try back (a deadlock, say): with_transaction runs the body again, and the step with it,
+    // although this attempt has seen its own point written.
+    const std::string hold = co_await idem::mysql::with_transaction(
+        *t.pool, [&](AsyncTransaction& tx) -> net::awaitable<std::string> {
+          auto bound = tx.bind(t.store);
+          std::string h =
+              co_await attempt.step(bound, "reserve", [&]() -> net::awaitable<std::string> {
+                ++reserved;
+                co_await insert_row(tx.connection(), biz.name, key.id());
+                co_return "h-" + std::to_string(reserved);
+              });
+          if (++tries == 1) throw idem::StoreError("deadlock (simulated)", true);
+          co_return h;
+        });
+    // A step in a transaction the caller rolls back by hand, then another step: the second
+    // one's write finds the points unlike this attempt believes and reads them again.
+    try {
+      co_await idem::mysql::with_transaction(
+          *t.pool, [&](AsyncTransaction& tx) -> net::awaitable<void> {
+            auto bound = tx.bind(t.store);
+            co_await attempt.step(bound, "ship", [&] { return ++shipped; });
+            throw std::runtime_error("the caller gives up on this transaction");
+          });
+    } catch (const std::runtime_error&) {
+      gave_up = true;
+    }
+    const bool paid = co_await idem::mysql::with_transaction(
+        *t.pool, [&](AsyncTransaction& tx) -> net::awaitable<bool> {
+          auto bound = tx.bind(t.store);
+          co_return co_await attempt.step(bound, "paid", [] { return true; });
+        });
+    // And the rolled-back step runs again.
+    const int ship = co_await idem::mysql::with_transaction(
+        *t.pool, [&](AsyncTransaction& tx) -> net::awaitable<int> {
+          auto bound = tx.bind(t.store);
+          co_return co_await attempt.step(bound, "ship", [&] { return ++shipped; });
+        });
+    // A step this attempt committed answers its result again, without running.
+    again = co_await idem::mysql::with_transaction(
+        *t.pool, [&](AsyncTransaction& tx) -> net::awaitable<std::string> {
+          auto bound = tx.bind(t.store);
+          co_return co_await attempt.step(bound, "reserve", [&] {
+            ++reserved;
+            return std::string("again");
+          });
+        });
+    nlohmann::json out{{"hold", hold}, {"paid", paid}, {"ship", ship}};
+    co_return out;
+  };
+  const auto out = run_on(io, idem::async::run_once(t.store, key, "fp", business, long_lease));
+  REQUIRE(out);
+  CHECK(out.value() == nlohmann::json{{"hold", "h-2"}, {"paid", true}, {"ship", 2}});
+  CHECK(gave_up);
+  CHECK(again == "h-2");
+  CHECK(tries == 2);
+  CHECK(reserved == 2);
+  CHECK(shipped == 2);
+  CHECK(biz.rows() == 1);
+  CHECK(parsed(t.blocking.store.find(key)->recovery_points) ==
+        nlohmann::json{{"reserve", "h-2"}, {"paid", true}, {"ship", 2}});
+}
+
+TEST_CASE(
+    "async mysql bound: a local step of a claim taken over meanwhile is LeaseLost and rolls "
+    "back") {
+  idem_test::AsyncTable t;
+  idem_test::BusinessTable biz(t.blocking.pool);
+  net::io_context io;
+  const idem::Options lease_200ms{.lease = 200ms, .ttl = 1h};
+  int ran = 0;
+  // The step "reserve" in a transaction of its own, its fn inserting the business row.
+  auto reserve = [&](PooledAttempt& attempt, const idem::Key& key, bool throw_after) {
+    return idem::mysql::with_transaction(
+        *t.pool, [&, throw_after](AsyncTransaction& tx) -> net::awaitable<int> {
+          auto bound = tx.bind(t.store);
+          const int n = co_await attempt.step(bound, "reserve", [&]() -> net::awaitable<int> {
+            ++ran;
+            co_await insert_row(tx.connection(), biz.name, key.id());
+            co_return 1;
+          });
+          if (throw_after) throw std::runtime_error("after the step");
+          co_return n;
+        });
+  };
+  // Another worker takes the record over (the lease ran out): answers its verdict.
+  auto take_over = [&](const idem::Key& key) -> net::awaitable<idem::Verdict> {
+    co_await idem::async::sleep_for(300ms);
+    const auto other = co_await t.store.claim(key, "fp", long_lease);
+    co_return other.verdict;
+  };
+
+  SECTION("a step nobody finished: its write, guarded by the claim, is refused") {
+    const idem::Key key{"ORDER", "abs-local-taken-over"};
+    std::optional<idem::Verdict> other;
+    CHECK_THROWS_AS(run_on(io, idem::async::run_once(
+                                   t.store, key, "fp",
+                                   [&](PooledAttempt& attempt) -> net::awaitable<int> {
+                                     other = co_await take_over(key);
+                                     co_return co_await reserve(attempt, key, false);
+                                   },
+                                   lease_200ms)),
+                    idem::LeaseLost);
+    CHECK(other == idem::Verdict::acquired);
+    CHECK(ran == 1);
+    CHECK(biz.rows() == 0);
+    CHECK(t.blocking.store.find(key)->recovery_points.empty());
+  }
+  SECTION("a step of this attempt's rolled-back transaction: its read finds the claim gone") {
+    const idem::Key key{"ORDER", "abs-local-taken-over-read"};
+    std::optional<idem::Verdict> other;
+    bool rolled_back = false;
+    CHECK_THROWS_AS(run_on(io, idem::async::run_once(
+                                   t.store, key, "fp",
+                                   [&](PooledAttempt& attempt) -> net::awaitable<int> {
+                                     try {
+                                       co_await reserve(attempt, key, true);
+                                     } catch (const std::runtime_error&) {
+                                       rolled_back = true;
+                                     }
+                                     other = co_await take_over(key);
+                                     co_return co_await reserve(attempt, key, false);
+                                   },
+                                   lease_200ms)),
+                    idem::LeaseLost);
+    CHECK(rolled_back);
+    CHECK(other == idem::Verdict::acquired);
+    CHECK(ran == 1);  // the second time, the read refused the step before it ran
+    CHECK(biz.rows() == 0);
+    CHECK(t.blocking.store.find(key)->recovery_points.empty());
+  }
 }
 
 TEST_CASE("async mysql bound: record_step refuses with LeaseLost once the claim was taken over") {
