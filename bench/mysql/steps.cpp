@@ -174,9 +174,9 @@ void steps_scenario(const Config& config) {
   j["baseline_executions"] = raw_runs.load() / config.rounds_per_side();
   j["library"] =
       "run_once on the standalone store with an Attempt: step 'reserve' (with_transaction on "
-      "the service's own pool: bound read of the record, order INSERT, recovery point), step "
-      "'charge' (a counter, its recovery point), step 'mark_paid' (with_transaction: bound "
-      "read, order UPDATE, recovery point), the record completed";
+      "the service's own pool: order INSERT, recovery point), step "
+      "'charge' (a counter, its recovery point), step 'mark_paid' (with_transaction: order "
+      "UPDATE, recovery point), the record completed";
   j["baseline"] =
       "Stripe-style by hand (C API): INSERT of the key row (a duplicate: read it), a "
       "transaction with the order INSERT and the recovery point, the charge and its recovery "
