@@ -11,6 +11,7 @@
 // The rules (ack.verdict and ack.reason say which one applied):
 //   acquired, fn returns         -> result recorded             -> commit
 //   acquired, fn throws PermanentFailure -> failure recorded    -> commit (duplicates replay it)
+//   acquired, fn throws EffectUnknown -> record outcome_unknown -> retry_later (as below)
 //   acquired, fn throws anything else -> retryable failure recorded -> retry_later
 //   replayed (success or permanent failure)  -> fn not run      -> commit
 //   in_progress (another consumer holds it)  -> fn not run      -> retry_later
@@ -112,6 +113,10 @@ template <Store S, class F>
 Ack run_acquired(IdempotencyGuard<S>& guard, F& fn) {
   using R = std::decay_t<std::invoke_result_t<F&>>;
   std::optional<Produced<R>> produced;
+  const auto retry_later = [&](const std::string& what) -> Ack {
+    guard.fail({{"error", "idem.consumer_exception"}, {"detail", what}}, true);
+    return {Ack::retry_later, Verdict::acquired, what};
+  };
   try {
     if constexpr (std::is_void_v<R>) {
       std::invoke(fn);
@@ -122,18 +127,23 @@ Ack run_acquired(IdempotencyGuard<S>& guard, F& fn) {
   } catch (const PermanentFailure& e) {
     guard.fail(e.error(), false);
     return {Ack::commit, Verdict::acquired, e.what()};
+  } catch (const EffectUnknown& e) {
+    // Redelivered, the message meets an outcome_unknown record and waits for its resolver.
+    if constexpr (detail::MarksUnknown<S>) {
+      guard.mark_unknown(e.what());
+      return {Ack::retry_later, Verdict::acquired, e.what()};
+    } else {
+      return retry_later(e.what());
+    }
   } catch (const StoreError&) {
     // The database failed under the business (in same-transaction mode a deadlock has already
     // rolled back the claim with it): propagate, so that with_transaction can run the
     // transaction again. The guard's destructor records a retryable failure if it still can.
     throw;
   } catch (const std::exception& e) {
-    guard.fail({{"error", "idem.consumer_exception"}, {"detail", e.what()}}, true);
-    return {Ack::retry_later, Verdict::acquired, e.what()};
+    return retry_later(e.what());
   } catch (...) {
-    guard.fail({{"error", "idem.consumer_exception"}, {"detail", "a non-standard exception"}},
-               true);
-    return {Ack::retry_later, Verdict::acquired, "a non-standard exception"};
+    return retry_later("a non-standard exception");
   }
   try {
     guard.commit(produced->value);

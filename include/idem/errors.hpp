@@ -10,8 +10,10 @@
 //   ├── idem::LeaseLost              this worker's claim was taken over; its write was refused
 //   ├── idem::StoreError             the store failed; retryable() says if a retry may succeed
 //   │   └── idem::CorruptRecord      a stored record cannot be decoded
-//   └── idem::PermanentFailure       thrown by business code to record a non-retryable failure
-//                                    (in idem/permanent_failure.hpp: it carries a JSON error)
+//   ├── idem::PermanentFailure       thrown by business code to record a non-retryable failure
+//   │                                (in idem/permanent_failure.hpp: it carries a JSON error)
+//   └── idem::EffectUnknown          thrown by business code that cannot tell whether its
+//                                    effect outside the store happened
 
 #include <stdexcept>
 #include <string>
@@ -69,6 +71,18 @@ class StoreError : public Error {
 class CorruptRecord : public StoreError {
  public:
   explicit CorruptRecord(const std::string& what) : StoreError(what, false) {}
+};
+
+// Throw from a business function run by idem::run_once or idem::consume (or under a guard,
+// then call mark_unknown) when an effect outside the store may or may not have happened: a
+// gateway call that timed out after the request went out. Running the business again could
+// repeat the effect, and no answer is known to replay: the record becomes outcome_unknown,
+// and nothing runs or replays until the resolver pass or a repair settles it
+// (docs/recovery.md). On a store that cannot repair, and in same-transaction mode (whose
+// business writes roll back anyway), it is an exception like any other.
+class EffectUnknown : public Error {
+ public:
+  using Error::Error;
 };
 
 }  // namespace idem

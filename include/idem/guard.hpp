@@ -91,6 +91,20 @@ inline ClaimResult refused_claim(const RepairRefused& e, const ClaimResult& clai
   return ClaimResult{Verdict::in_progress, e.current().value_or(claim.record), true};
 }
 
+// The repair an acquired claim writes over its own record when its business threw
+// EffectUnknown: outcome_unknown under the claim's own fence, with what the business said.
+// Only where the business's effect lies outside a transaction of the caller: in
+// same-transaction mode its writes roll back anyway, and the exception is like any other.
+inline Repair unknown_effect_repair(const Ticket& held, std::string_view what) {
+  return Repair{.action = RepairAction::mark_unknown,
+                .fence = held.fence,
+                .snapshot = encode_error({{"error", "idem.effect_unknown"}, {"detail", what}}),
+                .reason = "the business could not tell whether its effect happened"};
+}
+
+template <class S>
+concept MarksUnknown = RepairingStore<S> && !in_caller_transaction_v<S>;
+
 // Those steps with a blocking resolver call and repair.
 template <Store S>
 ClaimResult resolve_crashed(S& store, ClaimResult claim, const Options& options) {
@@ -203,6 +217,21 @@ class IdempotencyGuard {
     std::string snapshot = detail::encode_error(error);
     finish([&] { store_.fail(state_.key(), state_.ticket(), snapshot, retryable); });
     state_.recorded(Status::failed, std::move(snapshot), retryable, EventKind::failed);
+  }
+
+  // Records that the business cannot tell whether its effect outside the store happened
+  // (EffectUnknown): the record becomes outcome_unknown under a new fence, so nothing runs or
+  // replays until the resolver pass or a repair settles it. Throws LeaseLost when the claim
+  // was taken over, and StoreError when the store failed (the claim is closed all the same:
+  // its lease runs out and the stale pass asks the resolver).
+  void mark_unknown(std::string_view what) requires detail::MarksUnknown<S> {
+    state_.require_open("mark_unknown");
+    const Repair repair = detail::unknown_effect_repair(state_.ticket(), what);
+    try {
+      state_.marked_unknown(store_.repair(state_.key(), repair));
+    } catch (...) {
+      state_.mark_unknown_failed(std::current_exception());
+    }
   }
 
   // For a replayed verdict: the stored response as T, or the stored permanent failure

@@ -13,7 +13,9 @@
 //
 // An exception from fn records a retryable failure and propagates. idem::PermanentFailure
 // records a non-retryable failure and comes back as a failed Outcome (verdict acquired), in
-// the same shape every later duplicate replays it.
+// the same shape every later duplicate replays it. idem::EffectUnknown (an effect outside the
+// store that may have happened) marks the record outcome_unknown and comes back as an Outcome
+// with that verdict, as every later duplicate meets it until a resolver or a repair settles it.
 
 #include <concepts>
 #include <functional>
@@ -76,6 +78,13 @@ requires std::invocable<F&> || std::invocable < F&, Attempt<S>
   } catch (const PermanentFailure& e) {
     guard.fail(e.error(), false);
     return Outcome<T>::failure(Verdict::acquired, e.error(), guard.record());
+  } catch (const EffectUnknown& e) {
+    if constexpr (detail::MarksUnknown<S>) {
+      guard.mark_unknown(e.what());
+      return Outcome<T>::none(Verdict::outcome_unknown, guard.record());
+    } else {
+      throw;
+    }
   }
   // Other exceptions from fn propagate; the guard's destructor records a retryable failure.
 

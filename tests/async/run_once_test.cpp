@@ -72,6 +72,28 @@ TEST_CASE_METHOD(Loop, "async run_once: runs once, replays to duplicates, report
   CHECK(memory.find(key)->status == idem::Status::succeeded);
 }
 
+TEST_CASE_METHOD(Loop, "async run_once: EffectUnknown leaves the record outcome_unknown") {
+  const idem::Key key{"PAY", "A-unknown"};
+  int ran = 0;
+  auto timed_out = [&]() -> net::awaitable<int> {
+    ++ran;
+    co_await charge(299, 1ms);
+    throw idem::EffectUnknown("the gateway timed out after the charge was sent");
+  };
+  const auto first = run(idem::async::run_once(store, key, "fp", timed_out));
+  CHECK(first.verdict() == idem::Verdict::outcome_unknown);
+  CHECK_FALSE(first.has_value());
+  CHECK_FALSE(first.failed());
+  const auto stored = memory.find(key);
+  REQUIRE(stored.has_value());
+  CHECK(stored->status == idem::Status::outcome_unknown);
+  CHECK(stored->ticket.fence == 2);
+  CHECK(stored->snapshot.find("idem.effect_unknown") != std::string::npos);
+  const auto again = run(idem::async::run_once(store, key, "fp", timed_out));
+  CHECK(again.verdict() == idem::Verdict::outcome_unknown);
+  CHECK(ran == 1);
+}
+
 TEST_CASE_METHOD(Loop,
                  "async run_once: an exception records a retryable failure, a "
                  "PermanentFailure is replayed") {

@@ -104,6 +104,28 @@ TEST_CASE_METHOD(Fixture, "consume: a permanent failure is recorded and committe
   CHECK_FALSE(store.find(order)->retryable);
 }
 
+TEST_CASE_METHOD(Fixture,
+                 "consume: EffectUnknown is retry_later, and the redelivery waits for a repair") {
+  int runs = 0;
+  const Ack unsure = idem::consume(store, order, "fp", [&] {
+    ++runs;
+    throw idem::EffectUnknown("the ledger service timed out after the credit was sent");
+  });
+  CHECK(unsure == Ack::retry_later);
+  CHECK(unsure.verdict == Verdict::acquired);
+  CHECK(store.find(order)->status == idem::Status::outcome_unknown);
+  clock.advance(1h);  // past any lease: still not run again
+  const Ack redelivered = idem::consume(store, order, "fp", [&] { ++runs; });
+  CHECK(redelivered == Ack::retry_later);
+  CHECK(redelivered.verdict == Verdict::outcome_unknown);
+  CHECK(runs == 1);
+  store.repair(order, {.action = idem::RepairAction::release,
+                       .fence = store.find(order)->ticket.fence,
+                       .reason = "the ledger shows no credit"});
+  CHECK(idem::consume(store, order, "fp", [&] { ++runs; }) == Ack::commit);
+  CHECK(runs == 2);
+}
+
 TEST_CASE_METHOD(Fixture, "consume: the same key with another payload commits as a conflict") {
   CHECK(idem::consume(store, order, "fp-a", [] {}) == Ack::commit);
   int runs = 0;

@@ -55,6 +55,10 @@ namespace idem::async {
 
 namespace detail {
 
+// As idem::detail::MarksUnknown: a store whose guard can mark its own record outcome_unknown.
+template <class S>
+concept MarksUnknown = RepairingAsyncStore<S> && !in_caller_transaction_v<S>;
+
 // After a claim cancelled while its resolver ran: the resolver's answer, applied as the
 // Janitor's resolver pass applies it (the claimer no longer runs the business). Refused: the
 // record moved on; any other failure: the lease runs out instead.
@@ -199,6 +203,21 @@ class Guard {
     std::string snapshot = idem::detail::encode_error(error);
     co_await finish(store_->fail(state_.key(), state_.ticket(), snapshot, retryable));
     state_.recorded(Status::failed, std::move(snapshot), retryable, EventKind::failed);
+  }
+
+  // As IdempotencyGuard::mark_unknown.
+  net::awaitable<void> mark_unknown(std::string_view what) requires detail::MarksUnknown<S> {
+    state_.require_open("mark_unknown");
+    const Repair repair = idem::detail::unknown_effect_repair(state_.ticket(), what);
+    std::optional<Record> written;
+    std::exception_ptr failed;
+    try {
+      written.emplace(co_await store_->repair(state_.key(), repair));
+    } catch (...) {
+      failed = std::current_exception();  // no co_await inside a handler
+    }
+    if (failed) state_.mark_unknown_failed(failed);
+    state_.marked_unknown(std::move(*written));
   }
 
   // Records now the retryable failure the destructor would record later (so the next

@@ -15,7 +15,8 @@
 // options.resolvers, a crashed attempt's resolver may answer for it (idem/async/guard.hpp):
 // the Outcome is then a replay, or has the verdict outcome_unknown. An exception from fn
 // records a retryable failure before it propagates; idem::PermanentFailure records a
-// permanent one and comes back as a failed Outcome. A coroutine cancelled while fn runs
+// permanent one and comes back as a failed Outcome; idem::EffectUnknown marks the record
+// outcome_unknown and comes back with that verdict (as with idem::run_once). A coroutine cancelled while fn runs
 // records the retryable failure too (the cancellation reaches fn as an exception), so the
 // next duplicate runs again at once.
 
@@ -87,18 +88,31 @@ requires std::invocable<F&> || std::invocable < F&, Attempt<S>
 
   std::optional<T> value;
   std::optional<nlohmann::json> permanent;
+  std::optional<std::string> unknown;
   std::exception_ptr thrown;
   try {
     Attempt<S> attempt = guard.attempt();
     value.emplace(co_await detail::invoke_business(fn, attempt));
   } catch (const PermanentFailure& e) {
     permanent = e.error();
+  } catch (const EffectUnknown& e) {
+    if constexpr (detail::MarksUnknown<S>) {
+      unknown = e.what();
+    } else {
+      thrown = std::current_exception();
+    }
   } catch (...) {
     thrown = std::current_exception();
   }
   if (thrown) {
     co_await guard.abandon();  // no co_await inside a handler: recorded here, then rethrown
     std::rethrow_exception(thrown);
+  }
+  if constexpr (detail::MarksUnknown<S>) {
+    if (unknown) {
+      co_await guard.mark_unknown(*unknown);
+      co_return Outcome<T>::none(Verdict::outcome_unknown, guard.record());
+    }
   }
   if (permanent) {
     co_await guard.fail(*permanent, false);

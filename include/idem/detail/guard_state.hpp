@@ -22,9 +22,11 @@
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"
+#include "idem/repair.hpp"
 #include "idem/serializable.hpp"
 #include "idem/store.hpp"
 #include "idem/store/abilities.hpp"
+#include "idem/store/record_rules.hpp"
 #include "idem/store/retry.hpp"
 #include "idem/verdict.hpp"
 
@@ -154,6 +156,30 @@ class GuardState {
     claim_.record.retryable = retryable;
     claim_.record.snapshot = std::move(snapshot);
     report(event);
+  }
+  // After the store marked the claim's own record outcome_unknown (EffectUnknown): `written`
+  // is the record as written, under a new fence.
+  void marked_unknown(Record written) {
+    open_ = false;
+    claim_.record = std::move(written);
+    report(EventKind::outcome_unknown);
+  }
+  // After marking the record unknown threw `error`: rethrows it, a refused repair as LeaseLost
+  // (the claim was taken over). A store failure closes the claim all the same: a retryable
+  // failure written later would let a duplicate run an effect that may have happened, so the
+  // lease runs out instead and the record goes to the stale pass (and its resolver).
+  [[noreturn]] void mark_unknown_failed(const std::exception_ptr& error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const RepairRefused&) {
+      LeaseLost e = lease_lost(who_, key(), ticket());
+      lost(e);
+      throw e;
+    } catch (const StoreError& e) {
+      store_failed(e);
+      close();
+      throw;
+    }
   }
   // After the store said the claim is someone else's now: the guard must not touch it again.
   void lost(const LeaseLost& e) noexcept {

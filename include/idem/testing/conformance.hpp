@@ -794,6 +794,73 @@ TEMPLATE_LIST_TEST_CASE("conformance: outcome_unknown neither runs nor replays, 
   }
 }
 
+TEMPLATE_LIST_TEST_CASE(
+    "conformance: a business that cannot tell whether its effect happened leaves the record "
+    "outcome_unknown",
+    "[conformance]", idem::testing::conformance_fixtures) {
+  using namespace idem::testing;
+  using S = store_of<TestType>;
+  if constexpr (!idem::RepairingStore<S>) {
+    WARN("this store has no repair(): skipped");
+  } else {
+    TestType fx;
+    auto& store = fx.store();
+    const idem::Key key{"PAY", "effect-unknown"};
+    int runs = 0;
+    auto timed_out = [&]() -> std::string {
+      ++runs;
+      throw idem::EffectUnknown("the gateway timed out after the charge was sent");
+    };
+    const auto out = idem::run_once(store, key, fp_a, timed_out, short_lease_options());
+    CHECK(out.verdict() == idem::Verdict::outcome_unknown);
+    CHECK_FALSE(out.has_value());
+    CHECK_FALSE(out.failed());
+    const auto stored = store.find(key);
+    REQUIRE(stored.has_value());
+    CHECK(stored->status == idem::Status::outcome_unknown);
+    CHECK(stored->ticket.fence == 2);  // the claim's fence, bumped by the mark
+    CHECK(stored->snapshot.find("idem.effect_unknown") != std::string::npos);
+    CHECK(stored->snapshot.find("timed out after the charge") != std::string::npos);
+    CHECK_FALSE(stored->repair_reason.empty());
+
+    // Neither a duplicate nor the end of the lease runs it again.
+    fx.advance(short_lease + idem::Duration{100});
+    store.release_stale(100);
+    const auto dup = idem::run_once(store, key, fp_a, timed_out, short_lease_options());
+    CHECK(dup.verdict() == idem::Verdict::outcome_unknown);
+    CHECK(runs == 1);
+
+    // A claim taken over while its business ran cannot mark the new owner's record.
+    const idem::Key taken{"PAY", "effect-unknown-taken"};
+    std::optional<idem::ClaimResult> other;
+    CHECK_THROWS_AS(idem::run_once(
+                        store, taken, fp_a,
+                        [&]() -> std::string {
+                          fx.advance(short_lease + idem::Duration{100});
+                          other = store.claim(taken, fp_a, short_lease_options());
+                          throw idem::EffectUnknown("timed out");
+                        },
+                        short_lease_options()),
+                    idem::LeaseLost);
+    REQUIRE(other.has_value());
+    REQUIRE(other->verdict == idem::Verdict::acquired);
+    const auto kept = store.find(taken);
+    REQUIRE(kept.has_value());
+    CHECK(kept->status == idem::Status::processing);
+    CHECK(kept->ticket == other->record.ticket);
+
+    // Only a repair (the resolver's, an operator's) moves it on.
+    store.repair(key, {.action = idem::RepairAction::complete,
+                       .fence = stored->ticket.fence,
+                       .snapshot = R"("charged")",
+                       .reason = "gateway answered: charged"});
+    const auto replay = idem::run_once(store, key, fp_a, timed_out, short_lease_options());
+    CHECK(replay.verdict() == idem::Verdict::replayed);
+    CHECK(replay.value() == "charged");
+    CHECK(runs == 1);
+  }
+}
+
 TEMPLATE_LIST_TEST_CASE("conformance: steps are kept with the claim and survive a crash",
                         "[conformance]", idem::testing::conformance_fixtures) {
   using namespace idem::testing;
