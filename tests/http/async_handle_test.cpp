@@ -203,6 +203,24 @@ TEST_CASE_METHOD(Loop, "async_handle: a duplicate while the first runs gets 409 
   CHECK_FALSE(inner->header("Retry-After"));
 }
 
+TEST_CASE_METHOD(Loop,
+                 "async_handle: a business that throws EffectUnknown answers 503 outcome-unknown, "
+                 "and so do its duplicates, without running") {
+  int runs = 0;
+  const auto timed_out = [&]() -> net::awaitable<Response> {
+    ++runs;
+    throw idem::EffectUnknown("the acquirer timed out after the capture was sent");
+    co_return created(0);
+  };
+  for (int i = 0; i < 2; ++i) {
+    const Response r = handle(post(R"("k-7")"), timed_out);
+    problem(r, 503, "outcome-unknown");
+    CHECK(r.header("Retry-After") == std::optional<std::string>{"60"});
+  }
+  CHECK(runs == 1);
+  CHECK(memory.find(idem::Key{"http", "k-7"})->status == idem::Status::outcome_unknown);
+}
+
 TEST_CASE_METHOD(Loop, "async_handle: a worker that died keeps 409 until its lease runs out") {
   Policy policy;
   policy.claim.lease = std::chrono::seconds{10};

@@ -288,6 +288,25 @@ TEST_CASE_METHOD(MemoryFixture, "handle: a worker that died keeps 409 until its 
 }
 
 TEST_CASE_METHOD(MemoryFixture,
+                 "handle: a business that throws EffectUnknown answers 503 outcome-unknown, and "
+                 "so do its duplicates, without running") {
+  int runs = 0;
+  const auto timed_out = [&]() -> Response {
+    ++runs;
+    throw idem::EffectUnknown("the acquirer timed out after the capture was sent");
+  };
+  for (int i = 0; i < 2; ++i) {
+    const Response r = idem::http::handle(store, post(R"("k-7")"), timed_out);
+    problem(r, 503, "outcome-unknown");
+    CHECK(r.header("Retry-After") == std::optional<std::string>{"60"});
+  }
+  CHECK(runs == 1);
+  const auto stored = store.find(idem::Key{"http", "k-7"});
+  REQUIRE(stored.has_value());
+  CHECK(stored->status == idem::Status::outcome_unknown);
+}
+
+TEST_CASE_METHOD(MemoryFixture,
                  "handle: a crashed attempt whose outcome is unknown is 503 with Retry-After, "
                  "nothing runs, until a repair settles it") {
   idem::Resolvers resolvers;

@@ -23,6 +23,7 @@
 #include <concepts>
 #include <exception>
 #include <optional>
+#include <string>
 #include <utility>
 #include <variant>
 
@@ -30,6 +31,7 @@
 #include "idem/async/net.hpp"
 #include "idem/async/run_once.hpp"
 #include "idem/async/store.hpp"
+#include "idem/errors.hpp"
 #include "idem/http/detail/decisions.hpp"
 #include "idem/http/message.hpp"
 #include "idem/http/policy.hpp"
@@ -69,12 +71,25 @@ requires std::convertible_to<idem::async::detail::response_of<F>, Response>
 
   std::optional<Response> response;
   std::optional<detail::Recording> recording;
+  std::optional<std::string> unknown;
   std::exception_ptr thrown;
   try {
     response.emplace(co_await idem::async::detail::invoke_awaiting(business));
     recording.emplace(detail::recording_for(*response, policy, "idem::http::async_handle"));
+  } catch (const EffectUnknown& e) {
+    if constexpr (idem::async::detail::MarksUnknown<S>) {
+      unknown = e.what();
+    } else {
+      thrown = std::current_exception();
+    }
   } catch (...) {
     thrown = std::current_exception();
+  }
+  if constexpr (idem::async::detail::MarksUnknown<S>) {
+    if (unknown) {  // as handle(): the answer a duplicate gets from now on
+      co_await guard.mark_unknown(*unknown);
+      co_return *detail::answer_without_running(Verdict::outcome_unknown, guard.record(), policy);
+    }
   }
   if (thrown) {
     // Recorded before the exception goes on (no co_await inside a handler), so a retry runs

@@ -12,11 +12,14 @@
 // | key of a finished request, same payload      | the stored response + Policy::replay_header |
 // | key of a request still running               | 409 problem+json, Retry-After               |
 // | key already used with another payload        | 422 problem+json                            |
+// | the business threw idem::EffectUnknown, or a | 503 problem+json (outcome-unknown),         |
+// | key whose outcome is unknown                 | Retry-After; nothing runs until a repair    |
 //
 // Which business responses are recorded is Policy::stored (idem/http/policy.hpp); the rest
 // are recorded as retryable failures. An exception from the business records a retryable
 // failure and propagates (as do the store's exceptions: idem::StoreError, idem::LeaseLost);
-// map it to a 5xx in your server.
+// map it to a 5xx in your server. idem::EffectUnknown (a call outside that may or may not have
+// taken effect) marks the record outcome_unknown instead, as idem::run_once does.
 
 #include <concepts>
 #include <functional>
@@ -25,6 +28,7 @@
 #include <utility>
 #include <variant>
 
+#include "idem/errors.hpp"
 #include "idem/guard.hpp"
 #include "idem/http/detail/decisions.hpp"
 #include "idem/http/message.hpp"
@@ -32,6 +36,7 @@
 #include "idem/http/problem.hpp"
 #include "idem/http/request_identity.hpp"
 #include "idem/store.hpp"
+#include "idem/verdict.hpp"
 
 namespace idem::http {
 
@@ -60,9 +65,19 @@ handle(S& store, const Request& request, F&& business, const Policy& policy = {}
           detail::answer_without_running(guard.verdict(), guard.record(), policy)) {
     return std::move(*answer);
   }
-  Response response = std::invoke(business);
-  detail::record(guard, detail::recording_for(response, policy, "idem::http::handle"));
-  return response;
+  std::optional<Response> response;
+  try {
+    response.emplace(std::invoke(business));
+  } catch (const EffectUnknown& e) {
+    if constexpr (idem::detail::MarksUnknown<S>) {
+      guard.mark_unknown(e.what());
+      return *detail::answer_without_running(Verdict::outcome_unknown, guard.record(), policy);
+    } else {
+      throw;
+    }
+  }
+  detail::record(guard, detail::recording_for(*response, policy, "idem::http::handle"));
+  return std::move(*response);
 }
 
 }  // namespace idem::http
