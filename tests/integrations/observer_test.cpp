@@ -150,6 +150,18 @@ TEST_CASE_METHOD(Fixture, "observer: a request and its duplicates report each st
   }
 }
 
+TEST_CASE_METHOD(Fixture,
+                 "observer: a business that throws EffectUnknown reports one result, failed, "
+                 "and its duplicates outcome_unknown") {
+  const auto unsure = [&]() -> int { throw idem::EffectUnknown("timed out after sending"); };
+  CHECK(idem::run_once(store, key, "fp", unsure, options).verdict() ==
+        idem::Verdict::outcome_unknown);
+  CHECK(idem::run_once(store, key, "fp", unsure, options).verdict() ==
+        idem::Verdict::outcome_unknown);
+  CHECK(recorder.kinds() ==
+        std::vector<EventKind>{EventKind::acquired, EventKind::failed, EventKind::outcome_unknown});
+}
+
 TEST_CASE_METHOD(Fixture, "observer: in progress, takeover, lease lost and abandonment") {
   idem::IdempotencyGuard first{store, key, "fp", options};
   REQUIRE(first.acquired());

@@ -158,11 +158,13 @@ class GuardState {
     report(event);
   }
   // After the store marked the claim's own record outcome_unknown (EffectUnknown): `written`
-  // is the record as written, under a new fence.
+  // is the record as written, under a new fence. Reported as the claim's result, `failed`
+  // (the business did not succeed): outcome_unknown is a claim answer, and this claim was
+  // answered acquired already; the Janitor's gauge counts the record.
   void marked_unknown(Record written) {
     open_ = false;
     claim_.record = std::move(written);
-    report(EventKind::outcome_unknown);
+    report(EventKind::failed);
   }
   // After marking the record unknown threw `error`: rethrows it, a refused repair as LeaseLost
   // (the claim was taken over). A store failure closes the claim all the same: a retryable
