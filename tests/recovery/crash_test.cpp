@@ -630,6 +630,43 @@ void resolver_case() {
   check_exactly_once(w, "after the repair and a last delivery");
 }
 
+// Charges whose answer never comes (the service gives up before the gateway answers, after it
+// charged): each business throws EffectUnknown, its record waits outcome_unknown instead of
+// charging again, and a resolver round settles every one as charged once.
+template <class Backend>
+void timeout_case() {
+  const auto start = Clock::now();
+  World<Backend> w("plain");
+  Driver driver(
+      w.service_args("resolver", {"--gateway-timeout-ms", std::to_string(gateway_delay_ms / 4)}),
+      w.ledger, w.seed);
+  REQUIRE(driver.finish() == 0);
+  auto& store = w.backend.store();
+  const Judged j = judge(w.ledger_counts(), w.trades);
+  auto statuses = status_counts(store);
+  WARN(
+      fmt::format("{} timeouts: {} trades, {} charges, {} trades charged twice or more; records "
+                  "outcome_unknown {}, succeeded {}",
+                  Backend::name, w.trades.size(), j.total, j.charged_twice,
+                  statuses[idem::Status::outcome_unknown], statuses[idem::Status::succeeded]));
+  CHECK(j.charged_twice == 0);
+  CHECK(statuses[idem::Status::outcome_unknown] > 0);  // left to the resolver, not retried
+  CHECK(statuses[idem::Status::failed] == 0);
+  CHECK(statuses[idem::Status::processing] == 0);
+
+  const idem::JanitorStats repaired = repair_round(store, w.gateway->port());
+  WARN(fmt::format("{} timeouts: repair round: happened {}, not_happened {}, unknown {}; {} in all",
+                   Backend::name, repaired.resolved_happened, repaired.resolved_not_happened,
+                   repaired.resolved_unknown, seconds(since(start))));
+  CHECK(repaired.errors == 0);
+  CHECK(repaired.resolved_happened > 0);
+  CHECK(status_counts(store)[idem::Status::outcome_unknown] == 0);
+  // A charge that never reached the gateway was released: the last delivery, answered in
+  // time, runs it; the others replay.
+  REQUIRE(driver.finish({"--gateway-timeout-ms", "30000"}) == 0);
+  check_exactly_once(w, "after the timed-out charges were resolved and a last delivery");
+}
+
 template <class Backend>
 void restore_case() {
   const auto start = Clock::now();
@@ -706,6 +743,11 @@ TEST_CASE("SQLite, resolver: no trade charged twice, unknowns repaired to none",
   resolver_case<SqliteBackend>();
 }
 
+TEST_CASE("SQLite, timeouts: a charge left without an answer is resolved, never sent again",
+          "[sqlite][resolver]") {
+  timeout_case<SqliteBackend>();
+}
+
 TEST_CASE("SQLite, restore: ask_every_claim_until keeps a restored store from charging twice",
           "[sqlite][restore]") {
   restore_case<SqliteBackend>();
@@ -724,6 +766,11 @@ TEST_CASE("MySQL, steps: the step key on a deduplicating gateway charges every t
 TEST_CASE("MySQL, resolver: no trade charged twice, unknowns repaired to none",
           "[mysql][resolver]") {
   resolver_case<MysqlBackend>();
+}
+
+TEST_CASE("MySQL, timeouts: a charge left without an answer is resolved, never sent again",
+          "[mysql][resolver]") {
+  timeout_case<MysqlBackend>();
 }
 
 TEST_CASE("MySQL, restore: ask_every_claim_until keeps a restored store from charging twice",

@@ -8,7 +8,8 @@
 //                        --gateway-port P --mode blind|steps|resolver --workload FILE
 //                        [--threads 8] [--lease-ms 3000] [--janitor-ms 500]
 //                        [--unknown-share N] [--unknown-retry-ms N] [--ask-every-claim-ms N]
-//                        [--retry-pause-ms 100] [--progress-every 100]
+//                        [--retry-pause-ms 100] [--gateway-timeout-ms 30000]
+//                        [--progress-every 100]
 //
 // Every run delivers every line of the workload again, the way a broker redelivers what was
 // not acknowledged; the duplicates are repeated lines. A line answered in_progress (another
@@ -26,7 +27,9 @@
 //             gateway whether the trade was charged, on the claim path (Options::resolvers)
 //             and in the Janitor. It answers unknown for --unknown-share N percent of the
 //             trades (a stable choice), so that some records really end outcome_unknown;
-//             --unknown-retry-ms is how soon the Janitor asks about those again.
+//             --unknown-retry-ms is how soon the Janitor asks about those again. A charge
+//             left without an answer (--gateway-timeout-ms) throws idem::EffectUnknown: the
+//             record waits for the resolver instead of charging again.
 //   --ask-every-claim-ms W: after a restore, every claim asks the resolver for W ms
 //             (Resolvers::ask_every_claim_until).
 //
@@ -93,6 +96,7 @@ struct Config {
   std::chrono::milliseconds unknown_retry{std::chrono::minutes{5}};
   std::chrono::milliseconds ask_every_claim{0};
   std::chrono::milliseconds retry_pause{100};
+  std::chrono::milliseconds gateway_timeout{std::chrono::seconds{30}};
   int progress_every = 100;
 };
 
@@ -212,7 +216,7 @@ class Service {
       : store_(store),
         config_(config),
         payments_(std::move(payments)),
-        gateway_(config.gateway_port, std::chrono::seconds{30}) {}
+        gateway_(config.gateway_port, config.gateway_timeout) {}
 
   int run() {
     if (config_.mode == Mode::resolver) {
@@ -288,7 +292,18 @@ class Service {
   json charge(const Payment& p, std::optional<std::string> key) {
     const std::string trade = idem_recovery::trade_id(p.trade);
     say("charging " + trade);
-    const idem_test::Charge c = gateway_.charge(trade, p.amount, std::move(key));
+    std::optional<idem_test::Charge> answered;
+    try {
+      answered = gateway_.charge(trade, p.amount, key);
+    } catch (const idem_test::GatewayError& e) {
+      // No answer to a charge sent without a key: it may be in the ledger, and sending it
+      // again could charge twice. Only a lookup can tell: the record waits for the resolver.
+      if (e.status() == 0 && !key && config_.mode == Mode::resolver) {
+        throw idem::EffectUnknown(e.what());
+      }
+      throw;
+    }
+    const idem_test::Charge& c = *answered;
     say("charged " + trade + (c.replayed ? " replayed" : ""));
     return idem_recovery::charge_response(c);
   }
@@ -368,7 +383,8 @@ int usage() {
       "         [--mysql-table T] | --redis-socket S [--redis-prefix P])\n"
       "       --gateway-port P --mode blind|steps|resolver --workload FILE [--threads N]\n"
       "       [--lease-ms N] [--janitor-ms N] [--unknown-share N] [--unknown-retry-ms N]\n"
-      "       [--ask-every-claim-ms N] [--retry-pause-ms N] [--progress-every N]\n",
+      "       [--ask-every-claim-ms N] [--retry-pause-ms N] [--gateway-timeout-ms N]\n"
+      "       [--progress-every N]\n",
       stderr);
   return 2;
 }
@@ -414,6 +430,8 @@ std::optional<Config> parse_args(int argc, char** argv) {
       c.ask_every_claim = ms(v);
     } else if (arg == "--retry-pause-ms") {
       c.retry_pause = ms(v);
+    } else if (arg == "--gateway-timeout-ms") {
+      c.gateway_timeout = ms(v);
     } else if (arg == "--progress-every") {
       c.progress_every = std::stoi(v);
     } else {
