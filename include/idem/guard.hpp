@@ -223,7 +223,7 @@ class IdempotencyGuard {
   // (EffectUnknown): the record becomes outcome_unknown under a new fence, so nothing runs or
   // replays until the resolver pass or a repair settles it. Throws LeaseLost when the claim
   // was taken over, and StoreError when the store failed (the claim is closed all the same:
-  // its lease runs out and the stale pass asks the resolver).
+  // its lease runs out, and the stale pass asks the biz_type's resolver, if it has one).
   void mark_unknown(std::string_view what) requires detail::MarksUnknown<S> {
     state_.require_open("mark_unknown");
     const Repair repair = detail::unknown_effect_repair(state_.ticket(), what);

@@ -169,7 +169,8 @@ class GuardState {
   // After marking the record unknown threw `error`: rethrows it, a refused repair as LeaseLost
   // (the claim was taken over). A store failure closes the claim all the same: a retryable
   // failure written later would let a duplicate run an effect that may have happened, so the
-  // lease runs out instead and the record goes to the stale pass (and its resolver).
+  // lease runs out instead and the record goes to the stale pass (whose resolver, when the
+  // biz_type has one, looks the effect up first).
   [[noreturn]] void mark_unknown_failed(const std::exception_ptr& error) {
     try {
       std::rethrow_exception(error);
