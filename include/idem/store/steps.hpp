@@ -210,12 +210,14 @@ class StepSteps {
   StepSteps(std::string_view who, const Key& key, const Ticket& ticket, std::string_view step,
             std::string_view result, std::optional<std::string_view> known = std::nullopt)
       : who_(who), key_(key), ticket_(ticket), step_(step), result_text_(result) {
-    checked_step(step_, result_text_);  // a bad step or result is InvalidArgument, first
-    if (known) {
-      before_ = std::string(*known);
-      after_ = with_step(before_, step_, result_text_);
-      first_ = after_ == before_ ? Step::read : Step::write;
+    // A bad step or result is InvalidArgument, first (with_step checks it before anything).
+    if (!known) {
+      checked_step(step_, result_text_);
+      return;
     }
+    before_ = std::string(*known);
+    after_ = with_step(before_, step_, result_text_);
+    first_ = after_ == before_ ? Step::read : Step::write;
   }
 
   Step start() const noexcept { return first_; }
