@@ -145,8 +145,13 @@ void steps_scenario(const Config& config) {
                          ++runs;
                          local(a, "reserve", insert_order);
                          const long charge = a.step("charge", [] { return ++charges; });
-                         local(a, "mark_paid", mark_paid);
-                         return nlohmann::json{{"order", id}, {"charge", charge}};
+                         // The last phase: the order marked paid and the record completed
+                         // in one transaction.
+                         return idem::mysql::with_transaction(business, [&](Connection& c) {
+                           auto tx = server.store->bind(c);
+                           c.execute(mark_paid, {id});
+                           return a.complete(tx, nlohmann::json{{"order", id}, {"charge", charge}});
+                         });
                        },
                        options);
                    if (!out) throw std::runtime_error("neither acquired nor replayed");
@@ -175,8 +180,8 @@ void steps_scenario(const Config& config) {
   j["library"] =
       "run_once on the standalone store with an Attempt: step 'reserve' (with_transaction on "
       "the service's own pool: order INSERT, recovery point), step "
-      "'charge' (a counter, its recovery point), step 'mark_paid' (with_transaction: order "
-      "UPDATE, recovery point), the record completed";
+      "'charge' (a counter, its recovery point), the last phase in with_transaction: order "
+      "UPDATE and the record completed (Attempt::complete)";
   j["baseline"] =
       "Stripe-style by hand (C API): INSERT of the key row (a duplicate: read it), a "
       "transaction with the order INSERT and the recovery point, the charge and its recovery "

@@ -133,6 +133,32 @@ class Attempt {
     return value;
   }
 
+  // Completes the action with `response` inside the transaction `bound` runs in (a store bound
+  // to it, e.g. idem::mysql::Store::bind), beside the business's last local writes: the
+  // record becomes succeeded in the same COMMIT as they do, or neither happens. No recovery
+  // point is needed for that last phase, and no write after it. Returns `response`, which
+  // the business returns in turn (run_once throws UsageError if it returns another one).
+  // The caller commits before the business returns: with with_transaction the commit itself
+  // tells the guard; in a transaction of the caller's own, the guard reads the record once.
+  // Throws LeaseLost when the claim was taken over (nothing commits), InvalidArgument when
+  // the response cannot be stored.
+  template <class Bound, Serializable T>
+  requires requires(Bound& b, const Key& k, const Ticket& t, std::string_view v) {
+    b.complete(k, t, v);
+  }
+  T complete(Bound& bound, T response) {
+    state_.require_open("complete");
+    std::string snapshot = detail::encode_snapshot(response);
+    bound.complete(state_.key(), state_.ticket(), snapshot);
+    if constexpr (requires { bound.after_commit(std::function<void()>{}); }) {
+      if (bound.after_commit([s = &state_, snapshot] { s->completion_committed(snapshot); })) {
+        return response;
+      }
+    }
+    state_.completion_written(std::move(snapshot));
+    return response;
+  }
+
  private:
   // store.record_step, telling a store that can use it which points this attempt knows of
   // (one round trip instead of a read and a write; see idem::detail::StepSteps).

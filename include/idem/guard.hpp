@@ -50,6 +50,7 @@
 #include "idem/serializable.hpp"
 #include "idem/store.hpp"
 #include "idem/store/abilities.hpp"
+#include "idem/store/record_rules.hpp"
 #include "idem/store/retry.hpp"
 #include "idem/verdict.hpp"
 
@@ -206,6 +207,11 @@ class IdempotencyGuard {
   void commit(const T& response) {
     state_.require_open("commit");
     std::string snapshot = detail::encode_snapshot(response);
+    if (state_.pending_completion() == snapshot) {
+      bool committed = false;
+      finish([&] { committed = committed_by_caller(snapshot); });
+      if (committed) return;
+    }
     finish([&] { store_.complete(state_.key(), state_.ticket(), snapshot); });
     state_.recorded(Status::succeeded, std::move(snapshot), false, EventKind::committed);
   }
@@ -262,6 +268,17 @@ class IdempotencyGuard {
       state_.write_failed(std::current_exception());
       throw;
     }
+  }
+
+  // Attempt::complete wrote this success into a transaction of the caller's own, whose commit
+  // nobody reported: one read tells whether it committed (then nothing is written again).
+  bool committed_by_caller(const std::string& snapshot) {
+    const std::optional<Record> stored = store_.find(state_.key());
+    if (!stored || !finished_as(*stored, state_.ticket(), Status::succeeded, snapshot, false)) {
+      return false;
+    }
+    state_.completion_committed(snapshot);
+    return true;
   }
 
   S& store_;

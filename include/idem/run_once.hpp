@@ -9,7 +9,8 @@
 //   else reject_mismatch();                      // conflict
 //
 // fn may take an idem::Attempt<S>& (idem/attempt.hpp): a business made of steps keeps each
-// finished step's result with the key, and passes step_key()s downstream.
+// finished step's result with the key, passes step_key()s downstream, and may complete the
+// action in its last local transaction (Attempt::complete).
 //
 // An exception from fn records a retryable failure and propagates. idem::PermanentFailure
 // records a non-retryable failure and comes back as a failed Outcome (verdict acquired), in
@@ -27,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/attempt.hpp"
+#include "idem/detail/snapshot.hpp"
 #include "idem/errors.hpp"
 #include "idem/guard.hpp"
 #include "idem/key.hpp"
@@ -88,6 +90,15 @@ requires std::invocable<F&> || std::invocable < F&, Attempt<S>
   }
   // Other exceptions from fn propagate; the guard's destructor records a retryable failure.
 
+  if (guard.state().completed_in_transaction()) {
+    // Attempt::complete recorded the response with the business's last transaction.
+    if (detail::encode_snapshot(*value) != guard.record().snapshot) {
+      throw UsageError(
+          "idem::run_once: the business returned another response than the one it completed "
+          "with (Attempt::complete); duplicates replay that one");
+    }
+    return Outcome<T>::success(Verdict::acquired, std::move(*value), guard.record());
+  }
   try {
     guard.commit(*value);
   } catch (const InvalidArgument& e) {

@@ -375,3 +375,223 @@ TEST_CASE("a worker killed mid-business is resumed after_crash with the steps it
   // A duplicate now replays.
   CHECK(t.store.claim(key, "fp", long_lease).verdict == idem::Verdict::replayed);
 }
+
+namespace {
+
+// Counts the committed events of the guards it observes.
+struct Commits final : idem::Observer {
+  std::atomic<int> committed{0};
+  void on_event(const idem::Event& e) noexcept override {
+    if (e.kind == idem::EventKind::committed) ++committed;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Attempt::complete finishes the action in the business's last transaction") {
+  Table t;
+  BusinessTable biz(t.pool);
+  Commits commits;
+  const idem::Options options{.lease = 60s, .ttl = 1h, .observer = &commits};
+  const idem::Key key{"ORDER", "steps-complete"};
+  int reserved = 0;
+  auto business = [&](Attempt& attempt) {
+    const auto hold = attempt.step("reserve", [&] {
+      ++reserved;
+      return std::string("h-1");
+    });
+    return idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      auto tx = t.store.bind(c);
+      biz.insert(c, key.id());
+      return attempt.complete(tx, nlohmann::json{{"hold", hold}, {"paid", true}});
+    });
+  };
+  const auto out = idem::run_once(t.store, key, "fp", business, options);
+  REQUIRE(out);
+  CHECK(out.verdict() == idem::Verdict::acquired);
+  CHECK(out.value() == nlohmann::json{{"hold", "h-1"}, {"paid", true}});
+  const auto stored = t.store.find(key);
+  REQUIRE(stored);
+  CHECK(stored->status == idem::Status::succeeded);
+  CHECK(nlohmann::json::parse(stored->snapshot) == out.value());
+  CHECK(points(*stored) == nlohmann::json{{"reserve", "h-1"}});
+  CHECK(biz.rows() == 1);
+  // Reported once; a second completion would have met a finished record and been LeaseLost.
+  CHECK(commits.committed == 1);
+
+  // A duplicate replays the response, and runs nothing.
+  const auto again = idem::run_once(t.store, key, "fp", business, options);
+  REQUIRE(again);
+  CHECK(again.verdict() == idem::Verdict::replayed);
+  CHECK(again.value() == out.value());
+  CHECK(reserved == 1);
+  CHECK(biz.rows() == 1);
+}
+
+TEST_CASE("Attempt::complete in a transaction that rolls back records nothing") {
+  Table t;
+  BusinessTable biz(t.pool);
+  const idem::Key key{"ORDER", "steps-complete-rolled-back"};
+  int tries = 0;
+
+  // The body throws after the completion: the business row and the completion roll back, and
+  // the claim fails retryably.
+  CHECK_THROWS_AS(idem::run_once(t.store, key, "fp",
+                                 [&](Attempt& attempt) {
+                                   return idem::mysql::with_transaction(
+                                       *t.pool, [&](idem::mysql::Connection& c) -> int {
+                                         auto tx = t.store.bind(c);
+                                         biz.insert(c, key.id());
+                                         attempt.complete(tx, 1);
+                                         throw std::runtime_error("after the completion");
+                                       });
+                                 }),
+                  std::runtime_error);
+  CHECK(biz.rows() == 0);
+  CHECK(t.store.find(key)->status == idem::Status::failed);
+  CHECK(t.store.find(key)->retryable);
+
+  // The server rolls the first try back (a deadlock, say); with_transaction runs the body
+  // again, whose completion is the one that commits.
+  const auto out = idem::run_once(t.store, key, "fp", [&](Attempt& attempt) {
+    return idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      auto tx = t.store.bind(c);
+      biz.insert(c, key.id());
+      const int n = attempt.complete(tx, ++tries);
+      if (tries == 1) throw idem::StoreError("deadlock (simulated)", true);
+      return n;
+    });
+  });
+  REQUIRE(out);
+  CHECK(out.value() == 2);
+  CHECK(biz.rows() == 1);
+  CHECK(t.store.find(key)->snapshot == "2");
+
+  // The caller catches the failed transaction and returns the response anyway: run_once
+  // records it after the business, as for any business.
+  const idem::Key caught{"ORDER", "steps-complete-caught"};
+  const auto late = idem::run_once(t.store, caught, "fp", [&](Attempt& attempt) {
+    try {
+      idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) -> int {
+        auto tx = t.store.bind(c);
+        attempt.complete(tx, 7);
+        throw std::runtime_error("rolled back");
+      });
+    } catch (const std::runtime_error&) {
+    }
+    return 7;
+  });
+  REQUIRE(late);
+  CHECK(t.store.find(caught)->status == idem::Status::succeeded);
+  CHECK(t.store.find(caught)->snapshot == "7");
+}
+
+TEST_CASE("Attempt::complete in a transaction of the caller's own is confirmed by one read") {
+  Table t;
+  BusinessTable biz(t.pool);
+  Commits commits;
+  const idem::Options options{.lease = 60s, .ttl = 1h, .observer = &commits};
+  for (const bool commit : {true, false}) {
+    const idem::Key key{"ORDER", commit ? "steps-own-committed" : "steps-own-rolled-back"};
+    const auto out = idem::run_once(
+        t.store, key, "fp",
+        [&](Attempt& attempt) {
+          auto c = t.pool->acquire();
+          c->query("START TRANSACTION");
+          auto tx = t.store.bind(c->native());  // the service's own handle
+          biz.insert(*c, key.id());
+          const auto r = attempt.complete(tx, std::string("done"));
+          c->query(commit ? "COMMIT" : "ROLLBACK");
+          return r;
+        },
+        options);
+    REQUIRE(out);
+    CHECK(out.value() == "done");
+    const auto stored = t.store.find(key);
+    CHECK(stored->status == idem::Status::succeeded);
+    CHECK(stored->snapshot == R"("done")");
+    CHECK(biz.rows("trade_no = '" + key.id() + "'") == (commit ? 1 : 0));
+  }
+  CHECK(commits.committed == 2);
+}
+
+TEST_CASE("Attempt::complete of a claim taken over is LeaseLost and commits nothing") {
+  Table t;
+  BusinessTable biz(t.pool);
+  const idem::Key key{"ORDER", "steps-complete-taken-over"};
+  CHECK_THROWS_AS(idem::run_once(
+                      t.store, key, "fp",
+                      [&](Attempt& attempt) {
+                        std::this_thread::sleep_for(300ms);
+                        const auto other = t.store.claim(key, "fp", {.lease = 30s, .ttl = 1h});
+                        REQUIRE(other.verdict == idem::Verdict::acquired);
+                        return idem::mysql::with_transaction(
+                            *t.pool, [&](idem::mysql::Connection& c) {
+                              auto tx = t.store.bind(c);
+                              biz.insert(c, key.id());
+                              return attempt.complete(tx, 1);
+                            });
+                      },
+                      idem::Options{.lease = 200ms, .ttl = 1h}),
+                  idem::LeaseLost);
+  CHECK(biz.rows() == 0);
+  CHECK(t.store.find(key)->status == idem::Status::processing);
+  CHECK(t.store.find(key)->ticket.fence == 2);
+}
+
+TEST_CASE("a business that returns another response than it completed with is UsageError") {
+  Table t;
+  const idem::Key key{"ORDER", "steps-complete-other"};
+  CHECK_THROWS_AS(idem::run_once(t.store, key, "fp",
+                                 [&](Attempt& attempt) {
+                                   idem::mysql::with_transaction(
+                                       *t.pool, [&](idem::mysql::Connection& c) {
+                                         auto tx = t.store.bind(c);
+                                         return attempt.complete(tx, 1);
+                                       });
+                                   return 2;
+                                 }),
+                  idem::UsageError);
+  // The completion committed; duplicates replay it.
+  CHECK(t.store.find(key)->status == idem::Status::succeeded);
+  CHECK(t.store.find(key)->snapshot == "1");
+}
+
+TEST_CASE("8 threads run 60 actions that complete in their last transaction: each runs once") {
+  Table t(16);
+  BusinessTable biz(t.pool);
+  constexpr int threads = 8;
+  constexpr int actions = 60;
+  std::atomic<int> ran{0};
+  Errors errors;
+  idem_test::run_threads(threads, [&](int i) {
+    for (int n = 0; n < actions; ++n) {
+      // Every thread takes every action, starting at its own offset: most claims meet another
+      // thread's claim, in progress or finished.
+      const std::string id = "steps-complete-race-" + std::to_string((n + i * 7) % actions);
+      try {
+        const auto out = idem::run_once(
+            t.store, idem::Key{"ORDER", id}, "fp",
+            [&](Attempt& attempt) {
+              ++ran;
+              const auto charge = attempt.step("charge", [&] { return id; });
+              return idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+                auto tx = t.store.bind(c);
+                biz.insert(c, id);
+                return attempt.complete(tx, charge);
+              });
+            },
+            long_lease);
+        if (out && out.value() != id) errors.add("another action's response for " + id);
+      } catch (const std::exception& e) {
+        errors.add(e.what());
+      }
+    }
+  });
+  INFO(errors.first());
+  REQUIRE(errors.size() == 0);
+  CHECK(ran == actions);
+  CHECK(biz.rows() == actions);
+  CHECK(biz.max_per_key() == 1);
+  CHECK(t.count("status = 1") == actions);
+}

@@ -209,6 +209,41 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "Attempt::complete finishes the action with the business's last transaction - both "
+    "commit or neither does") {
+  Fixture fx;
+  auto& store = fx.store;
+  idem_test::create_business_table(store);
+  const idem::Key key{"ORDER", "steps-complete"};
+  int tries = 0;
+  auto business = [&](idem::Attempt<idem::sqlite::Store>& attempt) {
+    const int hold = attempt.step("reserve", [] { return 7; });
+    return idem::sqlite::with_transaction(store.pool(), [&](idem::sqlite::Connection& conn) {
+      auto tx = store.bind(conn);
+      conn.execute("INSERT INTO biz (trade_no) VALUES ('paid')");
+      const int r = attempt.complete(tx, hold * 10 + ++tries);
+      if (tries == 1) throw std::runtime_error("rolled back after the completion");
+      return r;
+    });
+  };
+  CHECK_THROWS_AS(idem::run_once(store, key, "", business), std::runtime_error);
+  CHECK(store.find(key)->status == idem::Status::failed);
+  CHECK(idem_test::scalar(store, "SELECT COUNT(*) FROM biz") == 0);
+
+  const auto out = idem::run_once(store, key, "", business);
+  REQUIRE(out);
+  CHECK(out.value() == 72);
+  CHECK(store.find(key)->status == idem::Status::succeeded);
+  CHECK(store.find(key)->snapshot == "72");
+  CHECK(idem_test::scalar(store, "SELECT COUNT(*) FROM biz") == 1);
+  const auto again = idem::run_once(store, key, "", business);
+  REQUIRE(again);
+  CHECK(again.verdict() == idem::Verdict::replayed);
+  CHECK(again.value() == 72);
+  CHECK(tries == 2);
+}
+
+TEST_CASE(
     "a worker killed with SIGKILL after its first step - the takeover after the lease "
     "resumes after_crash with the step kept, and runs only the rest") {
   TempDir dir;

@@ -63,6 +63,7 @@ class ClaimLedger {
     observer_ = nullptr;
     rollback_only_ = false;
     deferred_.reset();
+    after_commit_.clear();
   }
 
   // At most one record waits: the store writes an earlier one (send_deferred) first.
@@ -76,6 +77,16 @@ class ClaimLedger {
     if (d.write(with_commit)) return true;
     ended(d.key, d.ticket, State::superseded);
     throw superseded_error(who);
+  }
+
+  // Runs f once this transaction committed (not when it rolls back): an Attempt that completed
+  // its action inside it learns that its record is written. f must not throw.
+  void after_commit(std::function<void()> f) { after_commit_.push_back(std::move(f)); }
+  // Called by the try's runner right after its COMMIT succeeded.
+  void committed() noexcept {
+    for (auto& f : after_commit_)
+      f();
+    after_commit_.clear();
   }
 
   // The body's result already tells its caller that nothing of this transaction happened
@@ -185,6 +196,7 @@ class ClaimLedger {
   Observer* observer_ = nullptr;
   bool rollback_only_ = false;
   std::optional<Deferred> deferred_;  // dropped unsent when the try rolls back
+  std::vector<std::function<void()>> after_commit_;
 };
 
 // with_transaction registers the ledger of the try it runs on a handle (a MYSQL*, a

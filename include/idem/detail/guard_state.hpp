@@ -189,6 +189,21 @@ class GuardState {
     open_ = false;
     report(EventKind::lease_lost, &e);
   }
+  // Attempt::complete wrote the success into a transaction of the caller's: recorded once
+  // that transaction commits (completion_committed), until then still open. A later write
+  // in a try run again replaces it.
+  void completion_written(std::string snapshot) { pending_completion_ = std::move(snapshot); }
+  // The snapshot a completion inside a transaction wrote, whose commit is not known yet.
+  const std::optional<std::string>& pending_completion() const noexcept { return pending_completion_; }
+  // That transaction committed: the result is recorded.
+  void completion_committed(std::string snapshot) {
+    pending_completion_.reset();
+    completed_in_transaction_ = true;
+    recorded(Status::succeeded, std::move(snapshot), false, EventKind::committed);
+  }
+  // Whether the result was recorded by the commit of the business's own transaction.
+  bool completed_in_transaction() const noexcept { return completed_in_transaction_; }
+
   // After the store kept a step's result: the recovery points as stored.
   void steps_recorded(std::string points) { claim_.record.recovery_points = std::move(points); }
   // The result is no one's to record through this state any more (a moved-from guard).
@@ -247,6 +262,8 @@ class GuardState {
   EventKind failure_;
   ClaimResult claim_;
   bool open_;
+  std::optional<std::string> pending_completion_;
+  bool completed_in_transaction_ = false;
   std::chrono::steady_clock::time_point acquired_at_{};
 };
 

@@ -61,6 +61,7 @@ std::invoke_result_t<Fn&> run_try(Tx& tx, std::string_view who, TryReport& repor
       switch (ledger.ending()) {
         case ClaimLedger::Ending::commit:
           if (!ledger.send_deferred(true, who)) tx.commit();
+          ledger.committed();
           break;
         case ClaimLedger::Ending::retry:
           throw ledger.superseded_error(who);

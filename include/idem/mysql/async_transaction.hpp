@@ -85,6 +85,7 @@ net::awaitable<transaction_result_t<F>> run_async_try(AsyncConnection& c, F& bod
     switch (ledger.ending()) {
       case Ledger::Ending::commit:
         co_await c.query("COMMIT");
+        ledger.committed();
         break;
       case Ledger::Ending::roll_back:
         co_await c.query("ROLLBACK");

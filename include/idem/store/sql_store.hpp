@@ -24,6 +24,7 @@
 // tests/store/sql_store_test.cpp drives it through a scripted backend, without a server.
 
 #include <concepts>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -231,6 +232,14 @@ class BoundSqlStore {
   }
   // Marks the transaction as one to roll back whatever its claims say (see ClaimLedger).
   void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
+  // Runs f once with_transaction's try that this store is bound in has committed, and answers
+  // true; false (f dropped) in a transaction of the caller's own, whose commit nobody reports.
+  // Attempt::complete learns so that its record is written.
+  bool after_commit(std::function<void()> f) {
+    if (!ledger_commits()) return false;
+    ledger_->after_commit(std::move(f));
+    return true;
+  }
 
   Connection& connection() const noexcept { return *connection_; }
   BoundClaim how() const noexcept { return how_; }
