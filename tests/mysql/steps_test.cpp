@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../support/mysql_server.hpp"
+#include "../support/session_status.hpp"
 #include "../support/threads.hpp"
 
 using namespace std::chrono_literals;
@@ -525,12 +526,12 @@ TEST_CASE("Attempt::complete of a claim taken over is LeaseLost and commits noth
                         std::this_thread::sleep_for(300ms);
                         const auto other = t.store.claim(key, "fp", {.lease = 30s, .ttl = 1h});
                         REQUIRE(other.verdict == idem::Verdict::acquired);
-                        return idem::mysql::with_transaction(
-                            *t.pool, [&](idem::mysql::Connection& c) {
-                              auto tx = t.store.bind(c);
-                              biz.insert(c, key.id());
-                              return attempt.complete(tx, 1);
-                            });
+                        return idem::mysql::with_transaction(*t.pool,
+                                                             [&](idem::mysql::Connection& c) {
+                                                               auto tx = t.store.bind(c);
+                                                               biz.insert(c, key.id());
+                                                               return attempt.complete(tx, 1);
+                                                             });
                       },
                       idem::Options{.lease = 200ms, .ttl = 1h}),
                   idem::LeaseLost);
@@ -544,11 +545,11 @@ TEST_CASE("a business that returns another response than it completed with is Us
   const idem::Key key{"ORDER", "steps-complete-other"};
   CHECK_THROWS_AS(idem::run_once(t.store, key, "fp",
                                  [&](Attempt& attempt) {
-                                   idem::mysql::with_transaction(
-                                       *t.pool, [&](idem::mysql::Connection& c) {
-                                         auto tx = t.store.bind(c);
-                                         return attempt.complete(tx, 1);
-                                       });
+                                   idem::mysql::with_transaction(*t.pool,
+                                                                 [&](idem::mysql::Connection& c) {
+                                                                   auto tx = t.store.bind(c);
+                                                                   return attempt.complete(tx, 1);
+                                                                 });
                                    return 2;
                                  }),
                   idem::UsageError);
@@ -594,4 +595,96 @@ TEST_CASE("8 threads run 60 actions that complete in their last transaction: eac
   CHECK(biz.rows() == actions);
   CHECK(biz.max_per_key() == 1);
   CHECK(t.count("status = 1") == actions);
+}
+
+TEST_CASE("a local step's point and the completion travel with their transaction's COMMIT") {
+  Table t;
+  BusinessTable biz(t.pool);
+  const auto business = idem_test::make_pool(1);  // the service's: the counters' connection
+  auto questions = [&] {
+    return idem::mysql::with_transaction(*business, [&](idem::mysql::Connection& c) {
+      return idem_test::session_count(c, "Questions");
+    });
+  };
+  auto pay = [&](const std::string& id) {
+    return idem::run_once(t.store, idem::Key{"ORDER", id}, "fp", [&](Attempt& attempt) {
+      const auto hold = idem::mysql::with_transaction(*business, [&](idem::mysql::Connection& c) {
+        auto tx = t.store.bind(c);
+        return attempt.step(tx, "reserve", [&] {
+          biz.insert(c, id);
+          return std::string("h-") + id;
+        });
+      });
+      return idem::mysql::with_transaction(*business, [&](idem::mysql::Connection& c) {
+        auto tx = t.store.bind(c);
+        biz.insert(c, id);
+        return attempt.complete(tx, hold);
+      });
+    });
+  };
+  REQUIRE(pay("warm-up"));  // autocommit goes off once, on the connection's first transaction
+  const long long before = questions();
+  const auto out = pay("fresh");
+  // Each transaction: the business INSERT, and the guarded UPDATE with the COMMIT in one
+  // statement; then the SHOW of the next questions() and its COMMIT.
+  CHECK(questions() - before == 2 + 2 + 2);
+  REQUIRE(out);
+  CHECK(out.value() == "h-fresh");
+  const auto stored = t.store.find(idem::Key{"ORDER", "fresh"});
+  CHECK(stored->status == idem::Status::succeeded);
+  CHECK(points(*stored) == nlohmann::json{{"reserve", "h-fresh"}});
+  CHECK(biz.rows("trade_no = 'fresh'") == 2);
+}
+
+TEST_CASE("a step's point refused at the COMMIT runs the try again, which reads the points") {
+  Table t;
+  BusinessTable biz(t.pool);
+  const idem::Key key{"ORDER", "steps-refused-at-commit"};
+  int ran = 0, tries = 0;
+  // Between the step and its COMMIT another thread of the worker keeps a step of the same
+  // claim: the point waiting for the COMMIT no longer matches, and the try runs again.
+  const auto out = idem::run_once(t.store, key, "fp", [&](Attempt& attempt) {
+    return idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      ++tries;
+      auto tx = t.store.bind(c);
+      const auto hold = attempt.step(tx, "reserve", [&] {
+        ++ran;
+        biz.insert(c, key.id());
+        return ran;
+      });
+      t.store.record_step(key, attempt.claim().ticket, "notify", "true");
+      return hold;
+    });
+  });
+  REQUIRE(out);
+  CHECK(tries == 2);
+  CHECK(ran == 2);
+  CHECK(out.value() == 2);
+  CHECK(biz.rows() == 1);
+  CHECK(points(*t.store.find(key)) == nlohmann::json{{"notify", true}, {"reserve", 2}});
+
+  // Taken over between the step and its COMMIT: refused, the try runs again and its read
+  // finds the claim lost: LeaseLost, and nothing of either try committed.
+  const idem::Key lost{"ORDER", "steps-lost-at-commit"};
+  CHECK_THROWS_AS(
+      idem::run_once(
+          t.store, lost, "fp",
+          [&](Attempt& attempt) {
+            return idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+              auto tx = t.store.bind(c);
+              const int r = attempt.step(tx, "reserve", [&] {
+                biz.insert(c, lost.id());
+                return 1;
+              });
+              if (t.store.find(lost)->ticket == attempt.claim().ticket) {
+                std::this_thread::sleep_for(300ms);
+                REQUIRE(t.store.claim(lost, "fp", long_lease).verdict == idem::Verdict::acquired);
+              }
+              return r;
+            });
+          },
+          idem::Options{.lease = 200ms, .ttl = 1h}),
+      idem::LeaseLost);
+  CHECK(biz.rows("trade_no = 'steps-lost-at-commit'") == 0);
+  CHECK(t.store.find(lost)->recovery_points.empty());
 }

@@ -48,10 +48,12 @@ class ClaimLedger {
                 // with a retryable one: roll back and throw UsageError(why())
   };
 
-  // A record-last claim's finished record that waits to be written with the try's COMMIT, in
-  // one round trip (a bound store of with_transaction's, see BoundSqlStore). write(true)
-  // writes it and commits, write(false) writes it alone; each answers false when it met
-  // another request's row (and then committed nothing).
+  // A write that waits to be sent with the try's COMMIT, in one round trip (a bound store of
+  // with_transaction's, see BoundSqlStore): a record-last claim's finished record, a written
+  // claim's result, a step's recovery points. write(true) writes it and commits, write(false)
+  // writes it alone. A finished record answers false when it met another request's row (and
+  // then committed nothing); a guarded UPDATE refused throws instead (LeaseLost, or a
+  // retryable StoreError: the try runs again).
   struct Deferred {
     Key key;
     Ticket ticket;

@@ -194,7 +194,9 @@ class GuardState {
   // in a try run again replaces it.
   void completion_written(std::string snapshot) { pending_completion_ = std::move(snapshot); }
   // The snapshot a completion inside a transaction wrote, whose commit is not known yet.
-  const std::optional<std::string>& pending_completion() const noexcept { return pending_completion_; }
+  const std::optional<std::string>& pending_completion() const noexcept {
+    return pending_completion_;
+  }
   // That transaction committed: the result is recorded.
   void completion_committed(std::string snapshot) {
     pending_completion_.reset();

@@ -27,6 +27,7 @@ inline constexpr unsigned parse_error = 1064;        // ER_PARSE_ERROR
 inline constexpr unsigned lock_wait_timeout = 1205;  // ER_LOCK_WAIT_TIMEOUT
 inline constexpr unsigned deadlock = 1213;  // ER_LOCK_DEADLOCK (also Galera certification failures)
 inline constexpr unsigned query_interrupted = 1317;  // ER_QUERY_INTERRUPTED
+inline constexpr unsigned signal_exception = 1644;   // ER_SIGNAL_EXCEPTION (SIGNAL in SQL)
 inline constexpr unsigned server_shutdown = 1053;    // ER_SERVER_SHUTDOWN
 inline constexpr unsigned connection_killed = 1927;  // ER_CONNECTION_KILLED (MariaDB)
 inline constexpr unsigned wsrep_not_ready = 1047;    // ER_UNKNOWN_COM_ERROR: Galera node not ready

@@ -278,6 +278,20 @@ class RecordOps {
     return c.execute(sql_.points, points_values(key, held, before, after)) == 1;
   }
 
+  // finish and write_points, each with the COMMIT in one round trip where the server runs
+  // compound statements (MariaDB, told apart by its RETURNING): false when the guard matched
+  // no row, and then nothing was committed (the transaction stays open, to roll back).
+  bool finish_and_commit(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot,
+                         Status to, bool retryable) const {
+    return with_commit(c, sql_.finish_commit, finish_values(key, t, snapshot, to, retryable),
+                       [&] { return finish(c, key, t, snapshot, to, retryable); });
+  }
+  bool write_points_and_commit(Connection& c, const Key& key, const Ticket& held,
+                               std::string_view before, std::string_view after) const {
+    return with_commit(c, sql_.points_commit, points_values(key, held, before, after),
+                       [&] { return write_points(c, key, held, before, after); });
+  }
+
   std::vector<Record> list(Connection& c, const RecordQuery& q) const {
     return list_answer(c.select(list_sql(sql_, q), list_values(q)));
   }
@@ -293,6 +307,27 @@ class RecordOps {
   // Runs insert_finished or insert_finished_commit with the finished record as its values.
   static std::uint64_t execute_finished(Connection& c, const std::string& sql, const Record& r) {
     return c.execute(sql, finished_values(r));
+  }
+
+  // The compound statement `sql` (a guarded write and the COMMIT), or where the server has no
+  // compound statements `alone` and then a COMMIT.
+  template <class Alone>
+  static bool with_commit(Connection& c, const std::string& sql, const std::vector<Param>& values,
+                          Alone&& alone) {
+    if (c.supports_returning()) {
+      try {
+        c.execute(sql, values);
+        return true;
+      } catch (const StoreError& e) {
+        const auto& d = e.diagnostics();
+        if (d.code == code::signal_exception && d.message == guard_refused) return false;
+        // A session whose sql_mode does not parse the block (ORACLE) takes two round trips.
+        if (d.code != code::parse_error) throw;
+      }
+    }
+    if (!alone()) return false;
+    c.query("COMMIT");
+    return true;
   }
 
   RecordSql sql_;  // built once, when the store is made

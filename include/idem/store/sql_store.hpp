@@ -20,6 +20,11 @@
 // also says bool borrowed(): a handle of the caller's):
 //   bool insert_finished_and_commit(c, record)  the same and COMMIT, as one round trip; false:
 //                                               the key exists, and nothing was committed
+// and, to send a written claim's result and a step's recovery points with it too:
+//   bool finish_and_commit(c, key, ticket, snapshot, to, retryable)
+//   bool write_points_and_commit(c, key, ticket, before, after)
+//                                    the guarded UPDATE and COMMIT as one round trip; false:
+//                                    the guard matched no row, and nothing was committed
 //
 // tests/store/sql_store_test.cpp drives it through a scripted backend, without a server.
 
@@ -46,6 +51,7 @@
 #include "idem/store.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/skeleton.hpp"
+#include "idem/store/steps.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
@@ -84,6 +90,8 @@ enum class BoundClaim {
 // under the row's lock, as with claim_first. Inside with_transaction, where the Ops can, that
 // INSERT waits in the ledger and travels with the COMMIT (one round trip fewer); the store's
 // next claim or read on the connection writes it first, so that it sees its own record.
+// Where the Ops can, the last guarded UPDATE of a try (a written claim's result, a step's
+// recovery points) waits the same way.
 template <class Backend>
 class BoundSqlStore {
  public:
@@ -104,6 +112,13 @@ class BoundSqlStore {
   static constexpr bool can_commit_with_record =
       requires(const Ops& ops, Connection& c, const Record& r) {
     { ops.insert_finished_and_commit(c, r) } -> std::same_as<bool>;
+  };
+  // Whether they can send a written claim's result, and a step's recovery points, with it.
+  static constexpr bool can_commit_with_writes =
+      requires(const Ops& ops, Connection& c, const Key& k, const Ticket& t, std::string_view v,
+               Status to, bool flag) {
+    { ops.finish_and_commit(c, k, t, v, to, flag) } -> std::same_as<bool>;
+    { ops.write_points_and_commit(c, k, t, v, v) } -> std::same_as<bool>;
   };
 
   // On a connection of the store's kind, or on the caller's own handle (borrowed, see the
@@ -189,6 +204,32 @@ class BoundSqlStore {
       return s->record.recovery_points;
     }
     send_deferred();
+    if constexpr (can_commit_with_writes) {
+      // A write guarded by known points waits for the COMMIT; refused there, the try runs
+      // again, and Attempt::step reads the points this time (idem::detail::local_step_start).
+      if (known && may_defer()) {
+        detail::StepSteps steps(Backend::name, key, ticket, step, result, known);
+        if (steps.start() == detail::StepSteps::Step::write) {
+          std::string after = steps.after();
+          ledger_->defer(
+              {key, ticket,
+               [ops = ops_, c = connection_, key, ticket, before = steps.before(),
+                after](bool with_commit) {
+                 if (with_commit ? ops->write_points_and_commit(*c, key, ticket, before, after)
+                                 : ops->write_points(*c, key, ticket, before, after)) {
+                   return true;
+                 }
+                 throw StoreError(
+                     fmt::format("{}: a recovery point of {}/{} was refused: the claim "
+                                 "moved on or its points changed; the transaction "
+                                 "runs again and reads them",
+                                 Backend::name, key.biz_type(), detail::printable(key.id())),
+                     true);
+               }});
+          return after;
+        }
+      }
+    }
     return detail::record_step_on(Backend::name, *ops_, *connection_, key, ticket, step, result,
                                   true, known);
   }
@@ -299,14 +340,25 @@ class BoundSqlStore {
     if (ledger_commits()) ledger_->send_deferred(false, Backend::name);
   }
 
+  // Whether a write may wait for with_transaction's COMMIT. Not on a borrowed handle: the
+  // Connection borrowing it (this store's own, or one the caller made) may be gone by then.
+  bool may_defer() const noexcept {
+    if constexpr (requires { connection_->borrowed(); }) {
+      return ledger_commits() && !connection_->borrowed();
+    } else {
+      return false;
+    }
+  }
+
   enum class Written { yes, superseded };
 
   // Records the result: the fenced UPDATE of a written claim, or the INSERT of a record-last
   // one, which answers superseded when it met another request's row (so noted in the
-  // ledger), or, `may_defer` inside with_transaction, leaves that INSERT for the COMMIT.
+  // ledger), or, `deferrable` inside with_transaction, leaves that INSERT (or the fenced
+  // UPDATE, where the Ops can) for the COMMIT.
   // Throws LeaseLost when the claim is not held.
   Written write(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
-                bool retryable, bool may_defer = true) {
+                bool retryable, bool deferrable = true) {
     detail::check_snapshot(snapshot);
     if constexpr (can_record_last) {
       if (Speculative* s = speculative(key, ticket)) {
@@ -315,9 +367,7 @@ class BoundSqlStore {
         // (The INSERT stamps updated_at with the store's now.)
         Record done = finished(s->record, to, snapshot, retryable, s->record.updated_at);
         if constexpr (can_commit_with_record) {
-          // Not on a borrowed handle: the Connection borrowing it (this store's own, or one
-          // the caller made) may be gone before the COMMIT.
-          if (may_defer && ledger_commits() && !connection_->borrowed()) {
+          if (deferrable && may_defer()) {
             send_deferred();
             ledger_->defer(
                 {key, ticket, [ops = ops_, c = connection_, r = std::move(done)](bool with_commit) {
@@ -330,6 +380,23 @@ class BoundSqlStore {
         if (ops_->insert_finished(*connection_, done)) return Written::yes;
         ledger_->ended(key, ticket, Ledger::State::superseded);
         return Written::superseded;
+      }
+    }
+    if constexpr (can_commit_with_writes) {
+      // The fenced UPDATE waits for the COMMIT; refused there, the claim is not held.
+      if (deferrable && may_defer()) {
+        send_deferred();
+        ledger_->defer({key, ticket,
+                        [ops = ops_, c = connection_, key, ticket, snapshot = std::string(snapshot),
+                         to, retryable](bool with_commit) {
+                          if (with_commit
+                                  ? ops->finish_and_commit(*c, key, ticket, snapshot, to, retryable)
+                                  : ops->finish(*c, key, ticket, snapshot, to, retryable)) {
+                            return true;
+                          }
+                          throw lease_lost(Backend::name, key, ticket);
+                        }});
+        return Written::yes;
       }
     }
     if (!ops_->finish(*connection_, key, ticket, snapshot, to, retryable)) {

@@ -105,7 +105,22 @@ struct RecordSql {
   std::string release;
   std::string repair;  // the record repaired() computed
   std::string points;  // a step's recovery point added
+  // finish and points, each with the COMMIT as one statement (MariaDB): the COMMIT runs only
+  // when the guarded UPDATE changed the row; otherwise the block ends with guard_refused.
+  std::string finish_commit;
+  std::string points_commit;
 };
+
+// What a guarded write sent with its COMMIT signals when its guard matched no row (the
+// transaction is then left open, uncommitted, for the caller to roll back).
+inline constexpr std::string_view guard_refused = "idem: the guarded write matched no row";
+
+inline std::string with_guarded_commit(const std::string& update) {
+  return fmt::format(
+      "BEGIN NOT ATOMIC {}; IF ROW_COUNT() <> 1 THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = "
+      "'{}'; END IF; COMMIT; END",
+      update, guard_refused);
+}
 
 inline RecordSql make_record_sql(const std::string& t) {
   constexpr std::string_view now = "UTC_TIMESTAMP(3)";
@@ -207,6 +222,8 @@ inline RecordSql make_record_sql(const std::string& t) {
       "UPDATE {} SET recovery_points = ?, updated_at = {} "
       "WHERE idempotent_key = ? AND biz_type = ? AND {} AND {}",
       t, now, idem::detail::sql_guard::holds("?", "?"), points_are);
+  s.finish_commit = with_guarded_commit(s.finish);
+  s.points_commit = with_guarded_commit(s.points);
   return s;
 }
 
