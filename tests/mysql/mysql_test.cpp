@@ -280,8 +280,9 @@ TEST_CASE("KILL CONNECTION during complete - the outcome is reconciled, nothing 
                  {key.id(), key.biz_type()});
   bool killed = false;
   std::thread killer([&] {
-    killed = kill_when_running(*t.pool,
-                               "UPDATE " + t.store.table() + " SET status = ?, response_snapshot%");
+    killed =
+        kill_when_running(*t.pool, "UPDATE " + t.store.table() +
+                                       " FORCE INDEX (PRIMARY) SET status = ?, response_snapshot%");
     std::this_thread::sleep_for(50ms);
     locker->query("COMMIT");
   });

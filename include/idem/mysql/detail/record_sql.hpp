@@ -179,6 +179,11 @@ inline RecordSql make_record_sql(const std::string& t) {
     s.select_batch[c] =
         fmt::format("SELECT {}, UTC_TIMESTAMP(3) FROM {} WHERE {}", record_columns, t, keys);
   }
+  // The single-row writes name their index: their guards test indexed columns (status,
+  // expire_at), and the optimizer would otherwise weigh, and at times choose, a range of
+  // idx_stale or idx_expire over the primary key (it estimates few processing rows), which
+  // costs a dive per statement and locks every row of that range.
+  const std::string one_row = t + " FORCE INDEX (PRIMARY)";
   // A takeover writes the record take_over() computed from the row that was read, guarded
   // by the rule it was decided on, re-checked against the server's clock (so a completion in
   // between is never overwritten) and by the ticket read. An expired record starts afresh
@@ -190,7 +195,7 @@ inline RecordSql make_record_sql(const std::string& t) {
         "UPDATE {} SET status = ?, fence = ?, owner_token = ?, request_hash = ?, "
         "response_snapshot = NULL, retryable = 0, attempts = ?, lease_until = ?, created_at = ?, "
         "updated_at = ?, expire_at = ?{} WHERE idempotent_key = ? AND biz_type = ? AND ",
-        t, extra);
+        one_row, extra);
   };
   s.take_over_retry =
       take_over("") +
@@ -202,7 +207,7 @@ inline RecordSql make_record_sql(const std::string& t) {
   s.finish = fmt::format(
       "UPDATE {} SET status = ?, response_snapshot = ?, retryable = ?, updated_at = {} "
       "WHERE idempotent_key = ? AND biz_type = ? AND {}",
-      t, now, idem::detail::sql_guard::holds("?", "?"));
+      one_row, now, idem::detail::sql_guard::holds("?", "?"));
   s.purge = fmt::format("DELETE FROM {} WHERE {} ORDER BY expire_at LIMIT ?", t,
                         idem::detail::sql_guard::is_expired(now));
   s.release = fmt::format(
@@ -215,13 +220,13 @@ inline RecordSql make_record_sql(const std::string& t) {
       "UPDATE {} SET status = ?, fence = ?, owner_token = ?, response_snapshot = ?, "
       "retryable = ?, updated_at = ?, expire_at = ?, repair_reason = ?, repaired_at = ? "
       "WHERE idempotent_key = ? AND biz_type = ? AND {}",
-      t, idem::detail::sql_guard::repair_holds("?", "?"));
+      one_row, idem::detail::sql_guard::repair_holds("?", "?"));
   // Guarded by the claim and by the points read, so that no step of the same claim written
   // meanwhile (by another thread of the worker) is lost.
   s.points = fmt::format(
       "UPDATE {} SET recovery_points = ?, updated_at = {} "
       "WHERE idempotent_key = ? AND biz_type = ? AND {} AND {}",
-      t, now, idem::detail::sql_guard::holds("?", "?"), points_are);
+      one_row, now, idem::detail::sql_guard::holds("?", "?"), points_are);
   s.finish_commit = with_guarded_commit(s.finish);
   s.points_commit = with_guarded_commit(s.points);
   return s;
