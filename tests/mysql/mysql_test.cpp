@@ -730,3 +730,25 @@ TEST_CASE("an exhausted pool is reported at once by the store and not retried") 
     held->query("DROP TABLE " + store.table());
   }
 }
+
+TEST_CASE("every guarded single-row write of the record table goes by the primary key") {
+  Table t;
+  // A finished record and none processing: the optimizer's estimate for idx_stale's
+  // `status = 0` range is then one row, which it preferred to the primary key.
+  const idem::Key done{"PAY", "explained"};
+  const auto claim = t.store.claim(done, "fp", {});
+  t.store.complete(done, claim.record.ticket, "1");
+  const auto& sql = t.store.ops().sql();
+  auto c = t.pool->acquire();
+  for (const std::string* statement :
+       {&sql.finish, &sql.points, &sql.repair, &sql.take_over_retry, &sql.take_over_expired}) {
+    INFO(*statement);
+    // EXPLAIN of the prepared statement, every placeholder bound to the same text.
+    const auto placeholders =
+        static_cast<std::size_t>(std::count(statement->begin(), statement->end(), '?'));
+    const std::vector<idem::mysql::Param> values(placeholders, idem::mysql::Param("0"));
+    const auto rows = c->select("EXPLAIN " + *statement, values);
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].at(5).to_text().value_or("NULL") == "PRIMARY");  // the `key` column
+  }
+}
