@@ -141,9 +141,11 @@ class Attempt {
   // The caller commits before the business returns: with with_transaction the commit itself
   // tells the guard; in a transaction of the caller's own, the guard reads the record once.
   // Throws LeaseLost when the claim was taken over (nothing commits), InvalidArgument when
-  // the response cannot be stored.
+  // the response cannot be stored. Not in same-transaction mode, whose record commits with
+  // the business's writes anyway: there the business returns its response.
   template <class Bound, Serializable T>
-  requires requires(Bound& b, const Key& k, const Ticket& t, std::string_view v) {
+  requires(!in_caller_transaction_v<S>) &&
+      requires(Bound& b, const Key& k, const Ticket& t, std::string_view v) {
     b.complete(k, t, v);
   }
   T complete(Bound& bound, T response) {

@@ -389,6 +389,14 @@ struct Commits final : idem::Observer {
 
 }  // namespace
 
+// In same-transaction mode the record commits with the business's writes already.
+template <class A, class B>
+concept CanComplete = requires(A& a, B& b) {
+  a.complete(b, 1);
+};
+static_assert(!CanComplete<idem::Attempt<idem::mysql::BoundStore>, idem::mysql::BoundStore>);
+static_assert(CanComplete<Attempt, idem::mysql::BoundStore>);
+
 TEST_CASE("Attempt::complete finishes the action in the business's last transaction") {
   Table t;
   BusinessTable biz(t.pool);

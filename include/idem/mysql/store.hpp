@@ -125,26 +125,15 @@ class RecordOps {
 
   // A record-last claim's result; false when another request's row is there.
   bool insert_finished(Connection& c, const Record& r) const {
-    return execute_finished(c, sql_.insert_finished, r) == 1;
+    return c.execute(sql_.insert_finished, finished_values(r)) == 1;
   }
 
   // The same, and COMMIT, in one round trip where the server runs compound statements
   // (MariaDB, told apart by its RETURNING); false when another request's row is there, and
   // then nothing was committed.
   bool insert_finished_and_commit(Connection& c, const Record& r) const {
-    if (c.supports_returning()) {
-      try {
-        execute_finished(c, sql_.insert_finished_commit, r);
-        return true;
-      } catch (const StoreError& e) {
-        if (e.diagnostics().code == code::dup_entry) return false;
-        // A session whose sql_mode does not parse the block (ORACLE) takes two round trips.
-        if (e.diagnostics().code != code::parse_error) throw;
-      }
-    }
-    if (!insert_finished(c, r)) return false;
-    c.query("COMMIT");
-    return true;
+    return with_commit(c, sql_.insert_finished_commit, finished_values(r), code::dup_entry,
+                       [&] { return insert_finished(c, r); });
   }
 
   // The fresh claim, or nullopt when the key exists (ER_DUP_ENTRY, or no row from INSERT
@@ -284,11 +273,13 @@ class RecordOps {
   bool finish_and_commit(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot,
                          Status to, bool retryable) const {
     return with_commit(c, sql_.finish_commit, finish_values(key, t, snapshot, to, retryable),
+                       code::signal_exception,
                        [&] { return finish(c, key, t, snapshot, to, retryable); });
   }
   bool write_points_and_commit(Connection& c, const Key& key, const Ticket& held,
                                std::string_view before, std::string_view after) const {
     return with_commit(c, sql_.points_commit, points_values(key, held, before, after),
+                       code::signal_exception,
                        [&] { return write_points(c, key, held, before, after); });
   }
 
@@ -304,23 +295,20 @@ class RecordOps {
   }
 
  private:
-  // Runs insert_finished or insert_finished_commit with the finished record as its values.
-  static std::uint64_t execute_finished(Connection& c, const std::string& sql, const Record& r) {
-    return c.execute(sql, finished_values(r));
-  }
-
-  // The compound statement `sql` (a guarded write and the COMMIT), or where the server has no
-  // compound statements `alone` and then a COMMIT.
+  // The compound statement `sql` (a write and the COMMIT, which it ends before with the error
+  // `refused` when the write could not be made), or where the server has no compound
+  // statements `alone()` and then a COMMIT. False: refused, and nothing was committed.
   template <class Alone>
   static bool with_commit(Connection& c, const std::string& sql, const std::vector<Param>& values,
-                          Alone&& alone) {
+                          unsigned refused, Alone&& alone) {
     if (c.supports_returning()) {
       try {
         c.execute(sql, values);
         return true;
       } catch (const StoreError& e) {
         const auto& d = e.diagnostics();
-        if (d.code == code::signal_exception && d.message == guard_refused) return false;
+        if (d.code == refused && (refused != code::signal_exception || d.message == guard_refused))
+          return false;
         // A session whose sql_mode does not parse the block (ORACLE) takes two round trips.
         if (d.code != code::parse_error) throw;
       }
