@@ -136,28 +136,30 @@ class Attempt {
   // Completes the action with `response` inside the transaction `bound` runs in (a store bound
   // to it, e.g. idem::mysql::Store::bind), beside the business's last local writes: the
   // record becomes succeeded in the same COMMIT as they do, or neither happens. No recovery
-  // point is needed for that last phase, and no write after it. Returns `response`, which
-  // the business returns in turn (run_once throws UsageError if it returns another one).
-  // The caller commits before the business returns: with with_transaction the commit itself
-  // tells the guard; in a transaction of the caller's own, the guard reads the record once.
+  // point is needed for that last phase, and no write after it. Returns `response`, for the
+  // business to return in turn. Commit before the business returns: with with_transaction
+  // the commit itself tells the guard; in a transaction of the caller's own, the guard reads
+  // the record once. A business that returns before that transaction committed, or returns
+  // another response, gets UsageError from run_once (guard.commit), and nothing of it is
+  // recorded as a success that did not commit.
   // Throws LeaseLost when the claim was taken over (nothing commits), InvalidArgument when
   // the response cannot be stored. Not in same-transaction mode, whose record commits with
   // the business's writes anyway: there the business returns its response.
   template <class Bound, Serializable T>
   requires(!in_caller_transaction_v<S>) &&
       requires(Bound& b, const Key& k, const Ticket& t, std::string_view v) {
-    b.complete(k, t, v);
+    { b.complete(k, t, v) } -> std::same_as<void>;
   }
   T complete(Bound& bound, T response) {
     state_.require_open("complete");
     std::string snapshot = detail::encode_snapshot(response);
     bound.complete(state_.key(), state_.ticket(), snapshot);
+    auto pending = state_.completion_written(std::move(snapshot));
     if constexpr (requires { bound.after_commit(std::function<void()>{}); }) {
-      if (bound.after_commit([s = &state_, snapshot] { s->completion_committed(snapshot); })) {
-        return response;
-      }
+      bound.after_commit([pending] {
+        if (auto p = pending.lock()) p->committed = true;
+      });
     }
-    state_.completion_written(std::move(snapshot));
     return response;
   }
 

@@ -176,6 +176,10 @@ class IdempotencyGuard {
   IdempotencyGuard& operator=(const IdempotencyGuard&) = delete;
 
   ~IdempotencyGuard() {
+    try {
+      state_.settle_completion();  // Attempt::complete's transaction committed: nothing to undo
+    } catch (...) {
+    }
     if (!state_.open()) return;
     // On failure the lease will run out and the next duplicate takes over; nothing else to do.
     std::exception_ptr error;
@@ -207,11 +211,7 @@ class IdempotencyGuard {
   void commit(const T& response) {
     state_.require_open("commit");
     std::string snapshot = detail::encode_snapshot(response);
-    if (state_.pending_completion() == snapshot) {
-      bool committed = false;
-      finish([&] { committed = committed_by_caller(snapshot); });
-      if (committed) return;
-    }
+    if (state_.pending_completion() != nullptr) return commit_completed(snapshot);
     finish([&] { store_.complete(state_.key(), state_.ticket(), snapshot); });
     state_.recorded(Status::succeeded, std::move(snapshot), false, EventKind::committed);
   }
@@ -219,6 +219,7 @@ class IdempotencyGuard {
   // Records a failure. retryable = true lets the next duplicate run the business again;
   // false makes every later duplicate replay this error. Throws LeaseLost like commit().
   void fail(const nlohmann::json& error, bool retryable) {
+    state_.settle_completion();
     state_.require_open("fail");
     std::string snapshot = detail::encode_error(error);
     finish([&] { store_.fail(state_.key(), state_.ticket(), snapshot, retryable); });
@@ -231,6 +232,7 @@ class IdempotencyGuard {
   // was taken over, and StoreError when the store failed (the claim is closed all the same:
   // its lease runs out, and the stale pass asks the biz_type's resolver, if it has one).
   void mark_unknown(std::string_view what) requires detail::MarksUnknown<S> {
+    state_.settle_completion();
     state_.require_open("mark_unknown");
     const Repair repair = detail::unknown_effect_repair(state_.ticket(), what);
     try {
@@ -270,15 +272,34 @@ class IdempotencyGuard {
     }
   }
 
-  // Attempt::complete wrote this success into a transaction of the caller's own, whose commit
-  // nobody reported: one read tells whether it committed (then nothing is written again).
-  bool committed_by_caller(const std::string& snapshot) {
-    const std::optional<Record> stored = store_.find(state_.key());
-    if (!stored || !finished_as(*stored, state_.ticket(), Status::succeeded, snapshot, false)) {
-      return false;
+  // commit() after Attempt::complete wrote the success into a transaction: recorded when that
+  // transaction committed (reported by with_transaction, or else read once), and only as
+  // the response it completed with. Otherwise UsageError: a success whose transaction did not
+  // commit is never recorded (the claim stays open, and its guard records a retryable
+  // failure when it goes).
+  void commit_completed(const std::string& response) {
+    const detail::GuardState::PendingCompletion& p = *state_.pending_completion();
+    bool committed = p.committed;
+    if (!committed) {
+      finish([&] {
+        const std::optional<Record> stored = store_.find(state_.key());
+        committed =
+            stored && finished_as(*stored, state_.ticket(), Status::succeeded, p.snapshot, false);
+      });
     }
-    state_.completion_committed(snapshot);
-    return true;
+    if (!committed) {
+      throw UsageError(
+          "idem::IdempotencyGuard::commit(): the transaction that Attempt::complete wrote the "
+          "response into has not committed; commit it before the business returns "
+          "(with_transaction does)");
+    }
+    const bool same = p.snapshot == response;
+    state_.completion_committed();
+    if (!same) {
+      throw UsageError(
+          "idem::IdempotencyGuard::commit(): the business returned another response than the "
+          "one it completed with (Attempt::complete); duplicates replay that one");
+    }
   }
 
   S& store_;

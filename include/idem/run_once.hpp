@@ -28,7 +28,6 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/attempt.hpp"
-#include "idem/detail/snapshot.hpp"
 #include "idem/errors.hpp"
 #include "idem/guard.hpp"
 #include "idem/key.hpp"
@@ -90,15 +89,6 @@ requires std::invocable<F&> || std::invocable < F&, Attempt<S>
   }
   // Other exceptions from fn propagate; the guard's destructor records a retryable failure.
 
-  if (guard.state().completed_in_transaction()) {
-    // Attempt::complete recorded the response with the business's last transaction.
-    if (detail::encode_snapshot(*value) != guard.record().snapshot) {
-      throw UsageError(
-          "idem::run_once: the business returned another response than the one it completed "
-          "with (Attempt::complete); duplicates replay that one");
-    }
-    return Outcome<T>::success(Verdict::acquired, std::move(*value), guard.record());
-  }
   try {
     guard.commit(*value);
   } catch (const InvalidArgument& e) {

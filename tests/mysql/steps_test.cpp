@@ -476,23 +476,61 @@ TEST_CASE("Attempt::complete in a transaction that rolls back records nothing") 
   CHECK(biz.rows() == 1);
   CHECK(t.store.find(key)->snapshot == "2");
 
-  // The caller catches the failed transaction and returns the response anyway: run_once
-  // records it after the business, as for any business.
+  // The caller catches the failed transaction and returns the response anyway: that success
+  // did not commit, so it is not recorded (UsageError); the claim fails retryably.
   const idem::Key caught{"ORDER", "steps-complete-caught"};
-  const auto late = idem::run_once(t.store, caught, "fp", [&](Attempt& attempt) {
-    try {
-      idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) -> int {
-        auto tx = t.store.bind(c);
-        attempt.complete(tx, 7);
-        throw std::runtime_error("rolled back");
-      });
-    } catch (const std::runtime_error&) {
-    }
-    return 7;
-  });
-  REQUIRE(late);
-  CHECK(t.store.find(caught)->status == idem::Status::succeeded);
-  CHECK(t.store.find(caught)->snapshot == "7");
+  CHECK_THROWS_AS(idem::run_once(t.store, caught, "fp",
+                                 [&](Attempt& attempt) {
+                                   try {
+                                     idem::mysql::with_transaction(
+                                         *t.pool, [&](idem::mysql::Connection& c) -> int {
+                                           auto tx = t.store.bind(c);
+                                           biz.insert(c, caught.id());
+                                           attempt.complete(tx, 7);
+                                           throw std::runtime_error("rolled back");
+                                         });
+                                   } catch (const std::runtime_error&) {
+                                   }
+                                   return 7;
+                                 }),
+                  idem::UsageError);
+  CHECK(t.store.find(caught)->status == idem::Status::failed);
+  CHECK(t.store.find(caught)->retryable);
+  CHECK(biz.rows("trade_no = 'steps-complete-caught'") == 0);
+
+  // run_once inside the transaction it completes in: the business returns before that
+  // transaction's COMMIT, so nothing may be recorded as a success yet (UsageError, which
+  // rolls the transaction back).
+  const idem::Key nested{"ORDER", "steps-complete-nested"};
+  CHECK_THROWS_AS(idem::mysql::with_transaction(*t.pool,
+                                                [&](idem::mysql::Connection& c) {
+                                                  auto tx = t.store.bind(c);
+                                                  return idem::run_once(
+                                                      t.store, nested, "fp", [&](Attempt& attempt) {
+                                                        biz.insert(c, nested.id());
+                                                        return attempt.complete(tx, 5);
+                                                      });
+                                                }),
+                  idem::UsageError);
+  CHECK(t.store.find(nested)->status == idem::Status::failed);
+  CHECK(t.store.find(nested)->retryable);
+  CHECK(biz.rows("trade_no = 'steps-complete-nested'") == 0);
+
+  // The business throws after its completion committed: the record stays succeeded (the
+  // guard has nothing to undo), and the exception propagates.
+  const idem::Key thrown{"ORDER", "steps-complete-then-throw"};
+  CHECK_THROWS_AS(idem::run_once(t.store, thrown, "fp",
+                                 [&](Attempt& attempt) -> int {
+                                   idem::mysql::with_transaction(*t.pool,
+                                                                 [&](idem::mysql::Connection& c) {
+                                                                   auto tx = t.store.bind(c);
+                                                                   return attempt.complete(tx, 9);
+                                                                 });
+                                   throw std::runtime_error("after the commit");
+                                 }),
+                  std::runtime_error);
+  CHECK(t.store.find(thrown)->status == idem::Status::succeeded);
+  CHECK(t.store.find(thrown)->snapshot == "9");
 }
 
 TEST_CASE("Attempt::complete in a transaction of the caller's own is confirmed by one read") {
@@ -500,27 +538,42 @@ TEST_CASE("Attempt::complete in a transaction of the caller's own is confirmed b
   BusinessTable biz(t.pool);
   Commits commits;
   const idem::Options options{.lease = 60s, .ttl = 1h, .observer = &commits};
-  for (const bool commit : {true, false}) {
-    const idem::Key key{"ORDER", commit ? "steps-own-committed" : "steps-own-rolled-back"};
-    const auto out = idem::run_once(
+  // The business commits (or rolls back) its own transaction and returns `response`.
+  auto run = [&](const idem::Key& key, bool commit, const std::string& response) {
+    return idem::run_once(
         t.store, key, "fp",
         [&](Attempt& attempt) {
           auto c = t.pool->acquire();
           c->query("START TRANSACTION");
           auto tx = t.store.bind(c->native());  // the service's own handle
           biz.insert(*c, key.id());
-          const auto r = attempt.complete(tx, std::string("done"));
+          attempt.complete(tx, std::string("done"));
           c->query(commit ? "COMMIT" : "ROLLBACK");
-          return r;
+          return response;
         },
         options);
-    REQUIRE(out);
-    CHECK(out.value() == "done");
-    const auto stored = t.store.find(key);
-    CHECK(stored->status == idem::Status::succeeded);
-    CHECK(stored->snapshot == R"("done")");
-    CHECK(biz.rows("trade_no = '" + key.id() + "'") == (commit ? 1 : 0));
-  }
+  };
+  const idem::Key committed{"ORDER", "steps-own-committed"};
+  const auto out = run(committed, true, "done");
+  REQUIRE(out);
+  CHECK(out.value() == "done");
+  CHECK(t.store.find(committed)->status == idem::Status::succeeded);
+  CHECK(t.store.find(committed)->snapshot == R"("done")");
+  CHECK(biz.rows("trade_no = 'steps-own-committed'") == 1);
+  CHECK(commits.committed == 1);
+
+  // Rolled back: the success is not recorded, the claim fails retryably.
+  const idem::Key rolled_back{"ORDER", "steps-own-rolled-back"};
+  CHECK_THROWS_AS(run(rolled_back, false, "done"), idem::UsageError);
+  CHECK(t.store.find(rolled_back)->status == idem::Status::failed);
+  CHECK(t.store.find(rolled_back)->retryable);
+  CHECK(biz.rows("trade_no = 'steps-own-rolled-back'") == 0);
+
+  // Committed, and another response returned: UsageError; the completed one stands.
+  const idem::Key other{"ORDER", "steps-own-other"};
+  CHECK_THROWS_AS(run(other, true, "something else"), idem::UsageError);
+  CHECK(t.store.find(other)->status == idem::Status::succeeded);
+  CHECK(t.store.find(other)->snapshot == R"("done")");
   CHECK(commits.committed == 2);
 }
 

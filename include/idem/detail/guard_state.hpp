@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -189,22 +190,33 @@ class GuardState {
     open_ = false;
     report(EventKind::lease_lost, &e);
   }
-  // Attempt::complete wrote the success into a transaction of the caller's: recorded once
-  // that transaction commits (completion_committed), until then still open. A later write
-  // in a try run again replaces it.
-  void completion_written(std::string snapshot) { pending_completion_ = std::move(snapshot); }
-  // The snapshot a completion inside a transaction wrote, whose commit is not known yet.
-  const std::optional<std::string>& pending_completion() const noexcept {
+  // A success that Attempt::complete wrote into a transaction of the caller's: recorded only
+  // once that transaction is known to have committed. `committed` is set by the ledger of
+  // with_transaction's try when its COMMIT succeeds (through a weak reference: the try may
+  // outlive this state); in a transaction of the caller's own, the guard reads the record.
+  struct PendingCompletion {
+    std::string snapshot;
+    bool committed = false;
+  };
+  // A completion was written; a try run again writes another, which replaces it.
+  std::weak_ptr<PendingCompletion> completion_written(std::string snapshot) {
+    pending_completion_ =
+        std::make_shared<PendingCompletion>(PendingCompletion{std::move(snapshot)});
     return pending_completion_;
   }
-  // That transaction committed: the result is recorded.
-  void completion_committed(std::string snapshot) {
+  PendingCompletion* pending_completion() const noexcept { return pending_completion_.get(); }
+  // The pending completion's transaction committed: the result is recorded.
+  void completion_committed() {
+    std::string snapshot = std::move(pending_completion_->snapshot);
     pending_completion_.reset();
-    completed_in_transaction_ = true;
     recorded(Status::succeeded, std::move(snapshot), false, EventKind::committed);
   }
-  // Whether the result was recorded by the commit of the business's own transaction.
-  bool completed_in_transaction() const noexcept { return completed_in_transaction_; }
+  // Records the pending completion if its commit was reported; whether it was.
+  bool settle_completion() {
+    if (!open_ || !pending_completion_ || !pending_completion_->committed) return false;
+    completion_committed();
+    return true;
+  }
 
   // After the store kept a step's result: the recovery points as stored.
   void steps_recorded(std::string points) { claim_.record.recovery_points = std::move(points); }
@@ -264,8 +276,7 @@ class GuardState {
   EventKind failure_;
   ClaimResult claim_;
   bool open_;
-  std::optional<std::string> pending_completion_;
-  bool completed_in_transaction_ = false;
+  std::shared_ptr<PendingCompletion> pending_completion_;
   std::chrono::steady_clock::time_point acquired_at_{};
 };
 

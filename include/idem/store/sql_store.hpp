@@ -247,6 +247,7 @@ class BoundSqlStore {
   }
 
   std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
+    send_deferred();
     std::size_t total = 0;
     for (std::size_t i = 0; i < max_batches && batch > 0; ++i) {
       const std::size_t n = ops_->purge(*connection_, batch);
@@ -256,6 +257,7 @@ class BoundSqlStore {
     return total;
   }
   std::size_t release_stale(std::size_t batch) {
+    send_deferred();
     return batch == 0 ? 0 : ops_->release(*connection_, batch);
   }
 
