@@ -163,12 +163,19 @@ class RawStmt {
       const int rc = mysql_stmt_fetch(stmt_);
       if (rc == MYSQL_NO_DATA) break;
       if (rc == 1) throw std::runtime_error(std::string("raw fetch: ") + mysql_stmt_error(stmt_));
-      ++rows;  // MYSQL_DATA_TRUNCATED is fine: the values are not used
+      ++rows;  // MYSQL_DATA_TRUNCATED is fine: only the first bytes are kept
     }
     mysql_stmt_free_result(stmt_);
     return rows;
   }
 
+ public:
+  // Column c of the last row fetched by query() (its first 256 bytes); empty for NULL.
+  std::string_view column(unsigned c) const {
+    return {buffers_[c].data(), std::min<std::size_t>(lengths_[c], buffers_[c].size())};
+  }
+
+ private:
   MYSQL_STMT* stmt_;
   std::vector<Slot> slots_;
   std::vector<MYSQL_BIND> binds_;

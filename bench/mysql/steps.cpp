@@ -19,13 +19,17 @@ std::string order_ddl(const std::string& table) {
       table);
 }
 
-// The hand-written key table of the Stripe-style design: the key, its recovery point, the
-// charge of the remote step and the final response.
+// The hand-written key table of the Stripe-style design: the key, the request it was first
+// sent with (a duplicate with another request is refused), its lock (a duplicate while it is
+// held is refused), its recovery point, the charge of the remote step and the final response.
+// The key is the primary key (the design's surrogate id and unique index would cost the
+// baseline a secondary index).
 std::string keys_ddl(const std::string& table) {
   return fmt::format(
       "CREATE TABLE IF NOT EXISTS {} (idem_key VARBINARY(64) NOT NULL PRIMARY KEY, "
-      "recovery_point VARCHAR(16) NOT NULL, charge_id BIGINT NULL, response BLOB NULL, "
-      "locked_at DATETIME(3) NOT NULL) ENGINE=InnoDB",
+      "request_hash VARCHAR(128) NOT NULL, locked_at DATETIME(3) NULL, "
+      "recovery_point VARCHAR(16) NOT NULL, charge_id BIGINT NULL, response BLOB NULL) "
+      "ENGINE=InnoDB",
       table);
 }
 
@@ -33,21 +37,24 @@ std::string keys_ddl(const std::string& table) {
 // gateway's, the same for both sides).
 std::atomic<long> charges{0};
 
-// The hand-written request (C API): INSERT the key row (a duplicate: read its recovery point,
-// replay when finished); phase 1 in a transaction: the order row and the recovery point
-// 'reserved'; phase 2: the charge, then the recovery point 'charged' with the charge id;
-// phase 3 in a transaction: the order marked paid and the recovery point 'finished' with the
-// response. The whole request again on a deadlock or a lock wait timeout.
+// The hand-written request (C API): INSERT the key row with the request and the lock (a
+// duplicate: read it; another request or a held lock is refused, a finished one replayed);
+// phase 1 in a transaction: the order row and the recovery point 'reserved'; phase 2: the
+// charge, then the recovery point 'charged' with the charge id; phase 3 in a transaction: the
+// order marked paid and the recovery point 'finished' with the response, the lock released.
+// A phase again on a deadlock or a lock wait timeout.
 struct Handwritten {
   RawConn& conn;
   RawStmt insert_key, read_key, insert_order, reserved, charged, mark_paid, finished;
   explicit Handwritten(RawConn& c)
       : conn(c),
         insert_key(c,
-                   "INSERT INTO bench_step_keys (idem_key, recovery_point, locked_at) VALUES (?, "
-                   "'started', UTC_TIMESTAMP(3))",
-                   {Kind::text}),
-        read_key(c, "SELECT recovery_point, response FROM bench_step_keys WHERE idem_key = ?",
+                   "INSERT INTO bench_step_keys (idem_key, request_hash, locked_at, "
+                   "recovery_point) VALUES (?, ?, UTC_TIMESTAMP(3), 'started')",
+                   {Kind::text, Kind::text}),
+        read_key(c,
+                 "SELECT recovery_point, request_hash, locked_at > UTC_TIMESTAMP(3) - INTERVAL "
+                 "90 SECOND, response FROM bench_step_keys WHERE idem_key = ?",
                  {Kind::text}),
         insert_order(c, "INSERT INTO bench_raw_step_order (order_id, amount) VALUES (?, 100)",
                      {Kind::text}),
@@ -59,37 +66,56 @@ struct Handwritten {
                 {Kind::int64, Kind::text}),
         mark_paid(c, "UPDATE bench_raw_step_order SET status = 1 WHERE order_id = ?", {Kind::text}),
         finished(c,
-                 "UPDATE bench_step_keys SET recovery_point = 'finished', response = ? WHERE "
-                 "idem_key = ?",
+                 "UPDATE bench_step_keys SET recovery_point = 'finished', response = ?, "
+                 "locked_at = NULL WHERE idem_key = ?",
                  {Kind::blob, Kind::text}) {}
 
   // Returns whether the business ran.
   bool run(const std::string& id) {
+    insert_key[0].str = id;
+    insert_key[1].str = fixed_fingerprint();
+    if (phase([&] { return insert_key.execute(true); }) < 0) {
+      read_key[0].str = id;
+      if (read_key.query() != 1) throw std::runtime_error("handwritten: no key row");
+      if (read_key.column(1) != fixed_fingerprint())
+        throw std::runtime_error("handwritten: another request");
+      if (read_key.column(2) == "1") throw std::runtime_error("handwritten: in progress");
+      // The bench has no crashed attempts to resume: a duplicate finds its key finished.
+      if (read_key.column(0) != "finished") throw std::runtime_error("handwritten: unfinished");
+      return false;
+    }
+    phase([&] {
+      conn.query("START TRANSACTION");
+      insert_order[0].str = id;
+      insert_order.execute();
+      reserved[0].str = id;
+      reserved.execute();
+      conn.query("COMMIT");
+      return 0LL;
+    });
+    charged[0].num = ++charges;
+    charged[1].str = id;
+    phase([&] { return charged.execute(); });
+    phase([&] {
+      conn.query("START TRANSACTION");
+      mark_paid[0].str = id;
+      mark_paid.execute();
+      finished[0].str = nlohmann::json{{"order", id}}.dump();
+      finished[1].str = id;
+      finished.execute();
+      conn.query("COMMIT");
+      return 0LL;
+    });
+    return true;
+  }
+
+ private:
+  // One phase, again on a deadlock or a lock wait timeout (its transaction rolled back).
+  template <class F>
+  long long phase(F&& f) {
     for (int attempt = 1;; ++attempt) {
       try {
-        insert_key[0].str = id;
-        if (insert_key.execute(true) < 0) {
-          read_key[0].str = id;
-          if (read_key.query() != 1) throw std::runtime_error("handwritten: no key row");
-          return false;  // finished before (the bench has no crashed attempts to resume)
-        }
-        conn.query("START TRANSACTION");
-        insert_order[0].str = id;
-        insert_order.execute();
-        reserved[0].str = id;
-        reserved.execute();
-        conn.query("COMMIT");
-        charged[0].num = ++charges;
-        charged[1].str = id;
-        charged.execute();
-        conn.query("START TRANSACTION");
-        mark_paid[0].str = id;
-        mark_paid.execute();
-        finished[0].str = nlohmann::json{{"order", id}}.dump();
-        finished[1].str = id;
-        finished.execute();
-        conn.query("COMMIT");
-        return true;
+        return f();
       } catch (const std::exception&) {
         const unsigned code = mysql_errno(conn.native());
         conn.query("ROLLBACK");
@@ -107,6 +133,7 @@ void steps_scenario(const Config& config) {
   Server server(config, threads);
   server.conn(0).query(order_ddl("bench_lib_step_order"));
   server.conn(0).query(order_ddl("bench_raw_step_order"));
+  server.conn(0).query("DROP TABLE IF EXISTS bench_step_keys");  // an earlier layout
   server.conn(0).query(keys_ddl("bench_step_keys"));
   const std::size_t per = config.ops(3'000, 1'000) / threads;
   const std::size_t total = per * threads;
@@ -183,9 +210,11 @@ void steps_scenario(const Config& config) {
       "'charge' (a counter, its recovery point), the last phase in with_transaction: order "
       "UPDATE and the record completed (Attempt::complete)";
   j["baseline"] =
-      "Stripe-style by hand (C API): INSERT of the key row (a duplicate: read it), a "
+      "Stripe-style by hand (C API): INSERT of the key row with the request and the lock (a "
+      "duplicate: read it, check the request and the lock), a "
       "transaction with the order INSERT and the recovery point, the charge and its recovery "
-      "point, a transaction with the order UPDATE and the final recovery point and response";
+      "point, a transaction with the order UPDATE and the final recovery point and response, "
+      "the lock released";
   emit(j);
 }
 
