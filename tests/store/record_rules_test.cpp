@@ -326,3 +326,14 @@ TEST_CASE("validate(Repair): a bad repair is InvalidArgument") {
     r.snapshot.clear();
   })));
 }
+
+TEST_CASE("require_key_read: a read answering another key's record is CorruptRecord") {
+  const idem::Record read = processing();
+  CHECK_NOTHROW(idem::require_key_read("test", idem::Key{"PAY", "k1"}, read));
+  // Keys that a case-insensitive or accent-insensitive comparison would merge, and another
+  // biz_type: each is another key.
+  for (const idem::Key& other : {idem::Key{"PAY", "K1"}, idem::Key{"pay", "k1"},
+                                 idem::Key{"REFUND", "k1"}, idem::Key{"PAY", "k1 "}}) {
+    CHECK_THROWS_AS(idem::require_key_read("test", other, read), idem::CorruptRecord);
+  }
+}

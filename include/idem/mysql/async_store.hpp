@@ -53,7 +53,7 @@ class AsyncRecordOps {
                                                  bool bound) const {
     const RecordSql& sql = ops_.sql();
     co_return read_answer(
-        co_await c.select(bound ? sql.select_locking : sql.select, key_values(key)));
+        co_await c.select(bound ? sql.select_locking : sql.select, key_values(key)), key);
   }
 
   net::awaitable<std::optional<Record>> insert(AsyncConnection& c, const Key& key,

@@ -105,7 +105,7 @@ class RecordOps {
       : sql_(make_record_sql(table)), returning_(returning) {}
 
   std::optional<RecordRead> read(Connection& c, const Key& key, bool bound) const {
-    return read_answer(c.select(bound ? sql_.select_locking : sql_.select, key_values(key)));
+    return read_answer(c.select(bound ? sql_.select_locking : sql_.select, key_values(key)), key);
   }
 
   // A record-last claim's read: plain (a consistent read inside the transaction), so that a
@@ -120,6 +120,7 @@ class RecordOps {
     if (row[column::key].is_null())
       return {std::nullopt, time_of(row[column::now], "UTC_TIMESTAMP(3)")};
     RowRead read = decode_record(row);
+    require_key_read("idem::mysql", key, read.record);
     return {std::move(read.record), read.now};
   }
 

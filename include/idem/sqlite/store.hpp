@@ -98,7 +98,9 @@ class RecordOps {
     const TimePoint now = clock_();
     Rows rows = c.query(sql_.select, {key.id(), key.biz_type()});
     if (!rows.next()) return std::nullopt;
-    return RecordRead{decode_record(rows), now};
+    Record read = decode_record(rows);
+    require_key_read("idem::sqlite", key, read);
+    return RecordRead{std::move(read), now};
   }
 
   // The fresh claim, or nullopt when the key exists (SQLITE_CONSTRAINT_PRIMARYKEY).

@@ -302,6 +302,19 @@ inline RepairRefused repair_refused(std::string_view who, const Key& key, std::u
                        std::move(current));
 }
 
+// A read answers the record of the key asked for, byte for byte. A key column that compares
+// case- or accent-insensitively (a _ci collation set by hand, SQLite's NOCASE) hands back
+// another key's row, whose response must never be replayed as this key's: the store throws
+// this CorruptRecord instead. `who` names the store.
+inline void require_key_read(std::string_view who, const Key& asked, const Record& read) {
+  if (read.key == asked) return;
+  throw CorruptRecord(fmt::format(
+      "{}: reading {}/{} answered the record of {}/{}: the key columns do not compare byte for "
+      "byte (a case-insensitive collation?); make them binary again (see docs/schema.sql)",
+      who, detail::printable(asked.biz_type()), detail::printable(asked.id()),
+      detail::printable(read.key.biz_type()), detail::printable(read.key.id())));
+}
+
 // The LeaseLost a store throws when a complete or fail does not hold(); `who` names the store.
 inline LeaseLost lease_lost(std::string_view who, const Key& key, const Ticket& t) {
   return LeaseLost(

@@ -469,10 +469,11 @@ inline std::vector<Record> list_answer(const std::vector<Row>& rows) {
   return records;
 }
 
-// What a read answers: the row, if any, with the server's now.
-inline std::optional<RecordRead> read_answer(const std::vector<Row>& rows) {
+// What a read of `key` answers: its row, if any, with the server's now.
+inline std::optional<RecordRead> read_answer(const std::vector<Row>& rows, const Key& key) {
   if (rows.empty()) return std::nullopt;
   RowRead row = decode_record(rows.front());
+  require_key_read("idem::mysql", key, row.record);
   return RecordRead{std::move(row.record), row.now};
 }
 
