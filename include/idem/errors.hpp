@@ -9,7 +9,8 @@
 //   │   └── idem::BadOutcomeAccess   value()/error() of an Outcome that has none
 //   ├── idem::LeaseLost              this worker's claim was taken over; its write was refused
 //   ├── idem::StoreError             the store failed; retryable() says if a retry may succeed
-//   │   └── idem::CorruptRecord      a stored record cannot be decoded
+//   │   ├── idem::CorruptRecord      a stored record cannot be decoded
+//   │   └── idem::SchemaMismatch     the record table is not what idem expects
 //   ├── idem::PermanentFailure       thrown by business code to record a non-retryable failure
 //   │                                (in idem/permanent_failure.hpp: it carries a JSON error)
 //   └── idem::EffectUnknown          thrown by business code that cannot tell whether its
@@ -18,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace idem {
 
@@ -71,6 +73,33 @@ class StoreError : public Error {
 class CorruptRecord : public StoreError {
  public:
   explicit CorruptRecord(const std::string& what) : StoreError(what, false) {}
+};
+
+// The record table is not what idem expects: a column missing or of another type, a key column
+// that does not compare byte for byte, the primary key or an index missing. Thrown by a
+// store's schema check before it claims anything; each problem names the column or index and
+// the statement that fixes it. Not retryable: the table must be fixed first.
+class SchemaMismatch : public StoreError {
+ public:
+  struct Problem {
+    std::string what;  // e.g. "column status is varchar(16), idem expects tinyint"
+    std::string fix;   // e.g. "ALTER TABLE `t` MODIFY status TINYINT NOT NULL DEFAULT 0"
+  };
+
+  SchemaMismatch(const std::string& table, std::vector<Problem> problems)
+      : StoreError(message(table, problems), false), problems_(std::move(problems)) {}
+
+  const std::vector<Problem>& problems() const noexcept { return problems_; }
+
+ private:
+  static std::string message(const std::string& table, const std::vector<Problem>& problems) {
+    std::string text = "idem: the record table " + table + " is not what idem expects:";
+    for (const Problem& p : problems)
+      text += "\n  - " + p.what + "; fix: " + p.fix;
+    return text;
+  }
+
+  std::vector<Problem> problems_;
 };
 
 // Throw from a business function run by idem::run_once or idem::consume (or under a guard,

@@ -354,3 +354,27 @@ TEST_CASE(
   CHECK(biz.rows() == 0);
   CHECK(t.count() == 0);
 }
+
+TEST_CASE("async mysql: check_schema and ensure_schema name a table that is not idem's") {
+  idem_test::AsyncTable t;
+  net::io_context io;
+  auto check = [&]() -> net::awaitable<int> {
+    co_await t.store.check_schema();
+    co_return 0;
+  };
+  CHECK_NOTHROW(run_on(io, check()));
+  t.blocking.pool->acquire()->query("ALTER TABLE " + t.store.table() + " DROP KEY idx_stale");
+  for (int i = 0; i < 2; ++i) {
+    try {
+      if (i == 0) {
+        run_on(io, check());
+      } else {
+        (void)run_on(io, t.store.ensure_schema());
+      }
+      FAIL("a table without idx_stale passed");
+    } catch (const idem::SchemaMismatch& e) {
+      REQUIRE(e.problems().size() == 1);
+      CHECK_THAT(e.problems()[0].what, Catch::Contains("(status, lease_until)"));
+    }
+  }
+}

@@ -1,7 +1,10 @@
-// The record table's shape on MySQL (idem/mysql/schema.hpp): a table whose key columns a DBA
-// changed to compare case-insensitively never makes one key replay another key's response.
+// The record table's shape on MySQL (idem/mysql/schema.hpp, schema_check.hpp): a table whose
+// key columns a DBA changed to compare case-insensitively never makes one key replay another
+// key's response, and check_schema() names every difference from the expected table with its
+// fix.
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -60,4 +63,115 @@ TEST_CASE("a key column changed to a case-insensitive collation never replays an
   CHECK(runs == 1);
   CHECK(t.count() == 1);
   CHECK(t.count("status = 1 AND fence = 1") == 1);
+}
+
+TEST_CASE("check_schema: the table ensure_schema creates passes, and so do a DBA's additions") {
+  idem_test::Table t;
+  CHECK_NOTHROW(t.store.check_schema());
+  auto c = t.pool->acquire();
+  c->query("ALTER TABLE " + t.store.table() +
+           " ADD COLUMN note VARCHAR(20) NULL, ADD KEY by_type (biz_type), ADD KEY "
+           "expire_and_more (expire_at, status)");
+  CHECK_NOTHROW(t.store.check_schema());
+  CHECK_NOTHROW(t.store.check_schema(c->native()));
+  CHECK_NOTHROW(t.store.ensure_schema());  // and ensure_schema checks too
+}
+
+TEST_CASE("check_schema: each problem names the column or index and the statement that fixes it") {
+  idem_test::Table t;
+  const std::string table = t.store.table();
+  auto alter_and_check = [&](const std::string& alter) {
+    auto c = t.pool->acquire();
+    c->query("ALTER TABLE " + table + " " + alter);
+    try {
+      t.store.check_schema();
+      FAIL("check_schema accepted the table after: " << alter);
+      return std::vector<idem::SchemaMismatch::Problem>{};
+    } catch (const idem::SchemaMismatch& e) {
+      CHECK_FALSE(e.retryable());
+      CHECK_THAT(e.what(), Catch::Contains(table));
+      return e.problems();
+    }
+  };
+  auto fix = [&](const idem::SchemaMismatch::Problem& p) { t.pool->acquire()->query(p.fix); };
+
+  SECTION("status as VARCHAR(16): named as such, not as a corrupt record at the first replay") {
+    auto problems = alter_and_check("MODIFY status VARCHAR(16) NOT NULL DEFAULT '0'");
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].what == "column status is varchar(16), idem expects tinyint");
+    CHECK(problems[0].fix == "ALTER TABLE " + table + " MODIFY status TINYINT NOT NULL DEFAULT 0");
+    fix(problems[0]);
+  }
+  SECTION("a key column that compares case-insensitively") {
+    auto problems = alter_and_check(
+        "MODIFY idempotent_key VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT "
+        "NULL");
+    REQUIRE(problems.size() == 1);
+    CHECK_THAT(problems[0].what, Catch::Contains("idempotent_key") &&
+                                     Catch::Contains("utf8mb4_general_ci") &&
+                                     Catch::Contains("byte for byte"));
+    fix(problems[0]);
+  }
+  SECTION("a token column with a case-insensitive collation") {
+    auto problems = alter_and_check(
+        "MODIFY owner_token CHAR(32) CHARACTER SET ascii COLLATE ascii_general_ci NOT NULL");
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].what ==
+          "column owner_token has collation ascii_general_ci, idem expects ascii_bin");
+    fix(problems[0]);
+  }
+  SECTION("a dropped column") {
+    auto problems = alter_and_check("DROP COLUMN attempts");
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].what == "column attempts is missing");
+    CHECK_THAT(problems[0].fix, Catch::StartsWith("ALTER TABLE " + table + " ADD COLUMN attempts"));
+    fix(problems[0]);
+  }
+  SECTION("a nullable column that must not be") {
+    auto problems = alter_and_check("MODIFY fence BIGINT UNSIGNED NULL DEFAULT 1");
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].what == "column fence is NULL, idem expects NOT NULL");
+    fix(problems[0]);
+  }
+  SECTION("dropped indexes: both named, with what a missing one costs") {
+    auto problems = alter_and_check("DROP KEY idx_expire, DROP KEY idx_stale");
+    REQUIRE(problems.size() == 2);
+    CHECK_THAT(problems[0].what, Catch::Contains("(expire_at)") && Catch::Contains("purge"));
+    CHECK_THAT(problems[1].what,
+               Catch::Contains("(status, lease_until)") && Catch::Contains("release_stale"));
+    fix(problems[0]);
+    fix(problems[1]);
+  }
+  SECTION("another primary key") {
+    auto problems = alter_and_check("DROP PRIMARY KEY, ADD PRIMARY KEY (idempotent_key)");
+    REQUIRE(problems.size() == 1);
+    CHECK_THAT(problems[0].what, Catch::Contains("primary key is (idempotent_key)"));
+    fix(problems[0]);
+  }
+  // Each fix, as printed, made the table pass again.
+  CHECK_NOTHROW(t.store.check_schema());
+}
+
+TEST_CASE("check_schema: a missing table says what to run") {
+  auto pool = idem_test::make_pool(2);
+  idem::mysql::Store store{pool, {.table = idem_test::unique_table()}};
+  try {
+    store.check_schema();
+    FAIL("a missing table passed");
+  } catch (const idem::SchemaMismatch& e) {
+    REQUIRE(e.problems().size() == 1);
+    CHECK_THAT(e.problems()[0].what, Catch::Contains("does not exist"));
+    CHECK_THAT(e.problems()[0].fix, Catch::Contains("ensure_schema"));
+  }
+}
+
+TEST_CASE("the expected table is read from record_table_ddl: every column and both indexes") {
+  const auto shape = idem::detail::ddl_shape(idem::mysql::record_table_ddl("`t`"));
+  CHECK(shape.columns.size() == 16);
+  REQUIRE(shape.indexes.size() == 3);
+  CHECK(shape.indexes[0].columns == std::vector<std::string>{"idempotent_key", "biz_type"});
+  CHECK(shape.indexes[1].columns == std::vector<std::string>{"expire_at"});
+  CHECK(shape.indexes[2].columns == std::vector<std::string>{"status", "lease_until"});
+  for (const auto& c : shape.columns)
+    CHECK_FALSE(c.type.empty());
 }

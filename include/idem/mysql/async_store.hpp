@@ -32,6 +32,7 @@
 #include "idem/mysql/detail/record_sql.hpp"
 #include "idem/mysql/errors.hpp"
 #include "idem/mysql/schema.hpp"
+#include "idem/mysql/schema_check.hpp"
 #include "idem/mysql/store.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
@@ -164,6 +165,15 @@ inline net::awaitable<Migration> migrate_record_table(AsyncConnection& c, std::s
   co_return done;
 }
 
+// check_record_table (idem/mysql/schema_check.hpp) on a coroutine connection: the same reads.
+inline net::awaitable<void> check_record_table(AsyncConnection& c, std::string_view table) {
+  const auto parts = idem::detail::split_identifier(table, "idem::mysql", "table name", true);
+  const std::vector<Param> where = detail::present_columns_values(parts);
+  const auto columns = co_await c.select(detail::live_columns_sql, where);
+  const auto indexes = co_await c.select(detail::live_indexes_sql, where);
+  detail::require_expected_table(idem::detail::quote_parts(parts, '`'), columns, indexes);
+}
+
 namespace detail {
 
 // idem::mysql for the coroutine store skeleton (idem/async/skeleton.hpp).
@@ -195,14 +205,26 @@ class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
     attach(pool_.get());
   }
 
-  // Creates the record table if it does not exist (docs/schema.sql holds the same DDL), and
-  // brings one an older idem created to the current layout (migrate_record_table, online).
+  // Creates the record table if it does not exist (docs/schema.sql holds the same DDL), brings
+  // one an older idem created to the current layout (migrate_record_table, online), and checks
+  // the result (check_schema).
   net::awaitable<Migration> ensure_schema() {
     co_return co_await with_retries<Migration>(
         "ensure_schema", [&](AsyncConnection& c, bool) -> net::awaitable<Migration> {
           co_await c.query(record_table_ddl(table_));
-          co_return co_await migrate_record_table(c, name_);
+          Migration done = co_await migrate_record_table(c, name_);
+          co_await check_record_table(c, name_);
+          co_return done;
         });
+  }
+
+  // Store::check_schema's check: throws SchemaMismatch naming each problem and its fix.
+  net::awaitable<void> check_schema() {
+    co_await with_retries<int>("check_schema",
+                               [&](AsyncConnection& c, bool) -> net::awaitable<int> {
+                                 co_await check_record_table(c, name_);
+                                 co_return 0;
+                               });
   }
 
   // The store on a connection inside the transaction the caller began on it (in a

@@ -56,6 +56,7 @@
 #include "idem/mysql/errors.hpp"
 #include "idem/mysql/pool.hpp"
 #include "idem/mysql/schema.hpp"
+#include "idem/mysql/schema_check.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
@@ -370,13 +371,15 @@ class Store : public StoreSkeleton<detail::Backend> {
         table_(quote_identifier(params.table)),
         bound_claim_(params.bound_claim) {}
 
-  // Creates the record table if it does not exist (docs/schema.sql holds the same DDL), and
-  // brings one an older idem created to the current layout (migrate_record_table, online).
-  // Returns what the migration did.
+  // Creates the record table if it does not exist (docs/schema.sql holds the same DDL), brings
+  // one an older idem created to the current layout (migrate_record_table, online), and checks
+  // the result (check_schema). Returns what the migration did.
   Migration ensure_schema() {
     return with_retries("ensure_schema", [&](Connection& c, bool) {
       c.query(record_table_ddl(table_));
-      return migrate_record_table(c, name_);
+      Migration done = migrate_record_table(c, name_);
+      check_record_table(c, name_);
+      return done;
     });
   }
   // The same on the caller's handle. DDL commits any transaction open on it: call it at
@@ -384,7 +387,24 @@ class Store : public StoreSkeleton<detail::Backend> {
   Migration ensure_schema(MYSQL* mysql) const {
     Connection c(mysql);
     c.query(record_table_ddl(table_));
-    return migrate_record_table(c, name_);
+    Migration done = migrate_record_table(c, name_);
+    check_record_table(c, name_);
+    return done;
+  }
+
+  // Checks that the table is the one idem expects (check_record_table: columns, types, byte
+  // for byte keys, primary key, indexes) without changing anything; throws SchemaMismatch
+  // naming each problem and its fix. For an account without DDL rights, whose table a DBA
+  // created: call it at start-up, before the first claim.
+  void check_schema() {
+    with_retries("check_schema", [&](Connection& c, bool) {
+      check_record_table(c, name_);
+      return 0;
+    });
+  }
+  void check_schema(MYSQL* mysql) const {
+    Connection c(mysql);
+    check_record_table(c, name_);
   }
 
   // The same store on a connection inside the transaction open on it: one of idem's (e.g.
