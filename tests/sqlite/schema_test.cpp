@@ -1,7 +1,9 @@
-// The record table's shape on SQLite (idem/sqlite/schema.hpp): a table whose key column
-// compares case-insensitively never makes one key replay another key's response.
+// The record table's shape on SQLite (idem/sqlite/schema.hpp, schema_check.hpp): a store
+// refuses at open a table that is not idem's, naming each difference and its fix, and a key
+// column made case-insensitive after it opened never makes one key replay another's response.
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -9,18 +11,83 @@
 
 using idem_test::TempDir;
 
-TEST_CASE("a key column declared NOCASE never replays another key") {
+namespace {
+
+// The current DDL of table `rec` with `from` replaced by `to` (which must be there).
+std::string ddl_with(const std::string& from, const std::string& to) {
+  std::string ddl = idem::sqlite::record_table_ddl(idem::sqlite::parse_table_name("rec"));
+  const auto at = ddl.find(from);
+  REQUIRE(at != std::string::npos);
+  ddl.replace(at, from.size(), to);
+  return ddl;
+}
+
+// The problems a store opening `file` reports (none: it opened).
+std::vector<idem::SchemaMismatch::Problem> problems_at_open(const std::filesystem::path& file,
+                                                            bool create_schema) {
+  try {
+    idem::sqlite::Store store{file, {.table = "rec", .create_schema = create_schema}};
+    return {};
+  } catch (const idem::SchemaMismatch& e) {
+    CHECK_FALSE(e.retryable());
+    return e.problems();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a store refuses at open a table whose key column is NOCASE, and says how to fix it") {
   TempDir dir;
   const auto file = dir / "nocase.db";
-  {
-    // The current DDL with the key column's collation changed by hand.
-    std::string ddl = idem::sqlite::record_table_ddl(idem::sqlite::parse_table_name("rec"));
-    const std::string binary = "idempotent_key    TEXT COLLATE BINARY";
-    REQUIRE(ddl.find(binary) != std::string::npos);
-    ddl.replace(ddl.find(binary), binary.size(), "idempotent_key    TEXT COLLATE NOCASE");
-    idem::sqlite::Connection c{file};
-    c.exec(ddl);
+  idem::sqlite::Connection{file}.exec(
+      ddl_with("idempotent_key    TEXT COLLATE BINARY", "idempotent_key    TEXT COLLATE NOCASE"));
+  for (const bool create : {true, false}) {
+    const auto problems = problems_at_open(file, create);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].what == "column idempotent_key has collation nocase, idem expects binary");
+    CHECK_THAT(problems[0].fix, Catch::StartsWith("rebuild \"rec\" with the column as "
+                                                  "idempotent_key TEXT COLLATE BINARY NOT NULL"));
   }
+}
+
+TEST_CASE("a store refuses at open a column of another type, a missing column or index") {
+  TempDir dir;
+  const auto file = dir / "bad.db";
+  SECTION("status declared VARCHAR(16)") {
+    idem::sqlite::Connection{file}.exec(
+        ddl_with("status            INTEGER NOT NULL", "status            VARCHAR(16) NOT NULL"));
+    const auto problems = problems_at_open(file, true);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].what == "column status is varchar(16), idem expects integer");
+  }
+  SECTION("no attempts column") {
+    idem::sqlite::Connection{file}.exec(ddl_with(
+        "  attempts          INTEGER NOT NULL DEFAULT 1,    -- claims that ran the business\n",
+        ""));
+    const auto problems = problems_at_open(file, true);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].what == "column attempts is missing");
+    CHECK(problems[0].fix == "ALTER TABLE \"rec\" ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1");
+  }
+  SECTION("a dropped index: create_schema makes it again, a store without it refuses") {
+    {
+      idem::sqlite::Connection c{file};
+      c.exec(idem::sqlite::record_table_ddl(idem::sqlite::parse_table_name("rec")));
+      c.exec("DROP INDEX rec_idx_stale");
+    }
+    const auto problems = problems_at_open(file, false);
+    REQUIRE(problems.size() == 1);
+    CHECK_THAT(problems[0].what,
+               Catch::Contains("(status, lease_until)") && Catch::Contains("release_stale"));
+    CHECK(problems[0].fix == "CREATE INDEX rec_idx_stale ON \"rec\" (status, lease_until)");
+    CHECK(problems_at_open(file, true).empty());
+    CHECK(problems_at_open(file, false).empty());
+  }
+}
+
+TEST_CASE("a key column made NOCASE after the store opened never replays another key") {
+  TempDir dir;
+  const auto file = dir / "nocase-later.db";
   idem::sqlite::Store store{file, {.table = "rec"}};
   std::atomic<int> runs{0};
   const auto pay = [&runs](const std::string& order) {
@@ -32,7 +99,17 @@ TEST_CASE("a key column declared NOCASE never replays another key") {
   const idem::Key lower{"PAY", "order-abc"};
   const idem::Key upper{"PAY", "ORDER-ABC"};
   REQUIRE(idem::run_once(store, lower, "fp", pay("abc")).acquired());
-
+  {
+    // A rebuild of the table with the key column's collation changed, behind the store's back.
+    idem::sqlite::Connection c{file};
+    c.exec("BEGIN IMMEDIATE");
+    c.exec("ALTER TABLE rec RENAME TO rec_old");
+    c.exec(
+        ddl_with("idempotent_key    TEXT COLLATE BINARY", "idempotent_key    TEXT COLLATE NOCASE"));
+    c.exec("INSERT INTO rec SELECT * FROM rec_old");
+    c.exec("DROP TABLE rec_old");
+    c.exec("COMMIT");
+  }
   try {
     (void)idem::run_once(store, upper, "fp", pay("ABC"));
     FAIL("ORDER-ABC answered with the record of order-abc");
@@ -45,5 +122,5 @@ TEST_CASE("a key column declared NOCASE never replays another key") {
   CHECK(again.replayed());
   CHECK(again.value() == nlohmann::json{{"order", "abc"}});
   CHECK(runs == 1);
-  CHECK(idem_test::count(store) == 1);
+  CHECK_THROWS_AS(store.check_schema(), idem::SchemaMismatch);
 }

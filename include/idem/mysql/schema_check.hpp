@@ -16,11 +16,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "idem/detail/ddl_shape.hpp"
 #include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
 #include "idem/mysql/connection.hpp"
 #include "idem/mysql/schema.hpp"
+#include "idem/store/schema_rules.hpp"
 
 namespace idem::mysql {
 
@@ -40,135 +40,27 @@ inline std::string comparable_type(std::string_view column_type) {
   return t;
 }
 
-// A collation that compares byte for byte (binary columns have none).
-inline bool binary_collation(std::string_view collation) {
-  return collation.empty() || collation == "binary" || collation.ends_with("_bin");
-}
+using idem::detail::LiveColumn;
+using idem::detail::LiveIndexColumn;
 
-struct LiveColumn {
-  std::string name, type, collation;
-  bool nullable = false;
-};
-
-struct LiveIndexColumn {
-  std::string index;
-  std::string column;
-  bool prefix = false;  // only a prefix of the column is indexed
-};
-
-// What each of idem's indexes is for, to say what goes wrong without it.
-inline std::string_view index_use(std::string_view name) {
-  if (name == "idx_expire") return "purge_expired would scan the whole table";
-  if (name == "idx_stale")
-    return "release_stale and the Janitor's stale pass would scan the whole table";
-  return "idem's statements would scan the table";
-}
-
-inline std::vector<SchemaMismatch::Problem> schema_problems(
-    const std::string& quoted, const std::vector<LiveColumn>& live,
-    const std::vector<LiveIndexColumn>& keys) {
-  using Problem = SchemaMismatch::Problem;
-  std::vector<Problem> problems;
-  if (live.empty()) {
-    problems.push_back({fmt::format("the table {} does not exist", quoted),
-                        "store.ensure_schema(), or the DDL of docs/schema.sql"});
-    return problems;
-  }
-  const auto shape = idem::detail::ddl_shape(record_table_ddl(quoted));
-  bool layout_columns_missing = false;
-  for (const auto& want : shape.columns) {
-    const auto got = std::find_if(live.begin(), live.end(),
-                                  [&](const LiveColumn& c) { return c.name == want.name; });
-    const std::string modify =
-        fmt::format("ALTER TABLE {} MODIFY {} {}", quoted, want.name, want.line);
-    if (got == live.end()) {
-      const bool layout2 =
-          std::any_of(layout2_columns.begin(), layout2_columns.end(),
-                      [&](const ColumnDefinition& c) { return c.name == want.name; });
-      if (layout2) {
-        layout_columns_missing = true;
-      } else {
-        problems.push_back(
-            {fmt::format("column {} is missing", want.name),
-             fmt::format("ALTER TABLE {} ADD COLUMN {} {}", quoted, want.name, want.line)});
-      }
-      continue;
-    }
-    const std::string type = comparable_type(got->type);
-    if (type != want.type) {
-      const bool key_column =
-          !shape.indexes.empty() &&
-          std::find(shape.indexes.front().columns.begin(), shape.indexes.front().columns.end(),
-                    want.name) != shape.indexes.front().columns.end();
-      const bool merges = key_column && !binary_collation(got->collation);
-      problems.push_back(
-          {merges ? fmt::format("column {} is {} with collation {}, which does not compare byte "
-                                "for byte (two keys idem tells apart would be one row); idem "
-                                "expects {}",
-                                want.name, type, got->collation, want.type)
-                  : fmt::format("column {} is {}, idem expects {}", want.name, type, want.type),
-           modify});
-      continue;
-    }
-    if (!want.collation.empty() && got->collation != want.collation) {
-      problems.push_back(
-          {fmt::format("column {} has collation {}, idem expects {}", want.name,
-                       got->collation.empty() ? "none" : got->collation, want.collation),
-           modify});
-      continue;
-    }
-    if (got->nullable != want.nullable) {
-      problems.push_back(
-          {fmt::format("column {} is {}, idem expects {}", want.name,
-                       got->nullable ? "NULL" : "NOT NULL", want.nullable ? "NULL" : "NOT NULL"),
-           modify});
-    }
-  }
-  if (layout_columns_missing) {
-    problems.push_back({fmt::format("the table lacks the columns of layout {} (an older idem "
-                                    "created it)",
-                                    record_table_layout),
-                        "store.ensure_schema() or migrate_record_table() (online)"});
-  }
-  // An index's columns in order, and whether any of them is indexed by a prefix only.
-  const auto columns_of = [&](std::string_view index) {
-    std::vector<std::string> cols;
-    bool prefix = false;
-    for (const auto& k : keys) {
-      if (k.index != index) continue;
-      cols.push_back(k.column);
-      prefix = prefix || k.prefix;
-    }
-    return std::pair{cols, prefix};
+inline const idem::detail::SchemaDialect& schema_dialect() {
+  static const idem::detail::SchemaDialect dialect{
+      .comparable_type = comparable_type,
+      .modify =
+          [](const std::string& quoted, const idem::detail::DdlColumn& want) {
+            return fmt::format("ALTER TABLE {} MODIFY {} {}", quoted, want.name, want.line);
+          },
+      .primary_key =
+          [](const std::string& quoted, const std::string& columns) {
+            return fmt::format("ALTER TABLE {} DROP PRIMARY KEY, ADD PRIMARY KEY ({})", quoted,
+                               columns);
+          },
+      .create_fix = "store.ensure_schema(), or the DDL of docs/schema.sql",
+      .later_columns = {layout2_columns[0].name, layout2_columns[1].name, layout2_columns[2].name},
+      .migrate_fix = "store.ensure_schema() or migrate_record_table() (online)",
+      .layout = "layout 2",
   };
-  for (const auto& want : shape.indexes) {
-    const std::string list = fmt::format("{}", fmt::join(want.columns, ", "));
-    if (want.name == "PRIMARY") {
-      const auto [cols, prefix] = columns_of("PRIMARY");
-      if (cols != want.columns || prefix) {
-        problems.push_back(
-            {fmt::format("the primary key is ({}), idem expects ({}): the claim's INSERT is what "
-                         "keeps a key to one row",
-                         fmt::join(cols, ", "), list),
-             fmt::format("ALTER TABLE {} DROP PRIMARY KEY, ADD PRIMARY KEY ({})", quoted, list)});
-      }
-      continue;
-    }
-    std::vector<std::string> names;
-    for (const auto& k : keys)
-      if (std::find(names.begin(), names.end(), k.index) == names.end()) names.push_back(k.index);
-    const bool found = std::any_of(names.begin(), names.end(), [&](const std::string& n) {
-      const auto [cols, prefix] = columns_of(n);
-      return !prefix && cols.size() >= want.columns.size() &&
-             std::equal(want.columns.begin(), want.columns.end(), cols.begin());
-    });
-    if (!found) {
-      problems.push_back(
-          {fmt::format("no index leads with ({}) ({}): {}", list, want.name, index_use(want.name)),
-           fmt::format("CREATE INDEX {} ON {} ({})", want.name, quoted, list)});
-    }
-  }
-  return problems;
+  return dialect;
 }
 
 // The two reads of the check (values: present_columns_values), and their answers decoded.
@@ -204,7 +96,8 @@ inline std::vector<LiveIndexColumn> live_indexes(const std::vector<Row>& rows) {
 // Throws SchemaMismatch when the answers show problems.
 inline void require_expected_table(const std::string& quoted, const std::vector<Row>& columns,
                                    const std::vector<Row>& indexes) {
-  auto problems = schema_problems(quoted, live_columns(columns), live_indexes(indexes));
+  auto problems = idem::detail::schema_problems(schema_dialect(), quoted, record_table_ddl(quoted),
+                                                live_columns(columns), live_indexes(indexes));
   if (!problems.empty()) throw SchemaMismatch(quoted, std::move(problems));
 }
 

@@ -52,6 +52,7 @@
 #include "idem/sqlite/errors.hpp"
 #include "idem/sqlite/pool.hpp"
 #include "idem/sqlite/schema.hpp"
+#include "idem/sqlite/schema_check.hpp"
 #include "idem/store.hpp"
 #include "idem/store/abilities.hpp"
 #include "idem/store/record_rules.hpp"
@@ -220,9 +221,10 @@ using BoundStore = BoundSqlStore<detail::Backend>;
 
 class Store : public StoreSkeleton<detail::Backend> {
  public:
-  // Opens (creating it when missing) the database file at `path` and, unless
-  // params.create_schema is false, creates the record table. Throws StoreError when the file
-  // cannot be opened or is not a SQLite database, InvalidArgument for bad params.
+  // Opens (creating it when missing) the database file at `path`, unless params.create_schema
+  // is false creates the record table, and checks it (check_schema). Throws StoreError when the
+  // file cannot be opened or is not a SQLite database, SchemaMismatch when the table is not
+  // what idem expects, InvalidArgument for bad params.
   explicit Store(std::filesystem::path path, StoreParams params = {})
       : StoreSkeleton(detail::RecordOps(parse_table_name(params.table), params.clock),
                       params.retry),
@@ -233,18 +235,19 @@ class Store : public StoreSkeleton<detail::Backend> {
         pool_(std::move(path), ConnectionParams{params_.busy_timeout, params_.synchronous},
               params_.pool_size) {
     attach(&pool_);
+    // A bad file or table should fail here, not at the first claim.
     if (params_.create_schema) {
       ensure_schema();
     } else {
-      // Open one connection now: a bad file should fail here, not at the first claim.
-      with_retries("open", [](Connection&, bool) { return 0; });
+      check_schema();
     }
   }
 
   // Creates the record table and its indexes if they do not exist, and upgrades a table of an
   // earlier idem in place (migrate_record_table: the columns it lacks are added, nothing else
   // is altered), in one write transaction: concurrent stores on the file wait for it, and
-  // several stores that open at once each find the table as the first one left it.
+  // several stores that open at once each find the table as the first one left it. Then checks
+  // the result (check_schema).
   void ensure_schema() {
     with_retries("ensure_schema", [&](Connection& c, bool) {
       c.exec("BEGIN IMMEDIATE");
@@ -259,6 +262,17 @@ class Store : public StoreSkeleton<detail::Backend> {
         }
         throw;
       }
+      check_record_table(c, name_);
+      return 0;
+    });
+  }
+
+  // Checks that the table is the one idem expects (check_record_table: columns, types, the
+  // primary key with byte-for-byte keys, indexes) without changing anything; throws
+  // SchemaMismatch naming each problem and its fix. The constructor runs it.
+  void check_schema() {
+    with_retries("check_schema", [&](Connection& c, bool) {
+      check_record_table(c, name_);
       return 0;
     });
   }

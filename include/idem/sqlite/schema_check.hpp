@@ -1,0 +1,98 @@
+#pragma once
+// The check that a record table on SQLite is the one idem expects, read from SQLite's PRAGMAs:
+// every column of record_table_ddl() with its declared type and NOT NULL, the primary key
+// (idempotent_key, biz_type) with the BINARY collation (so that keys compare byte for byte),
+// and an index leading with the columns of each of idx_expire and idx_stale (under any name;
+// a partial index does not count). The rules are idem/store/schema_rules.hpp's; a mismatch is
+// SchemaMismatch, each problem with its fix.
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/detail/identifier.hpp"
+#include "idem/errors.hpp"
+#include "idem/sqlite/connection.hpp"
+#include "idem/sqlite/schema.hpp"
+#include "idem/store/schema_rules.hpp"
+
+namespace idem::sqlite {
+
+namespace detail {
+
+// SQLite cannot change a column or the primary key of a table in place: the fix is a rebuild.
+inline std::string rebuild_fix(const std::string& quoted, std::string_view what) {
+  return fmt::format(
+      "rebuild {} with {} (SQLite cannot alter it in place): create a new table with "
+      "idem::sqlite::record_table_ddl, copy the rows with INSERT ... SELECT, drop the old table "
+      "and rename the new one, in one transaction",
+      quoted, what);
+}
+
+inline const idem::detail::SchemaDialect& schema_dialect() {
+  static const idem::detail::SchemaDialect dialect{
+      .comparable_type = [](std::string_view declared) { return idem::detail::lower(declared); },
+      .modify =
+          [](const std::string& quoted, const idem::detail::DdlColumn& want) {
+            return rebuild_fix(quoted, fmt::format("the column as {} {}", want.name, want.line));
+          },
+      .primary_key =
+          [](const std::string& quoted, const std::string& columns) {
+            return rebuild_fix(quoted, fmt::format("PRIMARY KEY ({})", columns));
+          },
+      .create_fix =
+          "open the store with create_schema (the default), or run "
+          "idem::sqlite::record_table_ddl",
+      .later_columns = {added_record_columns[0].name, added_record_columns[1].name,
+                        added_record_columns[2].name},
+      .migrate_fix =
+          "open the store with create_schema (the default), or run "
+          "idem::sqlite::migrate_record_table",
+      .layout = "the layout after the first",
+  };
+  return dialect;
+}
+
+}  // namespace detail
+
+// Checks that the record table `t` is the one idem expects; throws SchemaMismatch listing every
+// problem with its fix, StoreError when the file cannot be read. Reads only.
+inline void check_record_table(Connection& c, const TableName& t) {
+  const std::string schema = t.schema.empty() ? "" : fmt::format("\"{}\".", t.schema);
+  std::vector<idem::detail::LiveColumn> live;
+  {
+    Rows info = c.query(fmt::format("PRAGMA {}table_info(\"{}\")", schema, t.table));
+    while (info.next())
+      live.push_back({info.text(1), info.text(2), "", info.integer(3) == 0});
+  }
+  std::vector<idem::detail::LiveIndexColumn> keys;
+  std::vector<std::pair<std::string, bool>> indexes;  // name, is the primary key
+  {
+    Rows list = c.query(fmt::format("PRAGMA {}index_list(\"{}\")", schema, t.table));
+    while (list.next()) {
+      if (list.integer(4) != 0) continue;  // partial: it does not cover every row
+      indexes.emplace_back(list.text(1), list.text(3) == "pk");
+    }
+  }
+  for (const auto& [name, primary] : indexes) {
+    Rows info = c.query(fmt::format("PRAGMA {}index_xinfo(\"{}\")", schema, name));
+    while (info.next()) {
+      if (info.integer(5) == 0) continue;  // the rowid, not a key column
+      const std::string column = info.text(2);
+      keys.push_back({primary ? "PRIMARY" : name, column});
+      if (!primary) continue;
+      // The primary key's collation is the key columns' comparison.
+      for (auto& col : live)
+        if (col.name == column) col.collation = idem::detail::lower(info.text(4));
+    }
+  }
+  const std::string quoted = t.quoted();
+  auto problems = idem::detail::schema_problems(detail::schema_dialect(), quoted,
+                                                record_table_ddl(t), live, keys);
+  if (!problems.empty()) throw SchemaMismatch(quoted, std::move(problems));
+}
+
+}  // namespace idem::sqlite
