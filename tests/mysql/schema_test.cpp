@@ -99,7 +99,9 @@ TEST_CASE("check_schema: each problem names the column or index and the statemen
     auto problems = alter_and_check("MODIFY status VARCHAR(16) NOT NULL DEFAULT '0'");
     REQUIRE(problems.size() == 1);
     CHECK(problems[0].what == "column status is varchar(16), idem expects tinyint");
-    CHECK(problems[0].fix == "ALTER TABLE " + table + " MODIFY status TINYINT NOT NULL DEFAULT 0");
+    CHECK(problems[0].fix == "ALTER TABLE " + table +
+                                 " MODIFY status TINYINT NOT NULL DEFAULT 0 COMMENT '0 "
+                                 "processing, 1 succeeded, 2 failed, 3 outcome unknown'");
     fix(problems[0]);
   }
   SECTION("a key column that compares case-insensitively") {

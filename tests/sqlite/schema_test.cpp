@@ -13,20 +13,25 @@ using idem_test::TempDir;
 
 namespace {
 
-// The current DDL of table `rec` with `from` replaced by `to` (which must be there).
-std::string ddl_with(const std::string& from, const std::string& to) {
-  std::string ddl = idem::sqlite::record_table_ddl(idem::sqlite::parse_table_name("rec"));
-  const auto at = ddl.find(from);
+// `text` with `from` replaced by `to` (which must be there).
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
   REQUIRE(at != std::string::npos);
-  ddl.replace(at, from.size(), to);
-  return ddl;
+  return text.replace(at, from.size(), to);
 }
 
-// The problems a store opening `file` reports (none: it opened).
+// The current DDL of table `rec` with `from` replaced by `to`.
+std::string ddl_with(const std::string& from, const std::string& to) {
+  return replaced(idem::sqlite::record_table_ddl(idem::sqlite::parse_table_name("rec")), from, to);
+}
+
+// The problems a store reports when it opens `file` (with create_schema) or, without,
+// when it is asked (check_schema); none: the table passed.
 std::vector<idem::SchemaMismatch::Problem> problems_at_open(const std::filesystem::path& file,
                                                             bool create_schema) {
   try {
     idem::sqlite::Store store{file, {.table = "rec", .create_schema = create_schema}};
+    if (!create_schema) store.check_schema();
     return {};
   } catch (const idem::SchemaMismatch& e) {
     CHECK_FALSE(e.retryable());
@@ -50,6 +55,18 @@ TEST_CASE("a store refuses at open a table whose key column is NOCASE, and says 
   }
 }
 
+TEST_CASE("a key column declared NOCASE under a BINARY primary key is refused too") {
+  // WHERE idempotent_key = ? compares with the column's collation, whatever the key's says.
+  TempDir dir;
+  const auto file = dir / "nocase-column.db";
+  idem::sqlite::Connection{file}.exec(replaced(
+      ddl_with("idempotent_key    TEXT COLLATE BINARY", "idempotent_key    TEXT COLLATE NOCASE"),
+      "PRIMARY KEY (idempotent_key,", "PRIMARY KEY (idempotent_key COLLATE BINARY,"));
+  const auto problems = problems_at_open(file, true);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].what == "column idempotent_key has collation nocase, idem expects binary");
+}
+
 TEST_CASE("a store refuses at open a column of another type, a missing column or index") {
   TempDir dir;
   const auto file = dir / "bad.db";
@@ -68,6 +85,15 @@ TEST_CASE("a store refuses at open a column of another type, a missing column or
     REQUIRE(problems.size() == 1);
     CHECK(problems[0].what == "column attempts is missing");
     CHECK(problems[0].fix == "ALTER TABLE \"rec\" ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1");
+  }
+  SECTION("no created_at column: NOT NULL without a default, so the fix is a rebuild") {
+    idem::sqlite::Connection{file}.exec(ddl_with(
+        "  created_at        INTEGER NOT NULL,              -- ms since the Unix epoch, UTC\n",
+        ""));
+    const auto problems = problems_at_open(file, true);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].what == "column created_at is missing");
+    CHECK_THAT(problems[0].fix, Catch::StartsWith("rebuild \"rec\" with the column created_at"));
   }
   SECTION("a dropped index: create_schema makes it again, a store without it refuses") {
     {

@@ -17,6 +17,7 @@ struct DdlColumn {
   std::string collation;  // after COLLATE, lower case; empty when none is written
   bool nullable = true;   // false when the line says NOT NULL
   std::string line;       // the definition without its name and COMMENT, single-spaced
+  std::string comment;    // "COMMENT '...'" as written; empty when there is none
 };
 
 struct DdlIndex {
@@ -133,6 +134,8 @@ inline DdlShape ddl_shape(std::string_view ddl) {
     // pads them into columns).
     for (std::size_t i = 1; i < words.size() && lower(words[i]) != "comment"; ++i)
       c.line += (c.line.empty() ? "" : " ") + words[i];
+    if (const auto from = lower(line).find(" comment '"); from != std::string::npos)
+      c.comment = std::string(line.substr(from + 1));
     shape.columns.push_back(std::move(c));
   }
   return shape;

@@ -48,12 +48,23 @@ inline const idem::detail::SchemaDialect& schema_dialect() {
       .comparable_type = comparable_type,
       .modify =
           [](const std::string& quoted, const idem::detail::DdlColumn& want) {
-            return fmt::format("ALTER TABLE {} MODIFY {} {}", quoted, want.name, want.line);
+            return fmt::format("ALTER TABLE {} MODIFY {} {}{}{}", quoted, want.name, want.line,
+                               want.comment.empty() ? "" : " ", want.comment);
           },
       .primary_key =
           [](const std::string& quoted, const std::string& columns) {
             return fmt::format("ALTER TABLE {} DROP PRIMARY KEY, ADD PRIMARY KEY ({})", quoted,
                                columns);
+          },
+      .add_column =
+          [](const std::string& quoted, const idem::detail::DdlColumn& want) {
+            return fmt::format("ALTER TABLE {} ADD COLUMN {} {}{}{}", quoted, want.name, want.line,
+                               want.comment.empty() ? "" : " ", want.comment);
+          },
+      .create_index =
+          [](const std::string& quoted, const idem::detail::DdlIndex& want) {
+            return fmt::format("CREATE INDEX {} ON {} ({})", want.name, quoted,
+                               fmt::join(want.columns, ", "));
           },
       .create_fix = "store.ensure_schema(), or the DDL of docs/schema.sql",
       .later_columns = {layout2_columns[0].name, layout2_columns[1].name, layout2_columns[2].name},

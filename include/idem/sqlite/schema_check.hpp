@@ -6,6 +6,8 @@
 // a partial index does not count). The rules are idem/store/schema_rules.hpp's; a mismatch is
 // SchemaMismatch, each problem with its fix.
 
+#include <sqlite3.h>
+
 #include <string>
 #include <string_view>
 #include <utility>
@@ -43,6 +45,24 @@ inline const idem::detail::SchemaDialect& schema_dialect() {
           [](const std::string& quoted, const std::string& columns) {
             return rebuild_fix(quoted, fmt::format("PRIMARY KEY ({})", columns));
           },
+      .add_column =
+          [](const std::string& quoted, const idem::detail::DdlColumn& want) {
+            // SQLite adds a NOT NULL column only with a default for the rows already there.
+            if (!want.nullable &&
+                idem::detail::lower(want.line).find(" default ") == std::string::npos)
+              return rebuild_fix(quoted, fmt::format("the column {} {}", want.name, want.line));
+            return fmt::format("ALTER TABLE {} ADD COLUMN {} {}", quoted, want.name, want.line);
+          },
+      .create_index =
+          [](const std::string& quoted, const idem::detail::DdlIndex& want) {
+            // The schema goes on the index's name: CREATE INDEX "s"."i" ON "t".
+            const auto dot = quoted.find("\".\"");
+            if (dot == std::string::npos)
+              return fmt::format("CREATE INDEX {} ON {} ({})", want.name, quoted,
+                                 fmt::join(want.columns, ", "));
+            return fmt::format("CREATE INDEX {}.\"{}\" ON {} ({})", quoted.substr(0, dot + 1),
+                               want.name, quoted.substr(dot + 2), fmt::join(want.columns, ", "));
+          },
       .create_fix =
           "open the store with create_schema (the default), or run "
           "idem::sqlite::record_table_ddl",
@@ -68,6 +88,15 @@ inline void check_record_table(Connection& c, const TableName& t) {
     while (info.next())
       live.push_back({info.text(1), info.text(2), "", info.integer(3) == 0});
   }
+  // Each column's own collation: comparisons in a WHERE use it, whatever the key's index says.
+  for (auto& col : live) {
+    const char* collation = nullptr;
+    if (sqlite3_table_column_metadata(c.native(), t.schema.empty() ? nullptr : t.schema.c_str(),
+                                      t.table.c_str(), col.name.c_str(), nullptr, &collation,
+                                      nullptr, nullptr, nullptr) == SQLITE_OK &&
+        collation != nullptr)
+      col.collation = idem::detail::lower(collation);
+  }
   std::vector<idem::detail::LiveIndexColumn> keys;
   std::vector<std::pair<std::string, bool>> indexes;  // name, is the primary key
   {
@@ -84,9 +113,11 @@ inline void check_record_table(Connection& c, const TableName& t) {
       const std::string column = info.text(2);
       keys.push_back({primary ? "PRIMARY" : name, column});
       if (!primary) continue;
-      // The primary key's collation is the key columns' comparison.
+      // The primary key's collation decides which keys are one row: a key column keeps the
+      // first of its own and the key's that does not compare byte for byte.
       for (auto& col : live)
-        if (col.name == column) col.collation = idem::detail::lower(info.text(4));
+        if (col.name == column && idem::detail::binary_collation(col.collation))
+          col.collation = idem::detail::lower(info.text(4));
     }
   }
   const std::string quoted = t.quoted();

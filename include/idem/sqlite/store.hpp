@@ -221,10 +221,11 @@ using BoundStore = BoundSqlStore<detail::Backend>;
 
 class Store : public StoreSkeleton<detail::Backend> {
  public:
-  // Opens (creating it when missing) the database file at `path`, unless params.create_schema
-  // is false creates the record table, and checks it (check_schema). Throws StoreError when the
-  // file cannot be opened or is not a SQLite database, SchemaMismatch when the table is not
-  // what idem expects, InvalidArgument for bad params.
+  // Opens (creating it when missing) the database file at `path` and, unless
+  // params.create_schema is false, creates or migrates the record table and checks it
+  // (ensure_schema). Throws StoreError when the file cannot be opened or is not a SQLite
+  // database, SchemaMismatch when the table is not what idem expects, InvalidArgument for bad
+  // params.
   explicit Store(std::filesystem::path path, StoreParams params = {})
       : StoreSkeleton(detail::RecordOps(parse_table_name(params.table), params.clock),
                       params.retry),
@@ -235,11 +236,12 @@ class Store : public StoreSkeleton<detail::Backend> {
         pool_(std::move(path), ConnectionParams{params_.busy_timeout, params_.synchronous},
               params_.pool_size) {
     attach(&pool_);
-    // A bad file or table should fail here, not at the first claim.
     if (params_.create_schema) {
-      ensure_schema();
+      ensure_schema();  // and checks the table: a bad one fails here, not at the first claim
     } else {
-      check_schema();
+      // Open one connection now: a bad file should fail here, not at the first claim. The table
+      // is the caller's to create, migrate or check (ensure_schema, check_schema).
+      with_retries("open", [](Connection&, bool) { return 0; });
     }
   }
 
@@ -269,7 +271,8 @@ class Store : public StoreSkeleton<detail::Backend> {
 
   // Checks that the table is the one idem expects (check_record_table: columns, types, the
   // primary key with byte-for-byte keys, indexes) without changing anything; throws
-  // SchemaMismatch naming each problem and its fix. The constructor runs it.
+  // SchemaMismatch naming each problem and its fix. ensure_schema (so the constructor, unless
+  // create_schema is false) runs it.
   void check_schema() {
     with_retries("check_schema", [&](Connection& c, bool) {
       check_record_table(c, name_);

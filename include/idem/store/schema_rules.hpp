@@ -48,6 +48,8 @@ struct SchemaDialect {
   std::string (*comparable_type)(std::string_view live_type);  // a live type as the DDL writes it
   std::string (*modify)(const std::string& quoted, const DdlColumn& want);  // a column's fix
   std::string (*primary_key)(const std::string& quoted, const std::string& columns);  // its fix
+  std::string (*add_column)(const std::string& quoted, const DdlColumn& want);
+  std::string (*create_index)(const std::string& quoted, const DdlIndex& want);
   std::string_view create_fix;                  // for a table that does not exist
   std::vector<std::string_view> later_columns;  // added by later layouts: migrated, not added
   std::string_view migrate_fix;                 // for a table that lacks them
@@ -80,8 +82,7 @@ inline std::vector<SchemaMismatch::Problem> schema_problems(
         layout_columns_missing = true;
       } else {
         problems.push_back(
-            {fmt::format("column {} is missing", want.name),
-             fmt::format("ALTER TABLE {} ADD COLUMN {} {}", quoted, want.name, want.line)});
+            {fmt::format("column {} is missing", want.name), dialect.add_column(quoted, want)});
       }
       continue;
     }
@@ -155,7 +156,7 @@ inline std::vector<SchemaMismatch::Problem> schema_problems(
     if (!found) {
       problems.push_back(
           {fmt::format("no index leads with ({}) ({}): {}", list, want.name, index_use(want.name)),
-           fmt::format("CREATE INDEX {} ON {} ({})", want.name, quoted, list)});
+           dialect.create_index(quoted, want)});
     }
   }
   return problems;
