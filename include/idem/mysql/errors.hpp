@@ -25,6 +25,7 @@ namespace code {
 inline constexpr unsigned dup_entry = 1062;          // ER_DUP_ENTRY
 inline constexpr unsigned parse_error = 1064;        // ER_PARSE_ERROR
 inline constexpr unsigned lock_wait_timeout = 1205;  // ER_LOCK_WAIT_TIMEOUT
+inline constexpr unsigned table_def_changed = 1412;  // ER_TABLE_DEF_CHANGED: DDL since the snapshot
 inline constexpr unsigned deadlock = 1213;  // ER_LOCK_DEADLOCK (also Galera certification failures)
 inline constexpr unsigned query_interrupted = 1317;  // ER_QUERY_INTERRUPTED
 inline constexpr unsigned signal_exception = 1644;   // ER_SIGNAL_EXCEPTION (SIGNAL in SQL)
@@ -48,10 +49,11 @@ constexpr bool is_connection_lost(unsigned n) noexcept {
          n == code::client_conn_host_error;
 }
 
-// Repeating the same statement (after a rollback) may succeed.
+// Repeating the same statement (after a rollback) may succeed. A transaction whose snapshot is
+// older than an ALTER of a table it then reads (an online migration) is told to start again.
 constexpr bool is_transient(unsigned n) noexcept {
   return n == code::deadlock || n == code::lock_wait_timeout || n == code::query_interrupted ||
-         n == code::wsrep_not_ready || is_connection_lost(n);
+         n == code::table_def_changed || n == code::wsrep_not_ready || is_connection_lost(n);
 }
 
 // The server rolled back the whole transaction (not only the statement). InnoDB does so on a
