@@ -355,6 +355,32 @@ TEST_CASE(
   CHECK(t.count() == 0);
 }
 
+TEST_CASE("async mysql: a store checks its table on its first operation") {
+  idem_test::AsyncTable t;
+  t.blocking.pool->acquire()->query("ALTER TABLE " + t.store.table() +
+                                    " MODIFY idempotent_key VARCHAR(64) CHARACTER SET utf8mb4 "
+                                    "COLLATE utf8mb4_general_ci NOT NULL");
+  net::io_context io;
+  auto claim = [&]() -> net::awaitable<int> {
+    co_await t.store.claim(idem::Key{"PAY", "first-use"}, "fp", {});
+    co_return 0;
+  };
+  std::string fix;
+  try {
+    run_on(io, claim());
+    FAIL("claimed on a key column that compares case-insensitively");
+  } catch (const idem::SchemaMismatch& e) {
+    REQUIRE(e.problems().size() == 1);
+    CHECK_THAT(e.problems()[0].what, Catch::Contains("idempotent_key"));
+    fix = e.problems()[0].fix;
+  }
+  CHECK(t.count() == 0);
+  // The printed fix repairs the table; the same store then checks again and claims.
+  t.blocking.pool->acquire()->query(fix);
+  CHECK(run_on(io, claim()) == 0);
+  CHECK(t.count() == 1);
+}
+
 TEST_CASE("async mysql: check_schema and ensure_schema name a table that is not idem's") {
   idem_test::AsyncTable t;
   net::io_context io;

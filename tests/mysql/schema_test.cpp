@@ -154,6 +154,66 @@ TEST_CASE("check_schema: each problem names the column or index and the statemen
   CHECK_NOTHROW(t.store.check_schema());
 }
 
+TEST_CASE("a store checks its table on its first operation: a wrong one fails before any claim") {
+  idem_test::Table t;
+  t.pool->acquire()->query("ALTER TABLE " + t.store.table() + " DROP COLUMN attempts");
+  // A new store on the changed table (a service starting): the claim, the read, the listing
+  // each fail with the problem and its fix, and write nothing.
+  idem::mysql::Store store{t.pool, {.table = t.name}};
+  const idem::Key key{"PAY", "first-use"};
+  for (int i = 0; i < 3; ++i) {
+    try {
+      if (i == 0) store.claim(key, "fp", {});
+      if (i == 1) store.find(key);
+      if (i == 2) store.list({.limit = 5});
+      FAIL("used a table without the attempts column");
+    } catch (const idem::SchemaMismatch& e) {
+      CHECK_FALSE(e.retryable());
+      REQUIRE(e.problems().size() == 1);
+      CHECK_THAT(e.problems()[0].what, Catch::Contains("attempts"));
+      CHECK_THAT(e.problems()[0].fix, Catch::Contains("ADD COLUMN"));
+    }
+  }
+  CHECK(t.count() == 0);
+  // Without the check the same claim meets the server's error for the missing column, the
+  // failure the check turns into a named problem.
+  idem::mysql::Store unchecked{t.pool, {.table = t.name, .check_table = false}};
+  try {
+    unchecked.claim(key, "fp", {});
+    FAIL("claimed without the attempts column");
+  } catch (const idem::StoreError& e) {
+    CHECK(e.diagnostics().code == 1054);
+  }
+  // Once the table is fixed the same store checks again and works; after a check passed it is
+  // not repeated (one check per store, not per operation).
+  try {
+    store.check_schema();
+  } catch (const idem::SchemaMismatch& e) {
+    t.pool->acquire()->query(e.problems().at(0).fix);
+  }
+  CHECK(store.claim(key, "fp", {}).verdict == idem::Verdict::acquired);
+  t.pool->acquire()->query("ALTER TABLE " + t.store.table() + " DROP KEY idx_expire");
+  CHECK(store.find(key).has_value());
+}
+
+TEST_CASE("check_schema: an index MariaDB ignores does not count, and the fix shows it again") {
+  idem_test::Table t;
+  t.pool->acquire()->query("ALTER TABLE " + t.store.table() + " ALTER INDEX idx_stale IGNORED");
+  std::string fix;
+  try {
+    t.store.check_schema();
+    FAIL("an ignored idx_stale passed");
+  } catch (const idem::SchemaMismatch& e) {
+    REQUIRE(e.problems().size() == 1);
+    CHECK_THAT(e.problems()[0].what,
+               Catch::Contains("idx_stale") && Catch::Contains("may not use it"));
+    fix = e.problems()[0].fix;
+  }
+  CHECK_THAT(fix, Catch::Contains("NOT IGNORED"));
+  t.pool->acquire()->query(fix);
+  CHECK_NOTHROW(t.store.check_schema());
+}
+
 TEST_CASE("check_schema: a missing table says what to run") {
   auto pool = idem_test::make_pool(2);
   idem::mysql::Store store{pool, {.table = idem_test::unique_table()}};

@@ -130,4 +130,26 @@ TEST_CASE("schema_problems: each difference is one problem with its dialect's fi
       CHECK(problems[0].fix == "INDEX idx_expire ON `t`");
     }
   }
+  SECTION("an index the database keeps but queries may not use (ignored, invisible)") {
+    const std::vector<LiveIndexColumn> indexes{
+        {"PRIMARY", "k"}, {"PRIMARY", "kind"}, {"by_time", "at", false, true}};
+    // Where the database can hide one, the fix is to show it again, not a second index.
+    auto showing = dialect;
+    showing.unhide_index = [](const std::string& q, const std::string& i) {
+      return "SHOW " + i + " ON " + q;
+    };
+    auto problems = idem::detail::schema_problems(showing, "`t`", ddl, good_columns(), indexes);
+    REQUIRE(problems.size() == 1);
+    CHECK_THAT(problems[0].what, Catch::Contains("index by_time leads with (at)") &&
+                                     Catch::Contains("may not use it") &&
+                                     Catch::Contains("purge_expired"));
+    CHECK(problems[0].fix == "SHOW by_time ON `t`");
+    // A visible index beside it serves, and a dialect without hiding asks for the index.
+    auto visible = indexes;
+    visible.push_back({"idx_expire", "at"});
+    CHECK(idem::detail::schema_problems(showing, "`t`", ddl, good_columns(), visible).empty());
+    problems = idem::detail::schema_problems(dialect, "`t`", ddl, good_columns(), indexes);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].fix == "INDEX idx_expire ON `t`");
+  }
 }

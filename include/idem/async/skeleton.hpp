@@ -19,9 +19,11 @@
 // with that statement (Ops::settled) and records a retryable failure if the claim is there
 // and ours, so the next duplicate runs at once. If that cleanup cannot run, the lease runs out.
 
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -243,15 +245,37 @@ class StoreSkeleton {
   void attach(Pool* pool) noexcept { pool_ = pool; }
   Pool& pool() const { return *pool_; }
 
+  // As the blocking skeleton's: the check of the table that the first operation runs, once per
+  // store, before any claim.
+  void check_table_first(std::function<net::awaitable<void>(Connection&)> check) {
+    check_table_ = std::move(check);
+  }
+  void table_checked() noexcept { table_checked_.store(true, std::memory_order_release); }
+
   // As the blocking skeleton's with_retries: op(connection, uncertain) on a pooled
   // connection, tried again after a transient failure; the pause is a timer's.
   template <class R, class Op>
   net::awaitable<R> with_retries(std::string_view what, Op op) {
+    return retry_on_pool<R>(what, true, std::move(op));
+  }
+  // The same without the first-use check of the table (ensure_schema, check_schema).
+  template <class R, class Op>
+  net::awaitable<R> with_retries_unchecked(std::string_view what, Op op) {
+    return retry_on_pool<R>(what, false, std::move(op));
+  }
+
+ private:
+  template <class R, class Op>
+  net::awaitable<R> retry_on_pool(std::string_view what, bool check_table, Op op) {
     idem::detail::TryJudge judge;
     Backoff backoff(retry_);
     for (int n = 1;; ++n) {
       try {
         auto handle = co_await pool().acquire();
+        if (check_table && check_table_ && !table_checked_.load(std::memory_order_acquire)) {
+          co_await check_table_(*handle);
+          table_checked();
+        }
         co_return co_await op(*handle, judge.uncertain());
       } catch (const StoreError& e) {
         if (!judge.worth_retrying(Backend::classify(e))) throw;
@@ -261,7 +285,6 @@ class StoreSkeleton {
     }
   }
 
- private:
   net::awaitable<void> finish(const Key& key, const Ticket& ticket, std::string_view snapshot,
                               Status to, bool retryable) {
     idem::detail::check_snapshot(snapshot);
@@ -305,6 +328,8 @@ class StoreSkeleton {
   Ops ops_;
   RetryPolicy retry_;
   Pool* pool_ = nullptr;
+  std::function<net::awaitable<void>(Connection&)> check_table_;
+  std::atomic<bool> table_checked_{false};
 };
 
 }  // namespace idem::async

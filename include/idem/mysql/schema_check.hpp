@@ -43,7 +43,19 @@ inline std::string comparable_type(std::string_view column_type) {
 using idem::detail::LiveColumn;
 using idem::detail::LiveIndexColumn;
 
-inline const idem::detail::SchemaDialect& schema_dialect() {
+// How the server hides an index from queries while keeping it up to date: MariaDB 10.6 and
+// later can IGNORE one, MySQL 8 make one INVISIBLE; a hidden index does not serve idem.
+enum class IndexHiding { none, ignored, invisible };
+
+inline IndexHiding index_hiding(MYSQL* mysql) {
+  const char* info = mysql_get_server_info(mysql);
+  const unsigned long version = mysql_get_server_version(mysql);
+  if (info != nullptr && std::string_view(info).find("MariaDB") != std::string_view::npos)
+    return version >= 100600 ? IndexHiding::ignored : IndexHiding::none;
+  return version >= 80000 ? IndexHiding::invisible : IndexHiding::none;
+}
+
+inline const idem::detail::SchemaDialect& schema_dialect(IndexHiding hiding = IndexHiding::none) {
   static const idem::detail::SchemaDialect dialect{
       .comparable_type = comparable_type,
       .modify =
@@ -71,6 +83,28 @@ inline const idem::detail::SchemaDialect& schema_dialect() {
       .migrate_fix = "store.ensure_schema() or migrate_record_table() (online)",
       .layout = "layout 2",
   };
+  static const idem::detail::SchemaDialect mariadb = [] {
+    auto d = dialect;
+    d.unhide_index = [](const std::string& quoted, const std::string& index) {
+      return fmt::format("ALTER TABLE {} ALTER INDEX {} NOT IGNORED", quoted, index);
+    };
+    return d;
+  }();
+  static const idem::detail::SchemaDialect mysql = [] {
+    auto d = dialect;
+    d.unhide_index = [](const std::string& quoted, const std::string& index) {
+      return fmt::format("ALTER TABLE {} ALTER INDEX {} VISIBLE", quoted, index);
+    };
+    return d;
+  }();
+  switch (hiding) {
+    case IndexHiding::ignored:
+      return mariadb;
+    case IndexHiding::invisible:
+      return mysql;
+    case IndexHiding::none:
+      break;
+  }
   return dialect;
 }
 
@@ -78,10 +112,16 @@ inline const idem::detail::SchemaDialect& schema_dialect() {
 inline constexpr const char* live_columns_sql =
     "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, IFNULL(COLLATION_NAME, '') FROM "
     "information_schema.COLUMNS WHERE TABLE_SCHEMA = IFNULL(?, DATABASE()) AND TABLE_NAME = ?";
-inline constexpr const char* live_indexes_sql =
-    "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART IS NOT NULL FROM information_schema.STATISTICS "
-    "WHERE TABLE_SCHEMA = IFNULL(?, DATABASE()) AND TABLE_NAME = ? ORDER BY INDEX_NAME, "
-    "SEQ_IN_INDEX";
+inline std::string live_indexes_sql(IndexHiding hiding) {
+  const std::string_view hidden = hiding == IndexHiding::ignored     ? "IGNORED = 'YES'"
+                                  : hiding == IndexHiding::invisible ? "IS_VISIBLE = 'NO'"
+                                                                     : "0";
+  return fmt::format(
+      "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART IS NOT NULL, {} FROM information_schema.STATISTICS "
+      "WHERE TABLE_SCHEMA = IFNULL(?, DATABASE()) AND TABLE_NAME = ? ORDER BY INDEX_NAME, "
+      "SEQ_IN_INDEX",
+      hidden);
+}
 
 inline std::vector<LiveColumn> live_columns(const std::vector<Row>& rows) {
   std::vector<LiveColumn> live;
@@ -99,16 +139,18 @@ inline std::vector<LiveIndexColumn> live_indexes(const std::vector<Row>& rows) {
   for (const Row& row : rows) {
     keys.push_back({std::string(row.at(0).text().value_or("")),
                     std::string(row.at(1).text().value_or("")),
-                    row.at(2).integer().value_or(0) != 0});
+                    row.at(2).integer().value_or(0) != 0, row.at(3).integer().value_or(0) != 0});
   }
   return keys;
 }
 
 // Throws SchemaMismatch when the answers show problems.
-inline void require_expected_table(const std::string& quoted, const std::vector<Row>& columns,
+inline void require_expected_table(IndexHiding hiding, const std::string& quoted,
+                                   const std::vector<Row>& columns,
                                    const std::vector<Row>& indexes) {
-  auto problems = idem::detail::schema_problems(schema_dialect(), quoted, record_table_ddl(quoted),
-                                                live_columns(columns), live_indexes(indexes));
+  auto problems =
+      idem::detail::schema_problems(schema_dialect(hiding), quoted, record_table_ddl(quoted),
+                                    live_columns(columns), live_indexes(indexes));
   if (!problems.empty()) throw SchemaMismatch(quoted, std::move(problems));
 }
 
@@ -120,9 +162,10 @@ inline void require_expected_table(const std::string& quoted, const std::vector<
 inline void check_record_table(Connection& c, std::string_view table) {
   const auto parts = idem::detail::split_identifier(table, "idem::mysql", "table name", true);
   const auto where = detail::present_columns_values(parts);
-  detail::require_expected_table(idem::detail::quote_parts(parts, '`'),
+  const auto hiding = detail::index_hiding(c.native());
+  detail::require_expected_table(hiding, idem::detail::quote_parts(parts, '`'),
                                  c.select(detail::live_columns_sql, where),
-                                 c.select(detail::live_indexes_sql, where));
+                                 c.select(detail::live_indexes_sql(hiding), where));
 }
 
 }  // namespace idem::mysql

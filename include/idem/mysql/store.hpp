@@ -89,6 +89,11 @@ struct StoreParams {
   // again) or claim_first (INSERT a processing row, UPDATE it; a duplicate waits on its lock).
   // docs/mysql.md, "Same-transaction mode", says when to choose which.
   BoundClaim bound_claim = BoundClaim::record_last;
+  // Check the table (check_schema) once, on the first operation of this store: a table not as
+  // idem expects fails with SchemaMismatch before any claim. false: the caller checks it
+  // (ensure_schema or check_schema at start-up), or the store runs beside an older idem during
+  // an upgrade. Stores bound to a caller's connection (bind) do not check by themselves.
+  bool check_table = true;
 };
 
 namespace detail {
@@ -369,18 +374,24 @@ class Store : public StoreSkeleton<detail::Backend> {
                       params.retry),
         name_(params.table),
         table_(quote_identifier(params.table)),
-        bound_claim_(params.bound_claim) {}
+        bound_claim_(params.bound_claim) {
+    if (params.check_table) {
+      check_table_first([this](Connection& c) { check_record_table(c, name_); });
+    }
+  }
 
   // Creates the record table if it does not exist (docs/schema.sql holds the same DDL), brings
   // one an older idem created to the current layout (migrate_record_table, online), and checks
   // the result (check_schema). Returns what the migration did.
   Migration ensure_schema() {
-    return with_retries("ensure_schema", [&](Connection& c, bool) {
+    Migration done = with_retries_unchecked("ensure_schema", [&](Connection& c, bool) {
       c.query(record_table_ddl(table_));
-      Migration done = migrate_record_table(c, name_);
+      Migration migrated = migrate_record_table(c, name_);
       check_record_table(c, name_);
-      return done;
+      return migrated;
     });
+    table_checked();
+    return done;
   }
   // The same on the caller's handle. DDL commits any transaction open on it: call it at
   // start-up, not inside a transaction.
@@ -397,10 +408,11 @@ class Store : public StoreSkeleton<detail::Backend> {
   // naming each problem and its fix. For an account without DDL rights, whose table a DBA
   // created: call it at start-up, before the first claim.
   void check_schema() {
-    with_retries("check_schema", [&](Connection& c, bool) {
+    with_retries_unchecked("check_schema", [&](Connection& c, bool) {
       check_record_table(c, name_);
       return 0;
     });
+    table_checked();
   }
   void check_schema(MYSQL* mysql) const {
     Connection c(mysql);

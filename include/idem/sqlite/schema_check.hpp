@@ -64,13 +64,13 @@ inline const idem::detail::SchemaDialect& schema_dialect() {
                                want.name, quoted.substr(dot + 2), fmt::join(want.columns, ", "));
           },
       .create_fix =
-          "open the store with create_schema (the default), or run "
-          "idem::sqlite::record_table_ddl",
+          "open the store with create_schema (the default) or call store.ensure_schema(), or "
+          "run idem::sqlite::record_table_ddl",
       .later_columns = {added_record_columns[0].name, added_record_columns[1].name,
                         added_record_columns[2].name},
       .migrate_fix =
-          "open the store with create_schema (the default), or run "
-          "idem::sqlite::migrate_record_table",
+          "open the store with create_schema (the default) or call store.ensure_schema(), or "
+          "run idem::sqlite::migrate_record_table",
       .layout = "the layout after the first",
   };
   return dialect;

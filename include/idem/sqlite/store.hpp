@@ -81,8 +81,14 @@ struct StoreParams {
   // busy timeout), and the jittered backoff between them; the last failure is thrown as a
   // retryable StoreError.
   RetryPolicy retry{.max_attempts = 4};
-  // Create the table and its indexes (if missing) when the store is constructed.
+  // Create (or migrate) the table and its indexes when the store is constructed, and check the
+  // result (ensure_schema).
   bool create_schema = true;
+  // With create_schema false: check the table (check_schema) once, on the store's first
+  // operation, so that a table not as idem expects fails with SchemaMismatch before any claim.
+  // false: the caller checks it. Stores bound to a caller's connection do not check by
+  // themselves.
+  bool check_table = true;
 };
 
 namespace detail {
@@ -240,8 +246,11 @@ class Store : public StoreSkeleton<detail::Backend> {
       ensure_schema();  // and checks the table: a bad one fails here, not at the first claim
     } else {
       // Open one connection now: a bad file should fail here, not at the first claim. The table
-      // is the caller's to create, migrate or check (ensure_schema, check_schema).
-      with_retries("open", [](Connection&, bool) { return 0; });
+      // may not exist yet (the caller's to create or migrate): it is checked at first use.
+      with_retries_unchecked("open", [](Connection&, bool) { return 0; });
+      if (params_.check_table) {
+        check_table_first([this](Connection& c) { check_record_table(c, name_); });
+      }
     }
   }
 
@@ -251,7 +260,7 @@ class Store : public StoreSkeleton<detail::Backend> {
   // several stores that open at once each find the table as the first one left it. Then checks
   // the result (check_schema).
   void ensure_schema() {
-    with_retries("ensure_schema", [&](Connection& c, bool) {
+    with_retries_unchecked("ensure_schema", [&](Connection& c, bool) {
       c.exec("BEGIN IMMEDIATE");
       try {
         c.exec(ddl_);
@@ -267,6 +276,7 @@ class Store : public StoreSkeleton<detail::Backend> {
       check_record_table(c, name_);
       return 0;
     });
+    table_checked();
   }
 
   // Checks that the table is the one idem expects (check_record_table: columns, types, the
@@ -274,10 +284,11 @@ class Store : public StoreSkeleton<detail::Backend> {
   // SchemaMismatch naming each problem and its fix. ensure_schema (so the constructor, unless
   // create_schema is false) runs it.
   void check_schema() {
-    with_retries("check_schema", [&](Connection& c, bool) {
+    with_retries_unchecked("check_schema", [&](Connection& c, bool) {
       check_record_table(c, name_);
       return 0;
     });
+    table_checked();
   }
 
   // The same store on a connection of yours (or of pool()), inside the transaction open on

@@ -33,6 +33,8 @@ struct LiveIndexColumn {
   std::string index;
   std::string column;
   bool prefix = false;  // only a prefix of the column is indexed
+  bool hidden =
+      false;  // kept up to date but not used by queries (MariaDB IGNORED, MySQL INVISIBLE)
 };
 
 // What each of idem's indexes is for, to say what goes wrong without it.
@@ -50,6 +52,8 @@ struct SchemaDialect {
   std::string (*primary_key)(const std::string& quoted, const std::string& columns);  // its fix
   std::string (*add_column)(const std::string& quoted, const DdlColumn& want);
   std::string (*create_index)(const std::string& quoted, const DdlIndex& want);
+  // The fix for a hidden index (nullptr where the database has none).
+  std::string (*unhide_index)(const std::string& quoted, const std::string& index) = nullptr;
   std::string_view create_fix;                  // for a table that does not exist
   std::vector<std::string_view> later_columns;  // added by later layouts: migrated, not added
   std::string_view migrate_fix;                 // for a table that lacks them
@@ -132,6 +136,10 @@ inline std::vector<SchemaMismatch::Problem> schema_problems(
     }
     return std::pair{cols, prefix};
   };
+  const auto hidden = [&](std::string_view index) {
+    return std::any_of(keys.begin(), keys.end(),
+                       [&](const LiveIndexColumn& k) { return k.index == index && k.hidden; });
+  };
   for (const auto& want : shape.indexes) {
     const std::string list = fmt::format("{}", fmt::join(want.columns, ", "));
     if (want.name == "PRIMARY") {
@@ -148,12 +156,21 @@ inline std::vector<SchemaMismatch::Problem> schema_problems(
     std::vector<std::string> names;
     for (const auto& k : keys)
       if (std::find(names.begin(), names.end(), k.index) == names.end()) names.push_back(k.index);
-    const bool found = std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+    const auto serves = [&](const std::string& n) {
       const auto [cols, prefix] = columns_of(n);
       return !prefix && cols.size() >= want.columns.size() &&
              std::equal(want.columns.begin(), want.columns.end(), cols.begin());
-    });
-    if (!found) {
+    };
+    const bool found = std::any_of(names.begin(), names.end(),
+                                   [&](const std::string& n) { return serves(n) && !hidden(n); });
+    const auto unused = std::find_if(names.begin(), names.end(),
+                                     [&](const std::string& n) { return serves(n) && hidden(n); });
+    if (!found && unused != names.end() && dialect.unhide_index != nullptr) {
+      problems.push_back({fmt::format("index {} leads with ({}) but queries may not use it "
+                                      "(ignored or invisible): {}",
+                                      *unused, list, index_use(want.name)),
+                          dialect.unhide_index(quoted, *unused)});
+    } else if (!found) {
       problems.push_back(
           {fmt::format("no index leads with ({}) ({}): {}", list, want.name, index_use(want.name)),
            dialect.create_index(quoted, want)});

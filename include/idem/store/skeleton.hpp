@@ -35,8 +35,10 @@
 // tests/store/sql_store_test.cpp drives it through a scripted backend, without a server.
 
 #include <algorithm>
+#include <atomic>
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -328,6 +330,15 @@ class StoreSkeleton {
     return *pool_;
   }
 
+  // The check of the table that the first operation runs, once per store, on the connection it
+  // took (a table not as idem expects then fails with SchemaMismatch before any claim). Until
+  // it passes, every operation runs it again; a store that checks by other means (ensure_schema,
+  // check_schema) calls table_checked() instead.
+  void check_table_first(std::function<void(Connection&)> check) {
+    check_table_ = std::move(check);
+  }
+  void table_checked() noexcept { table_checked_.store(true, std::memory_order_release); }
+
   // Runs op(connection, uncertain) on a pooled connection; on a transient failure backs off
   // and tries again on a (possibly new) connection. `uncertain` tells op that an earlier try
   // lost its connection after sending a statement, so its outcome must be looked up, not
@@ -335,11 +346,34 @@ class StoreSkeleton {
   template <class Op, class BeforeRetry>
   auto with_retries(std::string_view what, Op&& op, BeforeRetry&& before_retry)
       -> decltype(op(std::declval<Connection&>(), false)) {
+    return retry_on_pool(what, true, std::forward<Op>(op), std::forward<BeforeRetry>(before_retry));
+  }
+  template <class Op>
+  auto with_retries(std::string_view what, Op&& op)
+      -> decltype(op(std::declval<Connection&>(), false)) {
+    return retry_on_pool(what, true, std::forward<Op>(op), [] {});
+  }
+  // The same without the first-use check of the table: for the operations that create or check
+  // the table themselves.
+  template <class Op>
+  auto with_retries_unchecked(std::string_view what, Op&& op)
+      -> decltype(op(std::declval<Connection&>(), false)) {
+    return retry_on_pool(what, false, std::forward<Op>(op), [] {});
+  }
+
+ private:
+  template <class Op, class BeforeRetry>
+  auto retry_on_pool(std::string_view what, bool check_table, Op&& op, BeforeRetry&& before_retry)
+      -> decltype(op(std::declval<Connection&>(), false)) {
     detail::TryJudge judge;
     return retry(
         retry_, Backend::name, what,
         [&](int) {
           auto handle = pool().acquire();
+          if (check_table && check_table_ && !table_checked_.load(std::memory_order_acquire)) {
+            check_table_(*handle);
+            table_checked();
+          }
           return op(*handle, judge.uncertain());
         },
         [&](const StoreError& e, int n) {
@@ -347,13 +381,7 @@ class StoreSkeleton {
           if (n < retry_.max_attempts) before_retry();
         });
   }
-  template <class Op>
-  auto with_retries(std::string_view what, Op&& op)
-      -> decltype(op(std::declval<Connection&>(), false)) {
-    return with_retries(what, std::forward<Op>(op), [] {});
-  }
 
- private:
   void finish(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
               bool retryable) {
     detail::check_snapshot(snapshot);
@@ -380,6 +408,8 @@ class StoreSkeleton {
   Ops ops_;
   RetryPolicy retry_;
   Pool* pool_ = nullptr;
+  std::function<void(Connection&)> check_table_;
+  std::atomic<bool> table_checked_{false};
 };
 
 }  // namespace idem
