@@ -54,3 +54,4 @@
 #include "idem/janitor.hpp"
 #include "idem/metrics.hpp"
 #include "idem/observer.hpp"
+#include "idem/observers.hpp"
