@@ -214,6 +214,26 @@ TEST_CASE("check_schema: an index MariaDB ignores does not count, and the fix sh
   CHECK_NOTHROW(t.store.check_schema());
 }
 
+TEST_CASE("check_schema: the fix for a hidden index is the server's own statement") {
+  using idem::mysql::detail::IndexHiding;
+  using idem::mysql::detail::schema_dialect;
+  CHECK(schema_dialect(IndexHiding::ignored).unhide_index("`t`", "idx_stale") ==
+        "ALTER TABLE `t` ALTER INDEX idx_stale NOT IGNORED");
+  CHECK(schema_dialect(IndexHiding::invisible).unhide_index("`t`", "idx_stale") ==
+        "ALTER TABLE `t` ALTER INDEX idx_stale VISIBLE");
+  CHECK(schema_dialect(IndexHiding::none).unhide_index == nullptr);
+  // The column each server names its flag with; none where it has no such flag.
+  using idem::mysql::detail::live_indexes_sql;
+  CHECK_THAT(live_indexes_sql(IndexHiding::ignored), Catch::Contains("IGNORED = 'YES'"));
+  CHECK_THAT(live_indexes_sql(IndexHiding::invisible), Catch::Contains("IS_VISIBLE = 'NO'"));
+  CHECK_THAT(live_indexes_sql(IndexHiding::none),
+             !Catch::Contains("IGNORED") && !Catch::Contains("IS_VISIBLE"));
+  // This MariaDB says IGNORED.
+  auto pool = idem_test::make_pool(1);
+  CHECK(idem::mysql::detail::index_hiding(pool->acquire()->select(
+            idem::mysql::detail::index_hiding_sql, {})) == IndexHiding::ignored);
+}
+
 TEST_CASE("check_schema: a missing table says what to run") {
   auto pool = idem_test::make_pool(2);
   idem::mysql::Store store{pool, {.table = idem_test::unique_table()}};

@@ -170,7 +170,7 @@ inline net::awaitable<void> check_record_table(AsyncConnection& c, std::string_v
   const auto parts = idem::detail::split_identifier(table, "idem::mysql", "table name", true);
   const std::vector<Param> where = detail::present_columns_values(parts);
   const auto columns = co_await c.select(detail::live_columns_sql, where);
-  const auto hiding = detail::index_hiding(c.native());
+  const auto hiding = detail::index_hiding(co_await c.select(detail::index_hiding_sql, {}));
   const auto indexes = co_await c.select(detail::live_indexes_sql(hiding), where);
   detail::require_expected_table(hiding, idem::detail::quote_parts(parts, '`'), columns, indexes);
 }

@@ -44,15 +44,23 @@ using idem::detail::LiveColumn;
 using idem::detail::LiveIndexColumn;
 
 // How the server hides an index from queries while keeping it up to date: MariaDB 10.6 and
-// later can IGNORE one, MySQL 8 make one INVISIBLE; a hidden index does not serve idem.
+// later can IGNORE one, MySQL 8 make one INVISIBLE; a hidden index does not serve idem. Read
+// from the columns information_schema.STATISTICS has (index_hiding_sql), not from the version
+// the server announces, which a proxy or an older client library may report otherwise.
 enum class IndexHiding { none, ignored, invisible };
 
-inline IndexHiding index_hiding(MYSQL* mysql) {
-  const char* info = mysql_get_server_info(mysql);
-  const unsigned long version = mysql_get_server_version(mysql);
-  if (info != nullptr && std::string_view(info).find("MariaDB") != std::string_view::npos)
-    return version >= 100600 ? IndexHiding::ignored : IndexHiding::none;
-  return version >= 80000 ? IndexHiding::invisible : IndexHiding::none;
+inline constexpr const char* index_hiding_sql =
+    "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+    "'information_schema' AND TABLE_NAME = 'STATISTICS' AND COLUMN_NAME IN ('IGNORED', "
+    "'IS_VISIBLE')";
+
+inline IndexHiding index_hiding(const std::vector<Row>& rows) {
+  for (const Row& row : rows) {
+    const auto name = idem::detail::lower(row.at(0).text().value_or(""));
+    if (name == "ignored") return IndexHiding::ignored;
+    if (name == "is_visible") return IndexHiding::invisible;
+  }
+  return IndexHiding::none;
 }
 
 inline const idem::detail::SchemaDialect& schema_dialect(IndexHiding hiding = IndexHiding::none) {
@@ -108,7 +116,7 @@ inline const idem::detail::SchemaDialect& schema_dialect(IndexHiding hiding = In
   return dialect;
 }
 
-// The two reads of the check (values: present_columns_values), and their answers decoded.
+// The reads of the check (values: present_columns_values), and their answers decoded.
 inline constexpr const char* live_columns_sql =
     "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, IFNULL(COLLATION_NAME, '') FROM "
     "information_schema.COLUMNS WHERE TABLE_SCHEMA = IFNULL(?, DATABASE()) AND TABLE_NAME = ?";
@@ -158,11 +166,11 @@ inline void require_expected_table(IndexHiding hiding, const std::string& quoted
 
 // Checks that the record table `table` (a name as StoreParams::table takes it) is the one
 // idem expects; throws SchemaMismatch listing every problem with its fix, StoreError when the
-// server cannot be asked. Two reads of information_schema, nothing written.
+// server cannot be asked. Three reads of information_schema, nothing written.
 inline void check_record_table(Connection& c, std::string_view table) {
   const auto parts = idem::detail::split_identifier(table, "idem::mysql", "table name", true);
   const auto where = detail::present_columns_values(parts);
-  const auto hiding = detail::index_hiding(c.native());
+  const auto hiding = detail::index_hiding(c.select(detail::index_hiding_sql, {}));
   detail::require_expected_table(hiding, idem::detail::quote_parts(parts, '`'),
                                  c.select(detail::live_columns_sql, where),
                                  c.select(detail::live_indexes_sql(hiding), where));
