@@ -51,8 +51,10 @@ struct JanitorParams {
   std::size_t resolve_batch = 100;
   // An outcome_unknown record is asked about again once it was not updated for this long.
   std::chrono::milliseconds unknown_retry{std::chrono::minutes{5}};
-  // Not owned. With resolvers: the gauge idem_outcome_unknown_records is set per biz_type
-  // after each resolver pass. Null: no gauge.
+  // Not owned; must outlive the Janitor. Each round's work and failures are counted there
+  // (idem_janitor_*: rounds, purged, released, resolved by answer, errors by job and kind, the
+  // time of the last round), with the gauge idem_stale_claims for a store that can list and,
+  // with resolvers, idem_outcome_unknown_records per biz_type. Null: no metrics.
   Metrics* metrics = nullptr;
 };
 
@@ -61,6 +63,7 @@ struct JanitorStats {
   std::uint64_t purged = 0;
   std::uint64_t released = 0;  // blindly or, with resolvers, by a fenced repair
   std::uint64_t errors = 0;
+  std::uint64_t retryable_errors = 0;  // of errors: a StoreError that was retryable
   // With resolvers: the answers that repaired a record, by kind.
   std::uint64_t resolved_happened = 0;
   std::uint64_t resolved_not_happened = 0;
@@ -68,6 +71,9 @@ struct JanitorStats {
   // Records found in outcome_unknown by the last round (at most resolve_batch per biz_type): a
   // gauge to alert on; each needs a resolver's answer or an operator's repair.
   std::uint64_t outcome_unknown = 0;
+  // Claims whose lease ran out as the last round found them (a store that can list, with
+  // metrics or resolvers; at most a batch).
+  std::uint64_t stale_claims = 0;
 };
 
 template <Store S>
@@ -92,12 +98,22 @@ class Janitor {
   void run_once() { round(std::stop_token{}); }
 
   JanitorStats stats() const noexcept {
-    return {rounds_.load(),   purged_.load(),       released_.load(), errors_.load(),
-            happened_.load(), not_happened_.load(), unknown_.load(),  outcome_unknown_.load()};
+    return {.rounds = rounds_.load(),
+            .purged = purged_.load(),
+            .released = released_.load(),
+            .errors = retryable_errors_.load() + permanent_errors_.load(),
+            .retryable_errors = retryable_errors_.load(),
+            .resolved_happened = happened_.load(),
+            .resolved_not_happened = not_happened_.load(),
+            .resolved_unknown = unknown_.load(),
+            .outcome_unknown = outcome_unknown_.load(),
+            .stale_claims = stale_.load()};
   }
 
  private:
   static constexpr bool can_resolve = ListingStore<S> && RepairingStore<S>;
+  using Job = Metrics::JanitorCounters::Job;
+  using Answer = Metrics::JanitorCounters::Answer;
 
   static JanitorParams checked(JanitorParams p) {
     if (p.resolvers != nullptr && !can_resolve) {
@@ -113,22 +129,53 @@ class Janitor {
     try {
       purge(stop);
     } catch (...) {
-      ++errors_;
+      failed(Job::purge);
     }
     if (stop.stop_requested()) return;  // destroyed mid-purge: no new statement
     if constexpr (can_resolve) {
       if (params_.resolvers != nullptr) {
         resolve_and_release(stop);
-        ++rounds_;
-        return;
+        return round_ended();
       }
     }
-    try {
-      released_ += store_.release_stale(params_.release_batch);
-    } catch (...) {
-      ++errors_;
+    if constexpr (ListingStore<S>) {
+      // Only for the gauge: release_stale below releases them whether counted or not.
+      if (params_.metrics != nullptr)
+        stale_seen(listed({.stale = true}, params_.release_batch).size());
     }
+    try {
+      const std::size_t n = store_.release_stale(params_.release_batch);
+      released_ += n;
+      if (params_.metrics != nullptr) params_.metrics->janitor().released(n);
+    } catch (...) {
+      failed(Job::release);
+    }
+    round_ended();
+  }
+
+  void round_ended() {
     ++rounds_;
+    if (params_.metrics != nullptr) {
+      params_.metrics->janitor().round_ended(std::chrono::system_clock::now());
+    }
+  }
+
+  // Counts the failure being handled (call from a catch block), retryable or permanent.
+  void failed(Job job) noexcept {
+    bool retryable = false;
+    try {
+      throw;
+    } catch (const StoreError& e) {
+      retryable = e.retryable();
+    } catch (...) {
+    }
+    ++(retryable ? retryable_errors_ : permanent_errors_);
+    if (params_.metrics != nullptr) params_.metrics->janitor().failed(job, retryable);
+  }
+
+  void stale_seen(std::uint64_t n) noexcept {
+    stale_ = n;
+    if (params_.metrics != nullptr) params_.metrics->janitor().stale_claims(n);
   }
 
   // The resolver pass: stale claims and outcome_unknown records of each biz_type with a
@@ -136,9 +183,12 @@ class Janitor {
   void resolve_and_release(const std::stop_token& stop) requires can_resolve {
     const Resolvers& resolvers = *params_.resolvers;
     std::uint64_t unknown_seen = 0;
+    std::uint64_t stale_seen_now = 0;
     for (const std::string& type : resolvers.biz_types()) {
       if (stop.stop_requested()) return;
-      for (const Record& r : listed({.stale = true, .biz_type = type}, params_.resolve_batch)) {
+      const auto stale = listed({.stale = true, .biz_type = type}, params_.resolve_batch);
+      stale_seen_now += stale.size();
+      for (const Record& r : stale) {
         if (stop.stop_requested()) return;
         settle(r, resolvers.resolve(r));
       }
@@ -157,8 +207,12 @@ class Janitor {
       if (params_.metrics != nullptr) params_.metrics->outcome_unknown_records(type, waiting);
     }
     outcome_unknown_ = unknown_seen;
-    if (params_.release_batch == 0) return;
+    if (params_.release_batch == 0) return stale_seen(stale_seen_now);
     std::vector<Record> stale = listed({.stale = true}, params_.release_batch);
+    stale_seen(stale_seen_now + static_cast<std::uint64_t>(
+                                    std::count_if(stale.begin(), stale.end(), [&](const Record& r) {
+                                      return !resolvers.covers(r.key.biz_type());
+                                    })));
     for (const Record& r : stale) {
       if (stop.stop_requested()) return;
       if (resolvers.covers(r.key.biz_type())) continue;  // resolved above, or next round
@@ -166,17 +220,17 @@ class Janitor {
                Repair{.action = RepairAction::release,
                       .fence = r.ticket.fence,
                       .reason = "janitor: lease ran out (no resolver for this biz_type)"},
-               released_);
+               std::nullopt);
     }
   }
 
   // At most `limit` records of the query (a list answers at most max_list_limit at once).
-  std::vector<Record> listed(RecordQuery query, std::size_t limit) requires can_resolve {
+  std::vector<Record> listed(RecordQuery query, std::size_t limit) requires ListingStore<S> {
     query.limit = std::min(limit, max_list_limit);
     try {
       return store_.list(query);
     } catch (...) {
-      ++errors_;
+      failed(Job::list);
       return {};
     }
   }
@@ -186,24 +240,34 @@ class Janitor {
     const std::optional<Repair> repair = detail::repair_for(answer, r.ticket.fence, false);
     switch (answer.kind()) {
       case Resolution::Kind::happened:
-        return repaired(r, *repair, happened_);
+        return repaired(r, *repair, Answer::happened);
       case Resolution::Kind::not_happened:
-        return repaired(r, *repair, not_happened_);
+        return repaired(r, *repair, Answer::not_happened);
       case Resolution::Kind::unknown:
-        return repaired(r, *repair, unknown_);
+        return repaired(r, *repair, Answer::unknown);
     }
   }
 
-  // A fenced repair; a record that moved on meanwhile (a claim took it over) is left alone.
+  // A fenced repair, counted as the resolver's answer or (none) as a release; a record that
+  // moved on meanwhile (a claim took it over) is left alone.
   void repaired(const Record& r, const Repair& repair,
-                std::atomic<std::uint64_t>& count) requires can_resolve {
+                std::optional<Answer> answer) requires can_resolve {
     try {
       store_.repair(r.key, repair);
-      ++count;
     } catch (const RepairRefused&) {
+      return;
     } catch (...) {
-      ++errors_;
+      return failed(Job::repair);
     }
+    if (!answer) {
+      ++released_;
+      if (params_.metrics != nullptr) params_.metrics->janitor().released(1);
+      return;
+    }
+    ++(*answer == Answer::happened       ? happened_
+       : *answer == Answer::not_happened ? not_happened_
+                                         : unknown_);
+    if (params_.metrics != nullptr) params_.metrics->janitor().resolved(*answer);
   }
 
   void purge(const std::stop_token& stop) {
@@ -212,6 +276,7 @@ class Janitor {
       if (i > 0 && pause(stop, params_.purge_pause)) return;
       const std::size_t n = store_.purge_expired(params_.purge_batch, 1);
       purged_ += n;
+      if (params_.metrics != nullptr) params_.metrics->janitor().purged(n);
       if (n == 0 || n < params_.purge_batch) return;
     }
   }
@@ -233,8 +298,10 @@ class Janitor {
 
   S& store_;
   JanitorParams params_;
-  std::atomic<std::uint64_t> rounds_{0}, purged_{0}, released_{0}, errors_{0};
+  std::atomic<std::uint64_t> rounds_{0}, purged_{0}, released_{0};
+  std::atomic<std::uint64_t> retryable_errors_{0}, permanent_errors_{0};
   std::atomic<std::uint64_t> happened_{0}, not_happened_{0}, unknown_{0}, outcome_unknown_{0};
+  std::atomic<std::uint64_t> stale_{0};
   std::condition_variable_any cv_;
   std::jthread thread_;  // last: starts after every other member exists, stops first
 };

@@ -23,6 +23,13 @@
 //   idem_claim_duration_seconds            histogram of the claim latency (waits included)
 //   idem_outcome_unknown_records           gauge: records in outcome_unknown, as the Janitor's
 //                                          last resolver pass saw them (JanitorParams::metrics)
+// and, from a Janitor given this object (JanitorParams::metrics), without biz_type:
+//   idem_janitor_rounds_total, idem_janitor_purged_total, idem_janitor_released_total
+//   idem_janitor_resolved_total{answer=happened|not_happened|unknown}
+//   idem_janitor_errors_total{job=purge|release|list|repair,kind=retryable|permanent}
+//   idem_janitor_last_round_timestamp_seconds  gauge: when its last round ended (Unix time)
+//   idem_stale_claims                      gauge: claims whose lease ran out, as its last
+//                                          round found them (listing stores; at most a batch)
 // The duplicate rate to watch (normally 1-2%; 12% and more during a retry storm):
 //   rate(idem_duplicates_total[5m]) / rate(idem_requests_total[5m])
 // and the alert on failures a client saw: increase(idem_store_errors_total[5m]) > 0
@@ -85,6 +92,51 @@ class Metrics final : public Observer {
       s->unknown_records.store(static_cast<std::int64_t>(n), std::memory_order_relaxed);
     }
   }
+
+  // What a Janitor did (JanitorParams::metrics). One Janitor per Metrics object: a second one
+  // adds to the same counters, and the gauges show whichever ended a round last.
+  class JanitorCounters {
+   public:
+    enum class Job { purge, release, list, repair };
+    enum class Answer { happened, not_happened, unknown };
+
+    void purged(std::uint64_t n) noexcept { purged_.fetch_add(n, std::memory_order_relaxed); }
+    void released(std::uint64_t n) noexcept { released_.fetch_add(n, std::memory_order_relaxed); }
+    void resolved(Answer a) noexcept {
+      resolved_[static_cast<std::size_t>(a)].fetch_add(1, std::memory_order_relaxed);
+    }
+    // A failure of one job of a round; `retryable`: StoreError::retryable() (a transient
+    // database failure), otherwise permanent (a bug, a corrupt record, a table not as expected).
+    void failed(Job job, bool retryable) noexcept {
+      errors_[static_cast<std::size_t>(job)][retryable ? 0 : 1].fetch_add(
+          1, std::memory_order_relaxed);
+    }
+    void stale_claims(std::uint64_t n) noexcept {
+      stale_.store(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+    }
+    void round_ended(std::chrono::system_clock::time_point at) noexcept {
+      rounds_.fetch_add(1, std::memory_order_relaxed);
+      last_round_ms_.store(
+          std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count(),
+          std::memory_order_relaxed);
+    }
+
+    std::uint64_t rounds() const noexcept { return rounds_.load(std::memory_order_relaxed); }
+    std::uint64_t errors(Job job, bool retryable) const noexcept {
+      return errors_[static_cast<std::size_t>(job)][retryable ? 0 : 1].load(
+          std::memory_order_relaxed);
+    }
+
+   private:
+    friend class Metrics;
+    std::atomic<std::uint64_t> rounds_{0}, purged_{0}, released_{0};
+    std::array<std::atomic<std::uint64_t>, 3> resolved_{};
+    std::array<std::array<std::atomic<std::uint64_t>, 2>, 4> errors_{};
+    std::atomic<std::int64_t> stale_{-1};          // -1: never set, not rendered
+    std::atomic<std::int64_t> last_round_ms_{-1};  // -1: no round yet, not rendered
+  };
+  JanitorCounters& janitor() noexcept { return janitor_; }
+  const JanitorCounters& janitor() const noexcept { return janitor_; }
 
   // Duplicates / requests since this object was made (0 without requests). For alerting,
   // prefer the rate over a window that the Prometheus expression above gives.
@@ -157,6 +209,7 @@ class Metrics final : public Observer {
       const std::int64_t n = s.unknown_records.load(std::memory_order_relaxed);
       if (n >= 0) out += fmt::format("idem_outcome_unknown_records{{biz_type=\"{}\"}} {}\n", b, n);
     });
+    render_janitor(out, header);
     header("idem_claim_duration_seconds", "histogram", "Claim latency, waits included.");
     each([&](const std::string& b, const Series& s) {
       std::uint64_t cumulative = 0;
@@ -188,6 +241,50 @@ class Metrics final : public Observer {
     std::uint64_t requests = 0;
     std::uint64_t duplicates = 0;
   };
+
+  template <class Header>
+  void render_janitor(std::string& out, Header& header) const {
+    const JanitorCounters& j = janitor_;
+    const auto get = [](const std::atomic<std::uint64_t>& a) {
+      return a.load(std::memory_order_relaxed);
+    };
+    header("idem_janitor_rounds_total", "counter", "Rounds the Janitor finished.");
+    out += fmt::format("idem_janitor_rounds_total {}\n", get(j.rounds_));
+    header("idem_janitor_purged_total", "counter", "Expired records the Janitor deleted.");
+    out += fmt::format("idem_janitor_purged_total {}\n", get(j.purged_));
+    header("idem_janitor_released_total", "counter",
+           "Claims whose lease ran out that the Janitor released for a retry.");
+    out += fmt::format("idem_janitor_released_total {}\n", get(j.released_));
+    header("idem_janitor_resolved_total", "counter",
+           "Stale or outcome-unknown records a resolver answered, by answer.");
+    constexpr std::array<std::string_view, 3> answers{"happened", "not_happened", "unknown"};
+    for (std::size_t a = 0; a < answers.size(); ++a) {
+      out += fmt::format("idem_janitor_resolved_total{{answer=\"{}\"}} {}\n", answers[a],
+                         get(j.resolved_[a]));
+    }
+    header("idem_janitor_errors_total", "counter",
+           "Janitor jobs that failed, by job and kind (retryable: the database; permanent: look "
+           "at the logs).");
+    constexpr std::array<std::string_view, 4> jobs{"purge", "release", "list", "repair"};
+    for (std::size_t job = 0; job < jobs.size(); ++job) {
+      for (std::size_t k = 0; k < 2; ++k) {
+        out += fmt::format("idem_janitor_errors_total{{job=\"{}\",kind=\"{}\"}} {}\n", jobs[job],
+                           k == 0 ? "retryable" : "permanent", get(j.errors_[job][k]));
+      }
+    }
+    if (const auto ms = j.last_round_ms_.load(std::memory_order_relaxed); ms >= 0) {
+      header("idem_janitor_last_round_timestamp_seconds", "gauge",
+             "When the Janitor's last round ended, in seconds since the Unix epoch.");
+      out +=
+          fmt::format("idem_janitor_last_round_timestamp_seconds {}.{:03}\n", ms / 1000, ms % 1000);
+    }
+    if (const auto n = j.stale_.load(std::memory_order_relaxed); n >= 0) {
+      header("idem_stale_claims", "gauge",
+             "Claims whose lease ran out, as the Janitor's last round found them (at most a "
+             "batch).");
+      out += fmt::format("idem_stale_claims {}\n", n);
+    }
+  }
 
   static std::uint64_t load(const Series& s, EventKind k) {
     return s.events[static_cast<std::size_t>(k)].load(std::memory_order_relaxed);
@@ -239,6 +336,7 @@ class Metrics final : public Observer {
 
   mutable std::shared_mutex mutex_;
   std::map<std::string, std::unique_ptr<Series>, std::less<>> series_;  // sorted: stable output
+  JanitorCounters janitor_;
 };
 
 }  // namespace idem

@@ -176,3 +176,92 @@ TEST_CASE_METHOD(Fixture,
   CHECK(janitor.stats().resolved_not_happened == 0);
   CHECK(janitor.stats().errors == 0);
 }
+
+namespace {
+
+// A store whose purge fails retryably and whose release fails permanently, while `broken`.
+struct BrokenJobs {
+  idem::MemoryStore& inner;
+  bool broken = true;
+  idem::ClaimResult claim(const idem::Key& k, std::string_view fp, const idem::Options& o) {
+    return inner.claim(k, fp, o);
+  }
+  void complete(const idem::Key& k, const idem::Ticket& t, std::string_view s) {
+    inner.complete(k, t, s);
+  }
+  void fail(const idem::Key& k, const idem::Ticket& t, std::string_view s, bool r) {
+    inner.fail(k, t, s, r);
+  }
+  std::optional<idem::Record> find(const idem::Key& k) { return inner.find(k); }
+  std::size_t purge_expired(std::size_t b, std::size_t m) {
+    if (broken) throw idem::StoreError("purge: the database went away", true);
+    return inner.purge_expired(b, m);
+  }
+  std::size_t release_stale(std::size_t b) {
+    if (broken) throw idem::CorruptRecord("release: a row idem cannot read");
+    return inner.release_stale(b);
+  }
+};
+
+}  // namespace
+
+TEST_CASE_METHOD(Fixture, "janitor metrics: each round's work, its time and the stale claims") {
+  expired(3);
+  const idem::Options dies{.lease = 1s, .ttl = 1h};
+  store.claim(idem::Key{"PAY", "dead-1"}, "", dies);
+  store.claim(idem::Key{"PAY", "dead-2"}, "", dies);
+  clock.advance(2s);
+  idem::Metrics metrics;
+  // Not rendered before a Janitor has run a round: no gauge claims a time or a count.
+  CHECK(metrics.render().find("idem_janitor_last_round_timestamp_seconds ") == std::string::npos);
+  CHECK(metrics.render().find("idem_stale_claims ") == std::string::npos);
+
+  const auto before = std::chrono::system_clock::now();
+  idem::Janitor janitor(store, {.interval = 1h, .purge_pause = 0ms, .metrics = &metrics});
+  for (int i = 0; i < 5000 && janitor.stats().rounds == 0; ++i)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(janitor.stats().rounds == 1);
+  CHECK(janitor.stats().stale_claims == 2);
+  const std::string text = metrics.render();
+  CHECK_THAT(text,
+             Catch::Contains("idem_janitor_rounds_total 1\n") &&
+                 Catch::Contains("idem_janitor_purged_total 3\n") &&
+                 Catch::Contains("idem_janitor_released_total 2\n") &&
+                 Catch::Contains("# TYPE idem_stale_claims gauge\nidem_stale_claims 2\n") &&
+                 Catch::Contains("idem_janitor_errors_total{job=\"purge\",kind=\"retryable\"} 0"));
+  // The last round's time, in Unix seconds, between the start of the test and now.
+  const std::string sample = "\nidem_janitor_last_round_timestamp_seconds ";
+  const auto at = text.find(sample);
+  REQUIRE(at != std::string::npos);
+  const double seconds = std::stod(text.substr(at + sample.size()));
+  const auto unix_seconds = [](std::chrono::system_clock::time_point t) {
+    return std::chrono::duration<double>(t.time_since_epoch()).count();
+  };
+  CHECK(seconds >= unix_seconds(before) - 0.001);
+  CHECK(seconds <= unix_seconds(std::chrono::system_clock::now()) + 0.001);
+
+  // The next round finds nothing stale: the gauge says so.
+  janitor.run_once();
+  CHECK_THAT(metrics.render(), Catch::Contains("idem_stale_claims 0\n") &&
+                                   Catch::Contains("idem_janitor_rounds_total 2\n"));
+}
+
+TEST_CASE_METHOD(Fixture, "janitor metrics: failures by job, retryable and permanent apart") {
+  BrokenJobs broken{store};
+  idem::Metrics metrics;
+  idem::Janitor janitor(broken, {.interval = 1h, .metrics = &metrics});
+  for (int i = 0; i < 5000 && janitor.stats().rounds == 0; ++i)
+    std::this_thread::sleep_for(1ms);
+  janitor.run_once();
+  REQUIRE(janitor.stats().rounds == 2);  // a round with failed jobs still ends
+  CHECK(janitor.stats().errors == 4);
+  CHECK(janitor.stats().retryable_errors == 2);
+  using Job = idem::Metrics::JanitorCounters::Job;
+  CHECK(metrics.janitor().errors(Job::purge, true) == 2);
+  CHECK(metrics.janitor().errors(Job::release, false) == 2);
+  CHECK(metrics.janitor().errors(Job::purge, false) == 0);
+  CHECK_THAT(
+      metrics.render(),
+      Catch::Contains("idem_janitor_errors_total{job=\"purge\",kind=\"retryable\"} 2\n") &&
+          Catch::Contains("idem_janitor_errors_total{job=\"release\",kind=\"permanent\"} 2\n"));
+}
