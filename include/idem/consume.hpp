@@ -202,19 +202,20 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
   static_assert(std::is_void_v<R> || Serializable<R>,
                 "idem::consume_batch: fn must return void or a value nlohmann_json can serialise");
   const auto start = std::chrono::steady_clock::now();
+  Observer* const observer = detail::observer_for(store, options.observer);
   std::vector<ClaimResult> claims;
   try {
     claims = claim_batch(store, messages, options);
   } catch (const StoreError& e) {
     const auto latency = std::chrono::steady_clock::now() - start;
     for (const ClaimRequest& m : messages)
-      detail::notify(options.observer, detail::store_failure_event<S>(), m.key, latency, &e);
+      detail::notify(observer, detail::store_failure_event<S>(), m.key, latency, &e);
     throw;
   }
-  if (options.observer != nullptr) {
+  if (observer != nullptr) {
     const auto latency = std::chrono::steady_clock::now() - start;
     for (const ClaimResult& c : claims)
-      detail::notify(options.observer, detail::claim_event(c), c.record.key, latency);
+      detail::notify(observer, detail::claim_event(c), c.record.key, latency);
   }
 
   // Every acquired claim gets its guard before anything runs, so that an escaping exception
@@ -223,7 +224,7 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
   std::vector<Ack> acks(claims.size());
   for (std::size_t i = 0; i < claims.size(); ++i) {
     if (claims[i].verdict == Verdict::acquired) {
-      guards[i].emplace(store, std::move(claims[i]), options.observer);
+      guards[i].emplace(store, std::move(claims[i]), observer);
     } else {
       acks[i] = detail::ack_without_running(claims[i].verdict, claims[i].record);
     }

@@ -143,8 +143,9 @@ ClaimResult claim_with_wait(S& store, const Key& key, std::string_view fingerpri
 template <Store S>
 ClaimResult observed_claim(S& store, const Key& key, std::string_view fingerprint,
                            const Options& options) {
-  if (options.observer == nullptr) return claim_with_wait(store, key, fingerprint, options);
-  const ClaimReport report(options.observer, key, store_failure_event<S>());
+  Observer* observer = observer_for(store, options.observer);
+  if (observer == nullptr) return claim_with_wait(store, key, fingerprint, options);
+  const ClaimReport report(observer, key, store_failure_event<S>());
   try {
     ClaimResult r = claim_with_wait(store, key, fingerprint, options);
     report.answered(r);
@@ -162,7 +163,7 @@ class IdempotencyGuard {
  public:
   IdempotencyGuard(S& store, Key key, std::string_view fingerprint, Options options = {})
       : IdempotencyGuard(store, detail::observed_claim(store, key, fingerprint, options),
-                         options.observer) {}
+                         detail::observer_for(store, options.observer)) {}
 
   // Adopts a claim made elsewhere (e.g. one result of idem::claim_batch): an acquired claim
   // becomes this guard's to commit or fail, exactly as if the guard had claimed it. The claim

@@ -9,7 +9,10 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
+
+#include <idem/metrics.hpp>
 
 #include "../support/mysql_server.hpp"
 #include "../support/session_status.hpp"
@@ -62,19 +65,25 @@ TEST_CASE("64 threads on one key in the caller's transaction: one execution, 64 
   BusinessTable biz(t.pool);
   Account account(t.pool);
   const idem::Key key{"PAY", "one-key-64"};
-  std::atomic<int> bodies{0}, answered{0};
+  idem::Metrics metrics;
+  const idem::Options options{.observer = &metrics};
+  std::atomic<int> bodies{0}, answered{0}, tries{0};
   Errors failures;
   run_threads(64, [&](int) {
     try {
       const auto out = idem::mysql::with_transaction(*t.pool,
                                                      [&](idem::mysql::Connection& c) {
+                                                       ++tries;
                                                        auto tx = t.store.bind(c);
-                                                       return idem::run_once(tx, key, "fp", [&] {
-                                                         ++bodies;
-                                                         biz.insert(c, key.id());
-                                                         account.add(c);
-                                                         return std::string("paid");
-                                                       });
+                                                       return idem::run_once(
+                                                           tx, key, "fp",
+                                                           [&] {
+                                                             ++bodies;
+                                                             biz.insert(c, key.id());
+                                                             account.add(c);
+                                                             return std::string("paid");
+                                                           },
+                                                           options);
                                                      },
                                                      {.retry = {.max_attempts = 20}});
       if (out && out.value() == "paid") ++answered;
@@ -88,6 +97,20 @@ TEST_CASE("64 threads on one key in the caller's transaction: one execution, 64 
   CHECK(biz.rows() == 1);  // every speculative run was rolled back
   CHECK(account.balance() == 1);
   CHECK(t.count("status = 1") == 1);
+  // The metrics count what committed: each request answered once, by the try that ended;
+  // every try rolled back and run again is a transaction_retried.
+  using K = idem::EventKind;
+  CHECK(metrics.count("PAY", K::acquired) + metrics.count("PAY", K::taken_over) == 1);
+  CHECK(metrics.count("PAY", K::committed) == 1);
+  CHECK(metrics.count("PAY", K::replayed) == 63);
+  CHECK(metrics.count("PAY", K::transaction_retried) == static_cast<std::uint64_t>(tries - 64));
+  CHECK(metrics.count("PAY", K::store_error) == 0);
+  if (how == BoundClaim::record_last) {
+    // A speculative run that met the winner's row at its COMMIT says so (a deadlock in the
+    // business's own UPDATE ends a try as well, and is not the store's error).
+    CHECK(metrics.count("PAY", K::transaction_error) >= 1);
+    CHECK(metrics.count("PAY", K::transaction_error) <= static_cast<std::uint64_t>(bodies - 1));
+  }
 }
 
 TEST_CASE("12% duplicates over 32 connections in the caller's transaction: executions equal keys") {
@@ -99,6 +122,8 @@ TEST_CASE("12% duplicates over 32 connections in the caller's transaction: execu
   // earlier by itself or by another thread, so some duplicates race their original and some
   // arrive after it finished.
   constexpr int threads = 32, per_thread = 63;
+  idem::Metrics metrics;
+  const idem::Options options{.observer = &metrics};
   std::atomic<int> next_key{0}, wrong{0}, fresh{0};
   Errors failures;
   run_threads(threads, [&](int th) {
@@ -116,10 +141,12 @@ TEST_CASE("12% duplicates over 32 connections in the caller's transaction: execu
                                                        [&](idem::mysql::Connection& c) {
                                                          auto tx = t.store.bind(c);
                                                          return idem::run_once(
-                                                             tx, idem::Key{"ORDER", id}, "fp", [&] {
+                                                             tx, idem::Key{"ORDER", id}, "fp",
+                                                             [&] {
                                                                biz.insert(c, id);
                                                                return "order " + id;
-                                                             });
+                                                             },
+                                                             options);
                                                        },
                                                        {.retry = {.max_attempts = 20}});
         if (!out || out.value() != "order " + id) ++wrong;
@@ -138,6 +165,14 @@ TEST_CASE("12% duplicates over 32 connections in the caller's transaction: execu
   CHECK(biz.keys_executed_twice() == 0);
   CHECK(fresh == keys);
   CHECK(t.count("status = 1") == keys);
+  // What the metrics say was committed is what was: one request each, one result per key.
+  using K = idem::EventKind;
+  CHECK(metrics.count("ORDER", K::committed) == static_cast<std::uint64_t>(biz.rows()));
+  CHECK(metrics.count("ORDER", K::acquired) + metrics.count("ORDER", K::taken_over) ==
+        static_cast<std::uint64_t>(keys));
+  CHECK_THAT(metrics.render(),
+             Catch::Contains(fmt::format("idem_requests_total{{biz_type=\"ORDER\"}} {}\n",
+                                         threads * per_thread)));
 }
 
 TEST_CASE("record-last: a body that fails on the first request's writes replays its result") {

@@ -11,10 +11,12 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <idem/detail/transaction_try.hpp>
+#include <idem/run_once.hpp>
 #include <idem/store/pool.hpp>
 #include <idem/store/sql_store.hpp>
 
@@ -47,6 +49,7 @@ struct Server {
   std::vector<Fault> faults;
   // Runs between a claim's read and its takeover write: another caller acting meanwhile.
   std::function<void()> before_takeover;
+  std::function<void()> before_next_try;  // with_transaction's next try starts
   std::size_t chunk_fail_above = 0;  // claim_chunk fails (transient) for chunks wider than this
   std::vector<std::size_t> chunk_sizes;
 
@@ -594,5 +597,114 @@ TEST_CASE("sql_store: in with_transaction a record-last result travels with the 
     const auto r = bound.claim(key, "fp", o);
     bound.complete(key, r.record.ticket, "7");
     CHECK(server.calls == std::vector<std::string>{"probe", "insert_finished"});
+  }
+}
+
+namespace {
+
+// The kinds of the events an observer was given, in order.
+struct Kinds final : idem::Observer {
+  std::vector<idem::EventKind> seen;
+  void on_event(const idem::Event& e) noexcept override { seen.push_back(e.kind); }
+};
+
+}  // namespace
+
+TEST_CASE("sql_store: with_transaction reports the try that ended, not the ones rolled back") {
+  using K = idem::EventKind;
+  Server server;
+  FakeStore store(server);
+  FakeConnection c(&server);
+  FakeTry tx{c};
+  Kinds kinds;
+  const idem::Key key{"PAY", "counted"};
+  const idem::Options o{.lease = 10s, .ttl = 1h, .observer = &kinds};
+  int tries = 0;
+  // with_transaction's loop over run_try, with the body given.
+  auto with_transaction = [&](auto&& body) {
+    return idem::detail::retry_transaction(
+        {.retry = {.max_attempts = 3, .backoff = 1ms, .max_backoff = 1ms}}, "fake tx",
+        [&](idem::detail::TryReport& report) {
+          if (server.before_next_try) std::exchange(server.before_next_try, nullptr)();
+          return idem::detail::run_try(tx, "fake tx", report, [&] {
+            ++tries;
+            auto bound = store.bind(c, idem::BoundClaim::record_last);
+            return body(bound);
+          });
+        });
+  };
+
+  SECTION("superseded at the COMMIT: its failure and the retry, then the replay") {
+    const auto out = with_transaction([&](auto& bound) {
+      return idem::run_once(
+          bound, key, "fp",
+          [&] {
+            // Another request for the key finishes while this one's business runs.
+            server.rows.emplace(
+                key, idem::finished(idem::claim_record(key, "winner", "fp", server.now, o),
+                                    idem::Status::succeeded, "1", false, server.now));
+            return 2;
+          },
+          o);
+    });
+    CHECK(tries == 2);
+    CHECK(out.verdict() == idem::Verdict::replayed);
+    CHECK(out.value() == 1);
+    // Not acquired and committed: the try that said so rolled back.
+    CHECK(kinds.seen == std::vector<K>{K::transaction_error, K::transaction_retried, K::replayed});
+  }
+
+  SECTION("a transient failure of the business's own SQL: the retried try counts once") {
+    const auto out = with_transaction([&](auto& bound) {
+      return idem::run_once(
+          bound, key, "fp",
+          [&] {
+            if (tries == 1) {
+              // The fake keeps no transaction: undo what the rollback undoes (the abandoned
+              // claim's row).
+              server.before_next_try = [&] { server.rows.erase(key); };
+              throw failure(transient_code);
+            }
+            return 2;
+          },
+          o);
+    });
+    CHECK(tries == 2);
+    CHECK(out.value() == 2);
+    CHECK(kinds.seen == std::vector<K>{K::transaction_retried, K::acquired, K::committed});
+  }
+
+  SECTION("the body's own exception after a commit: the answer stands, the result was not kept") {
+    CHECK_THROWS_AS(with_transaction([&](auto& bound) {
+                      idem::run_once(
+                          bound, key, "fp", [] { return 2; }, o);
+                      throw std::runtime_error("the handler failed after the claim committed");
+                    }),
+                    std::runtime_error);
+    CHECK(server.rows.empty());
+    CHECK(kinds.seen == std::vector<K>{K::acquired, K::failed});
+  }
+
+  SECTION("superseded on every try: each reported, then the store_error") {
+    const idem::Key other{"PAY", "always-late"};
+    CHECK_THROWS_AS(with_transaction([&](auto& bound) {
+                      return idem::run_once(
+                          bound, other, "fp",
+                          [&] {
+                            // A winner each time, gone again before the next try's read.
+                            server.rows.emplace(
+                                other,
+                                idem::finished(idem::claim_record(other, "w", "fp", server.now, o),
+                                               idem::Status::succeeded, "1", false, server.now));
+                            server.before_next_try = [&] { server.rows.erase(other); };
+                            return 2;
+                          },
+                          o);
+                    }),
+                    idem::StoreError);
+    CHECK(tries == 3);
+    CHECK(kinds.seen == std::vector<K>{K::transaction_error, K::transaction_retried,
+                                       K::transaction_error, K::transaction_retried,
+                                       K::transaction_error, K::store_error});
   }
 }

@@ -116,7 +116,7 @@ template <AsyncStore S>
 net::awaitable<ClaimResult> observed_claim(S& store, const Key& key, std::string_view fingerprint,
                                            const Options& options) {
   validate(options);
-  const idem::detail::ClaimReport report(options.observer, key,
+  const idem::detail::ClaimReport report(idem::detail::observer_for(store, options.observer), key,
                                          idem::detail::store_failure_event<S>());
   try {
     ClaimResult result = co_await store.claim(key, fingerprint, options);
@@ -143,7 +143,8 @@ class Guard {
   static net::awaitable<Guard> claim(S& store, Key key, std::string fingerprint,
                                      Options options = {}) {
     ClaimResult r = co_await detail::observed_claim(store, key, fingerprint, options);
-    co_return Guard(store, std::move(r), options.observer, co_await net::this_coro::executor);
+    co_return Guard(store, std::move(r), idem::detail::observer_for(store, options.observer),
+                    co_await net::this_coro::executor);
   }
 
   // Adopts a claim made elsewhere (see IdempotencyGuard's); an abandoned one is recorded on

@@ -12,6 +12,8 @@
 // the whole try must roll back and run again, and the run again replays the other's result.
 
 #include <algorithm>
+#include <chrono>
+#include <deque>
 #include <functional>
 #include <iterator>
 #include <optional>
@@ -21,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/detail/held_events.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
@@ -60,35 +63,72 @@ class ClaimLedger {
     std::function<bool(bool with_commit)> write;
   };
 
-  void reset() noexcept {
-    entries_.clear();
-    observer_ = nullptr;
-    rollback_only_ = false;
-    deferred_.reset();
-    after_commit_.clear();
-  }
-
   // At most one record waits: the store writes an earlier one (send_deferred) first.
   void defer(Deferred d) { deferred_ = std::move(d); }
   // Writes the waiting record, if any, alone or with the COMMIT; false when none waited. On
   // another request's row the claim is noted superseded and superseded_error(who) is thrown.
+  // A failure with the COMMIT is the bound store's and is reported as its transaction_error
+  // here (no guard is left to report it); one alone surfaces through the guard whose
+  // operation sent it.
   bool send_deferred(bool with_commit, std::string_view who) {
     if (!deferred_) return false;
     Deferred d = std::move(*deferred_);
     deferred_.reset();
-    if (d.write(with_commit)) return true;
+    const auto start = std::chrono::steady_clock::now();
+    const auto report = [&](const StoreError& e) {
+      if (with_commit && observer_ != nullptr) {
+        observer_->on_event(Event{EventKind::transaction_error, d.key.biz_type(), d.key.id(),
+                                  std::chrono::steady_clock::now() - start, &e});
+      }
+    };
+    try {
+      if (d.write(with_commit)) return true;
+    } catch (const StoreError& e) {
+      report(e);
+      throw;
+    }
     ended(d.key, d.ticket, State::superseded);
-    throw superseded_error(who);
+    const StoreError e = superseded_error(who);
+    report(e);
+    throw e;
   }
 
   // Runs f once this transaction committed (not when it rolls back): an Attempt that completed
   // its action inside it learns that its record is written. f must not throw.
   void after_commit(std::function<void()> f) { after_commit_.push_back(std::move(f)); }
+
+  // Set by with_transaction's try: the guards on its bound stores report through
+  // held(observer), which keeps their claims' answers and results until the try ends, so
+  // that a try rolled back and run again is counted once, as the try that ended.
+  void hold_events() noexcept { holding_ = true; }
+  // The observer a guard on a store bound to this transaction reports to.
+  Observer* held(Observer* observer) {
+    if (!holding_ || observer == nullptr) return observer;
+    for (HeldEvents& h : held_) {
+      if (h.target() == observer) return &h;
+    }
+    return &held_.emplace_back(observer);
+  }
+
   // Called by the try's runner right after its COMMIT succeeded.
   void committed() noexcept {
     for (auto& f : after_commit_)
       f();
     after_commit_.clear();
+    for (HeldEvents& h : held_)
+      h.deliver(true);
+  }
+  // Called by the try's runner after it rolled back as the claims asked (Ending::roll_back),
+  // or when the body's own exception ends the try: the answers stand, nothing was committed.
+  void rolled_back() noexcept {
+    for (HeldEvents& h : held_)
+      h.deliver(false);
+  }
+  // Called by the try's runner when a StoreError ends the try: with_transaction reports it
+  // (transaction_retried, store_error), and the try's answers never reach anyone.
+  void failed() noexcept {
+    for (HeldEvents& h : held_)
+      h.drop();
   }
 
   // The body's result already tells its caller that nothing of this transaction happened
@@ -199,6 +239,8 @@ class ClaimLedger {
   bool rollback_only_ = false;
   std::optional<Deferred> deferred_;  // dropped unsent when the try rolls back
   std::vector<std::function<void()>> after_commit_;
+  bool holding_ = false;
+  std::deque<HeldEvents> held_;  // one per observer; a deque: the guards keep pointers
 };
 
 // with_transaction registers the ledger of the try it runs on a handle (a MYSQL*, a

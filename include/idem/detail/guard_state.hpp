@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -67,6 +68,19 @@ constexpr EventKind store_failure_event() {
 
 inline constexpr std::string_view abandoned_snapshot =
     R"({"error":"idem.abandoned","detail":"the guard was destroyed without commit or fail"})";
+
+// The observer a guard on `store` reports options.observer's events to: a store bound to a
+// with_transaction try answers one that holds them until the try ends (ClaimLedger::held).
+template <class S>
+Observer* observer_for(S& store, Observer* requested) {
+  if constexpr (requires {
+                  { store.observer_for(requested) } -> std::same_as<Observer*>;
+                }) {
+    return store.observer_for(requested);
+  } else {
+    return requested;
+  }
+}
 
 inline void notify(Observer* observer, EventKind kind, const Key& key,
                    std::chrono::nanoseconds latency,

@@ -39,37 +39,66 @@ struct TryReport {
   }
 };
 
+// How a try whose body returned ends, as its ledger says: true to commit, false to roll back.
+// A superseded record-last claim throws the ledger's retryable StoreError (the try runs again
+// and replays the winner's result), a misuse UsageError prefixed with `who`.
+inline bool try_commits(const ClaimLedger& ledger, std::string_view who) {
+  switch (ledger.ending()) {
+    case ClaimLedger::Ending::commit:
+      return true;
+    case ClaimLedger::Ending::roll_back:
+      return false;
+    case ClaimLedger::Ending::retry:
+      throw ledger.superseded_error(who);
+    case ClaimLedger::Ending::misuse:
+      break;
+  }
+  throw UsageError(fmt::format("{}: rolled back: {}", who, ledger.why()));
+}
+
+// After a try threw `error` (the caller rolls its transaction back): notes in `report` whom
+// to tell, settles the try's held events, and returns what the try throws. A superseded
+// record-last claim's retryable StoreError replaces any other exception: a speculative body
+// that met the winner's writes (its duplicate row, its changed state) fails for that reason,
+// and the next try replays the winner's result. A StoreError drops the try's events
+// (with_transaction reports it); the body's own exception delivers them.
+inline std::exception_ptr try_failed(ClaimLedger& ledger, TryReport& report,
+                                     std::exception_ptr error, std::string_view who) {
+  report.take(ledger);
+  if (ledger.superseded() != nullptr) {
+    ledger.failed();
+    return std::make_exception_ptr(ledger.superseded_error(who));
+  }
+  try {
+    std::rethrow_exception(error);
+  } catch (const StoreError&) {
+    ledger.failed();
+  } catch (...) {
+    ledger.rolled_back();
+  }
+  return error;
+}
+
 // Runs fn as one try on tx, which provides handle(), begin(), commit(), roll_back() and
-// roll_back_quietly() noexcept. Ends with commit() or roll_back() as the ledger of the try
-// says, or rolls back and throws UsageError prefixed with `who`; rolls back on every
-// exception, leaving in `report` whom to tell.
-//
-// A record-last claim's finished record that a bound store left waiting in the ledger is
-// written together with the COMMIT; meeting another request's row there supersedes the claim.
-// A try with a superseded record-last claim rolls back and throws the ledger's retryable
-// StoreError, also in place of the body's own exception: a speculative body that met the
-// winner's writes (its duplicate row, its changed state) fails for that reason, and the next
-// try replays the winner's result instead.
+// roll_back_quietly() noexcept: commits or rolls back as try_commits says, or rolls back and
+// throws what try_failed says, leaving in `report` whom to tell. A record-last claim's
+// finished record that a bound store left waiting in the ledger is written together with the
+// COMMIT; meeting another request's row there supersedes the claim.
 template <class Tx, class Fn>
 std::invoke_result_t<Fn&> run_try(Tx& tx, std::string_view who, TryReport& report, Fn&& fn) {
   using R = std::invoke_result_t<Fn&>;
   ClaimLedger ledger;  // what the stores bound to the handle inside fn note their claims in
+  ledger.hold_events();
   const LedgerScope scope(tx.handle(), ledger);
   tx.begin();
   try {
     auto end = [&] {
-      switch (ledger.ending()) {
-        case ClaimLedger::Ending::commit:
-          if (!ledger.send_deferred(true, who)) tx.commit();
-          ledger.committed();
-          break;
-        case ClaimLedger::Ending::retry:
-          throw ledger.superseded_error(who);
-        case ClaimLedger::Ending::roll_back:
-          tx.roll_back();
-          break;
-        case ClaimLedger::Ending::misuse:
-          throw UsageError(fmt::format("{}: rolled back: {}", who, ledger.why()));
+      if (try_commits(ledger, who)) {
+        if (!ledger.send_deferred(true, who)) tx.commit();
+        ledger.committed();
+      } else {
+        tx.roll_back();
+        ledger.rolled_back();
       }
     };
     if constexpr (std::is_void_v<R>) {
@@ -81,10 +110,9 @@ std::invoke_result_t<Fn&> run_try(Tx& tx, std::string_view who, TryReport& repor
       return result;
     }
   } catch (...) {
-    report.take(ledger);
+    const std::exception_ptr error = try_failed(ledger, report, std::current_exception(), who);
     tx.roll_back_quietly();
-    if (ledger.superseded() != nullptr) throw ledger.superseded_error(who);
-    throw;
+    std::rethrow_exception(error);
   }
 }
 

@@ -163,6 +163,8 @@ class BasicAsyncBoundStore {
     }
   }
   void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
+  // As BoundStore's: in with_transaction's try, events are held until the try ends.
+  Observer* observer_for(Observer* requested) { return ledger_->held(requested); }
   AsyncConnection& connection() const noexcept { return *connection_; }
 
  private:

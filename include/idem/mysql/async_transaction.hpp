@@ -63,14 +63,15 @@ using transaction_result_t =
 
 inline constexpr std::string_view async_transaction_who = "idem::mysql::with_transaction";
 
-// One try: begin, the body, then COMMIT or ROLLBACK as the ledger says (see run_try in
-// idem/detail/transaction_try.hpp, which the blocking with_transaction runs).
+// One try: begin, the body, then COMMIT or ROLLBACK as the ledger says; the steps around the
+// I/O are run_try's (idem/detail/transaction_try.hpp, which the blocking with_transaction runs).
 template <class F>
 net::awaitable<transaction_result_t<F>> run_async_try(AsyncConnection& c, F& body,
                                                       idem::detail::TryReport& report) {
   using R = transaction_result_t<F>;
   using Ledger = idem::detail::ClaimLedger;
   Ledger ledger;
+  ledger.hold_events();
   AsyncTransaction tx(c, ledger);
   std::exception_ptr failed;
   std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> result;
@@ -82,21 +83,16 @@ net::awaitable<transaction_result_t<F>> run_async_try(AsyncConnection& c, F& bod
     } else {
       result.emplace(co_await body(tx));
     }
-    switch (ledger.ending()) {
-      case Ledger::Ending::commit:
-        co_await c.query("COMMIT");
-        ledger.committed();
-        break;
-      case Ledger::Ending::roll_back:
-        co_await c.query("ROLLBACK");
-        break;
-      case Ledger::Ending::retry:  // only record-last claims are superseded; none here
-      case Ledger::Ending::misuse:
-        throw UsageError(fmt::format("{}: rolled back: {}", async_transaction_who, ledger.why()));
+    if (idem::detail::try_commits(ledger, async_transaction_who)) {
+      co_await c.query("COMMIT");
+      ledger.committed();
+    } else {
+      co_await c.query("ROLLBACK");
+      ledger.rolled_back();
     }
   } catch (...) {
-    report.take(ledger);
-    failed = std::current_exception();
+    failed =
+        idem::detail::try_failed(ledger, report, std::current_exception(), async_transaction_who);
   }
   if (failed) {
     // A connection whose ROLLBACK failed is in an unknown state: the pool drops it.

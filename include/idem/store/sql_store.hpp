@@ -284,6 +284,10 @@ class BoundSqlStore {
     return true;
   }
 
+  // The observer a guard on this store reports to: in with_transaction's try, one that holds
+  // the events until the try ends (ClaimLedger::held); otherwise `requested` itself.
+  Observer* observer_for(Observer* requested) { return ledger_->held(requested); }
+
   Connection& connection() const noexcept { return *connection_; }
   BoundClaim how() const noexcept { return how_; }
 
