@@ -108,8 +108,15 @@ class CachedStore {
       // A final record that has not expired decides replay or conflict, never a takeover.
       const Decision d = decide(*copy, fingerprint, params_.clock());
       if (options.observer != nullptr) {
-        options.observer->on_event(Event{EventKind::cache_hit, key.biz_type(), key.id(),
-                                         std::chrono::nanoseconds{0}, nullptr});
+        options.observer->on_event(Event{EventKind::cache_hit,
+                                         key.biz_type(),
+                                         key.id(),
+                                         std::chrono::nanoseconds{0},
+                                         nullptr,
+                                         copy->ticket.fence,
+                                         copy->attempts,
+                                         {},
+                                         options.context});
       }
       return {verdict_of(d), std::move(*copy)};
     }

@@ -208,14 +208,17 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
     claims = claim_batch(store, messages, options);
   } catch (const StoreError& e) {
     const auto latency = std::chrono::steady_clock::now() - start;
-    for (const ClaimRequest& m : messages)
-      detail::notify(observer, detail::store_failure_event<S>(), m.key, latency, &e);
+    for (const ClaimRequest& m : messages) {
+      detail::notify(observer, detail::store_failure_event<S>(), m.key, latency, options.context,
+                     nullptr, &e);
+    }
     throw;
   }
   if (observer != nullptr) {
     const auto latency = std::chrono::steady_clock::now() - start;
     for (const ClaimResult& c : claims)
-      detail::notify(observer, detail::claim_event(c), c.record.key, latency);
+      detail::notify(observer, detail::claim_event(c), c.record.key, latency, options.context,
+                     &c.record);
   }
 
   // Every acquired claim gets its guard before anything runs, so that an escaping exception
@@ -224,7 +227,7 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
   std::vector<Ack> acks(claims.size());
   for (std::size_t i = 0; i < claims.size(); ++i) {
     if (claims[i].verdict == Verdict::acquired) {
-      guards[i].emplace(store, std::move(claims[i]), observer);
+      guards[i].emplace(store, std::move(claims[i]), observer, options.context);
     } else {
       acks[i] = detail::ack_without_running(claims[i].verdict, claims[i].record);
     }

@@ -145,7 +145,7 @@ ClaimResult observed_claim(S& store, const Key& key, std::string_view fingerprin
                            const Options& options) {
   Observer* observer = observer_for(store, options.observer);
   if (observer == nullptr) return claim_with_wait(store, key, fingerprint, options);
-  const ClaimReport report(observer, key, store_failure_event<S>());
+  const ClaimReport report(observer, key, store_failure_event<S>(), options.context);
   try {
     ClaimResult r = claim_with_wait(store, key, fingerprint, options);
     report.answered(r);
@@ -163,15 +163,16 @@ class IdempotencyGuard {
  public:
   IdempotencyGuard(S& store, Key key, std::string_view fingerprint, Options options = {})
       : IdempotencyGuard(store, detail::observed_claim(store, key, fingerprint, options),
-                         detail::observer_for(store, options.observer)) {}
+                         detail::observer_for(store, options.observer), options.context) {}
 
   // Adopts a claim made elsewhere (e.g. one result of idem::claim_batch): an acquired claim
   // becomes this guard's to commit or fail, exactly as if the guard had claimed it. The claim
   // itself is not reported to the observer again; the steps after it are.
-  IdempotencyGuard(S& store, ClaimResult claimed, Observer* observer = nullptr)
+  IdempotencyGuard(S& store, ClaimResult claimed, Observer* observer = nullptr,
+                   std::string_view context = {})
       : store_(store),
         state_("idem::IdempotencyGuard", std::move(claimed), observer,
-               detail::store_failure_event<S>()) {}
+               detail::store_failure_event<S>(), context) {}
 
   IdempotencyGuard(const IdempotencyGuard&) = delete;
   IdempotencyGuard& operator=(const IdempotencyGuard&) = delete;
@@ -214,7 +215,7 @@ class IdempotencyGuard {
     std::string snapshot = detail::encode_snapshot(response);
     if (state_.pending_completion() != nullptr) return commit_completed(snapshot);
     finish([&] { store_.complete(state_.key(), state_.ticket(), snapshot); });
-    state_.recorded(Status::succeeded, std::move(snapshot), false, EventKind::committed);
+    state_.recorded_success(std::move(snapshot));
   }
 
   // Records a failure. retryable = true lets the next duplicate run the business again;
@@ -224,7 +225,7 @@ class IdempotencyGuard {
     state_.require_open("fail");
     std::string snapshot = detail::encode_error(error);
     finish([&] { store_.fail(state_.key(), state_.ticket(), snapshot, retryable); });
-    state_.recorded(Status::failed, std::move(snapshot), retryable, EventKind::failed);
+    state_.recorded_failure(error, std::move(snapshot), retryable);
   }
 
   // Records that the business cannot tell whether its effect outside the store happened

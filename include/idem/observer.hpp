@@ -12,6 +12,7 @@
 // destructor - an observer that throws terminates the program.
 
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <string_view>
 
@@ -90,6 +91,16 @@ struct Event {
   // store_error, transaction_error, transaction_retried and lease_lost: the exception (valid
   // only during the call); otherwise null.
   const std::exception* error = nullptr;
+  // The claim's fence and the record's attempts (claims that ran the business, 1 for the
+  // first): from the record the event is about; 0 when there is none (a store failure before
+  // the claim answered, with_transaction's retries).
+  std::uint64_t fence = 0;
+  std::uint32_t attempts = 0;
+  // failed: why, as the recorded failure says (its "error" member, e.g. a PermanentFailure's
+  // code, or idem.abandoned, idem.effect_unknown); empty otherwise. Valid only during the call.
+  std::string_view reason{};
+  // The request's Options::context (a request or trace id of yours); valid only during the call.
+  std::string_view context{};
 };
 
 class Observer {

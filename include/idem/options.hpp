@@ -2,6 +2,7 @@
 // idem::Options: the timing of one claim, and who watches it.
 
 #include <chrono>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -32,6 +33,11 @@ struct Options {
   // whether the effect happened before anything runs again (idem/resolver.hpp). Not owned;
   // must outlive the calls. Null, or no resolver for the biz_type: the business runs again.
   const Resolvers* resolvers = nullptr;
+  // Used with `observer`: passed on in every event of the request (Event::context), to tie
+  // them to your logs and traces, e.g. a request id. A value of the request, not of the
+  // thread, so it follows a coroutine across threads. Not owned: it must outlive the call
+  // (a guard keeps its own copy for the events after).
+  std::string_view context{};
 };
 
 // The longest ttl (and so lease) a claim may ask for: a century keeps every expiry far inside

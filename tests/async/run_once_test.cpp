@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -366,5 +367,45 @@ TEST_CASE(
       CHECK(next.verdict() == idem::Verdict::outcome_unknown);
       CHECK(ran == 0);
     }
+  }
+}
+
+namespace {
+
+// Which context each key's events carried.
+struct Contexts final : idem::Observer {
+  std::mutex m;
+  std::map<std::string, std::vector<std::string>> by_key;
+  void on_event(const idem::Event& e) noexcept override {
+    std::lock_guard lock(m);
+    by_key[std::string(e.id)].emplace_back(e.context);
+  }
+};
+
+}  // namespace
+
+TEST_CASE_METHOD(Loop,
+                 "async run_once: each request's events carry its own context while coroutines "
+                 "interleave on one thread") {
+  Contexts contexts;
+  constexpr int requests = 50;
+  for (int i = 0; i < requests; ++i) {
+    net::co_spawn(
+        io,
+        [&, i]() -> net::awaitable<void> {
+          const std::string context = "trace-" + std::to_string(i) + std::string(24, '0');
+          auto body = [&]() -> net::awaitable<int> {
+            co_return co_await charge(i, std::chrono::milliseconds(1 + (requests - i) % 7));
+          };
+          co_await idem::async::run_once(store, {"PAY", std::to_string(i)}, "fp", body,
+                                         {.observer = &contexts, .context = context});
+        },
+        net::detached);
+  }
+  io.run();
+  REQUIRE(contexts.by_key.size() == static_cast<std::size_t>(requests));
+  for (const auto& [id, seen] : contexts.by_key) {
+    INFO("key " << id);
+    CHECK(seen == std::vector<std::string>(2, "trace-" + id + std::string(24, '0')));
   }
 }

@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -29,11 +31,16 @@ struct Recorder final : idem::Observer {
     std::string id;
     std::chrono::nanoseconds latency;
     std::string error;
+    std::uint64_t fence = 0;
+    std::uint32_t attempts = 0;
+    std::string reason;
+    std::string context;
   };
   void on_event(const idem::Event& e) noexcept override {
     std::lock_guard lock(mutex);
     events.push_back({e.kind, std::string(e.biz_type), std::string(e.id), e.latency,
-                      e.error ? e.error->what() : ""});
+                      e.error ? e.error->what() : "", e.fence, e.attempts, std::string(e.reason),
+                      std::string(e.context)});
   }
   std::vector<EventKind> kinds() {
     std::lock_guard lock(mutex);
@@ -321,4 +328,68 @@ TEST_CASE("metrics: racing threads lose no event", "[race]") {
   CHECK(requests == threads * calls);
   // Each shared key runs once, each thread's own key once.
   CHECK(acquired == calls / 2 + threads * calls / 2);
+}
+
+TEST_CASE_METHOD(Fixture,
+                 "observer: events carry the fence, the attempts, a failure's reason and the "
+                 "caller's context") {
+  auto with_context = [&](std::string_view context) {
+    idem::Options o = options;
+    o.context = context;
+    return o;
+  };
+  const auto seen = [&](std::size_t i) {
+    std::lock_guard lock(recorder.mutex);
+    return recorder.events.at(i);
+  };
+
+  // A business that throws: its guard records a retryable failure; the next request takes the
+  // record over, under a new fence, as the second attempt.
+  CHECK_THROWS(idem::run_once(
+      store, key, "fp", []() -> int { throw std::runtime_error("gateway 502"); },
+      with_context("req-1")));
+  CHECK(idem::run_once(
+            store, key, "fp", [] { return 7; }, with_context("req-2"))
+            .value() == 7);
+  CHECK(idem::run_once(
+            store, key, "fp", [] { return 8; }, with_context("req-3"))
+            .value() == 7);
+  REQUIRE(recorder.kinds() == std::vector<EventKind>{EventKind::acquired, EventKind::failed,
+                                                     EventKind::taken_over, EventKind::committed,
+                                                     EventKind::replayed});
+  CHECK(seen(0).fence == 1);
+  CHECK(seen(0).attempts == 1);
+  CHECK(seen(0).context == "req-1");
+  CHECK(seen(1).reason == "idem.abandoned");
+  CHECK(seen(1).context == "req-1");
+  CHECK(seen(2).fence == 2);
+  CHECK(seen(2).attempts == 2);
+  CHECK(seen(3).fence == 2);
+  CHECK(seen(3).reason.empty());
+  CHECK(seen(3).context == "req-2");
+  CHECK(seen(4).fence == 2);  // the record the replay came from
+  CHECK(seen(4).context == "req-3");
+
+  // A permanent failure gives its code as the reason.
+  const idem::Key declined{"PAY", "T-declined"};
+  CHECK_FALSE(idem::run_once(
+      store, declined, "fp",
+      []() -> int {
+        throw idem::PermanentFailure({{"error", "card_declined"}, {"code", 51}});
+      },
+      options));
+  CHECK(seen(6).kind == EventKind::failed);
+  CHECK(seen(6).reason == "card_declined");
+  CHECK(seen(6).context.empty());  // none given
+
+  // The guard keeps its own copy: the caller's string may be gone when it reports.
+  std::optional<idem::IdempotencyGuard<idem::MemoryStore>> guard;
+  {
+    std::string context = "req-" + std::string(40, 'x');  // on the heap
+    guard.emplace(store, idem::Key{"PAY", "T-copy"}, "fp", with_context(context));
+    context.assign(context.size(), '?');
+  }
+  guard->fail({{"error", "out_of_stock"}}, false);
+  CHECK(seen(8).reason == "out_of_stock");
+  CHECK(seen(8).context == "req-" + std::string(40, 'x'));
 }

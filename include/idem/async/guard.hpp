@@ -117,7 +117,7 @@ net::awaitable<ClaimResult> observed_claim(S& store, const Key& key, std::string
                                            const Options& options) {
   validate(options);
   const idem::detail::ClaimReport report(idem::detail::observer_for(store, options.observer), key,
-                                         idem::detail::store_failure_event<S>());
+                                         idem::detail::store_failure_event<S>(), options.context);
   try {
     ClaimResult result = co_await store.claim(key, fingerprint, options);
     idem::detail::ClaimWait wait(options, supports_wait_v<S>);
@@ -144,15 +144,16 @@ class Guard {
                                      Options options = {}) {
     ClaimResult r = co_await detail::observed_claim(store, key, fingerprint, options);
     co_return Guard(store, std::move(r), idem::detail::observer_for(store, options.observer),
-                    co_await net::this_coro::executor);
+                    co_await net::this_coro::executor, options.context);
   }
 
   // Adopts a claim made elsewhere (see IdempotencyGuard's); an abandoned one is recorded on
   // `executor`.
-  Guard(S& store, ClaimResult claimed, Observer* observer, net::any_io_executor executor)
+  Guard(S& store, ClaimResult claimed, Observer* observer, net::any_io_executor executor,
+        std::string_view context = {})
       : store_(&store),
         state_("idem::async::Guard", std::move(claimed), observer,
-               idem::detail::store_failure_event<S>()),
+               idem::detail::store_failure_event<S>(), context),
         executor_(std::move(executor)) {}
 
   Guard(Guard&& other) noexcept
@@ -167,7 +168,7 @@ class Guard {
     if (!state_.open()) return;
     if constexpr (NotingAsyncStore<S>) {
       store_->note_abandoned(state_.key(), state_.ticket());
-      state_.report(EventKind::failed);
+      state_.report(EventKind::failed, nullptr, idem::detail::abandoned_reason);
       return;
     }
     try {
@@ -195,7 +196,7 @@ class Guard {
     state_.require_open("commit");
     std::string snapshot = idem::detail::encode_snapshot(response);
     co_await finish(store_->complete(state_.key(), state_.ticket(), snapshot));
-    state_.recorded(Status::succeeded, std::move(snapshot), false, EventKind::committed);
+    state_.recorded_success(std::move(snapshot));
   }
 
   // As IdempotencyGuard::fail.
@@ -203,7 +204,7 @@ class Guard {
     state_.require_open("fail");
     std::string snapshot = idem::detail::encode_error(error);
     co_await finish(store_->fail(state_.key(), state_.ticket(), snapshot, retryable));
-    state_.recorded(Status::failed, std::move(snapshot), retryable, EventKind::failed);
+    state_.recorded_failure(error, std::move(snapshot), retryable);
   }
 
   // As IdempotencyGuard::mark_unknown.

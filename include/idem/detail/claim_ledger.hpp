@@ -27,6 +27,7 @@
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
+#include "idem/options.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::detail {
@@ -77,8 +78,15 @@ class ClaimLedger {
     const auto start = std::chrono::steady_clock::now();
     const auto report = [&](const StoreError& e) {
       if (with_commit && observer_ != nullptr) {
-        observer_->on_event(Event{EventKind::transaction_error, d.key.biz_type(), d.key.id(),
-                                  std::chrono::steady_clock::now() - start, &e});
+        observer_->on_event(Event{EventKind::transaction_error,
+                                  d.key.biz_type(),
+                                  d.key.id(),
+                                  std::chrono::steady_clock::now() - start,
+                                  &e,
+                                  d.ticket.fence,
+                                  0,
+                                  {},
+                                  context_});
       }
     };
     try {
@@ -136,8 +144,11 @@ class ClaimLedger {
   void set_rollback_only() noexcept { rollback_only_ = true; }
 
   // A claim is starting: its observer is the one the transaction's failures are reported to.
-  void claiming(Observer* observer) noexcept {
-    if (observer != nullptr) observer_ = observer;
+  // Its options' context goes with them.
+  void claiming(const Options& options) {
+    if (options.observer == nullptr) return;
+    observer_ = options.observer;
+    context_ = options.context;
   }
   void claimed(const Key& key, const Ticket& ticket) { entries_.push_back({key, ticket}); }
   // A superseded claim stays superseded: the guard abandons it after its commit failed.
@@ -232,10 +243,12 @@ class ClaimLedger {
     return entries_.empty() ? nullptr : &entries_.front().key;
   }
   Observer* observer() const noexcept { return observer_; }
+  const std::string& context() const noexcept { return context_; }
 
  private:
   std::vector<Entry> entries_;
   Observer* observer_ = nullptr;
+  std::string context_;
   bool rollback_only_ = false;
   std::optional<Deferred> deferred_;  // dropped unsent when the try rolls back
   std::vector<std::function<void()>> after_commit_;

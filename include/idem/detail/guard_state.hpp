@@ -82,11 +82,18 @@ Observer* observer_for(S& store, Observer* requested) {
   }
 }
 
+inline constexpr std::string_view abandoned_reason = "idem.abandoned";
+inline constexpr std::string_view effect_unknown_reason = "idem.effect_unknown";
+
+// Reports an event about `key`: of its claim's record when there is one (fence, attempts),
+// else of a failure before any (error).
 inline void notify(Observer* observer, EventKind kind, const Key& key,
-                   std::chrono::nanoseconds latency,
-                   const std::exception* error = nullptr) noexcept {
-  if (observer != nullptr)
-    observer->on_event(Event{kind, key.biz_type(), key.id(), latency, error});
+                   std::chrono::nanoseconds latency, std::string_view context, const Record* record,
+                   const std::exception* error = nullptr, std::string_view reason = {}) noexcept {
+  if (observer == nullptr) return;
+  observer->on_event(Event{kind, key.biz_type(), key.id(), latency, error,
+                           record != nullptr ? record->ticket.fence : 0,
+                           record != nullptr ? record->attempts : 0, reason, context});
 }
 
 // The event that reports a claim's answer.
@@ -110,13 +117,13 @@ constexpr EventKind claim_event(const ClaimResult& r) noexcept {
 // latency of the whole.
 class ClaimReport {
  public:
-  ClaimReport(Observer* observer, const Key& key, EventKind failure)
-      : observer_(observer), key_(key), failure_(failure) {}
+  ClaimReport(Observer* observer, const Key& key, EventKind failure, std::string_view context)
+      : observer_(observer), key_(key), failure_(failure), context_(context) {}
   void answered(const ClaimResult& r) const noexcept {
-    notify(observer_, claim_event(r), key_, elapsed());
+    notify(observer_, claim_event(r), key_, elapsed(), context_, &r.record);
   }
   void failed(const StoreError& e) const noexcept {
-    notify(observer_, failure_, key_, elapsed(), &e);
+    notify(observer_, failure_, key_, elapsed(), context_, nullptr, &e);
   }
 
  private:
@@ -126,20 +133,26 @@ class ClaimReport {
   Observer* observer_;
   const Key& key_;
   EventKind failure_;
+  std::string_view context_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 // A guard's claim and whether its result is still to be recorded. `who` names the guard in
-// usage errors; `failure` is how the store's failures are reported.
+// usage errors; `failure` is how the store's failures are reported; `context` goes with every
+// event (a copy: the guard may report after the caller's options are gone).
 class GuardState {
  public:
-  GuardState(std::string_view who, ClaimResult claim, Observer* observer, EventKind failure)
+  GuardState(std::string_view who, ClaimResult claim, Observer* observer, EventKind failure,
+             std::string_view context = {})
       : who_(who),
         observer_(observer),
         failure_(failure),
         claim_(std::move(claim)),
         open_(claim_.verdict == Verdict::acquired) {
-    if (observer_ != nullptr) acquired_at_ = std::chrono::steady_clock::now();
+    if (observer_ != nullptr) {
+      acquired_at_ = std::chrono::steady_clock::now();
+      context_ = context;
+    }
   }
 
   Verdict verdict() const noexcept { return claim_.verdict; }
@@ -164,13 +177,15 @@ class GuardState {
     }
   }
 
-  // After the store recorded the result.
-  void recorded(Status status, std::string snapshot, bool retryable, EventKind event) {
-    open_ = false;
-    claim_.record.status = status;
-    claim_.record.retryable = retryable;
-    claim_.record.snapshot = std::move(snapshot);
-    report(event);
+  // After the store recorded a success.
+  void recorded_success(std::string snapshot) {
+    record_result(Status::succeeded, std::move(snapshot), false);
+    report(EventKind::committed);
+  }
+  // After the store recorded the failure `error` (its snapshot).
+  void recorded_failure(const nlohmann::json& error, std::string snapshot, bool retryable) {
+    record_result(Status::failed, std::move(snapshot), retryable);
+    report(EventKind::failed, nullptr, failure_reason(error));
   }
   // After the store marked the claim's own record outcome_unknown (EffectUnknown): `written`
   // is the record as written, under a new fence. Reported as the claim's result, `failed`
@@ -179,7 +194,7 @@ class GuardState {
   void marked_unknown(Record written) {
     open_ = false;
     claim_.record = std::move(written);
-    report(EventKind::failed);
+    report(EventKind::failed, nullptr, effect_unknown_reason);
   }
   // After marking the record unknown threw `error`: rethrows it, a refused repair as LeaseLost
   // (the claim was taken over). A store failure closes the claim all the same: a retryable
@@ -223,7 +238,7 @@ class GuardState {
   void completion_committed() {
     std::string snapshot = std::move(pending_completion_->snapshot);
     pending_completion_.reset();
-    recorded(Status::succeeded, std::move(snapshot), false, EventKind::committed);
+    recorded_success(std::move(snapshot));
   }
   // Records the pending completion if its commit was reported; whether it was.
   bool settle_completion() {
@@ -254,7 +269,7 @@ class GuardState {
 
   // After the retryable failure of a guard that was let go was written (no error) or not.
   void abandoned(const std::exception_ptr& error) const noexcept {
-    if (!error) return report(EventKind::failed);
+    if (!error) return report(EventKind::failed, nullptr, abandoned_reason);
     try {
       std::rethrow_exception(error);
     } catch (const LeaseLost& e) {
@@ -278,13 +293,21 @@ class GuardState {
     return Outcome<T>::failure(Verdict::replayed, parse_snapshot(r.snapshot), r);
   }
 
-  void report(EventKind kind, const std::exception* error = nullptr) const noexcept {
+  void report(EventKind kind, const std::exception* error = nullptr,
+              std::string_view reason = {}) const noexcept {
     if (observer_ == nullptr) return;
     notify(observer_, kind, claim_.record.key, std::chrono::steady_clock::now() - acquired_at_,
-           error);
+           context_, &claim_.record, error, reason);
   }
 
  private:
+  void record_result(Status status, std::string snapshot, bool retryable) {
+    open_ = false;
+    claim_.record.status = status;
+    claim_.record.retryable = retryable;
+    claim_.record.snapshot = std::move(snapshot);
+  }
+
   std::string_view who_;
   Observer* observer_;
   EventKind failure_;
@@ -292,6 +315,7 @@ class GuardState {
   bool open_;
   std::shared_ptr<PendingCompletion> pending_completion_;
   std::chrono::steady_clock::time_point acquired_at_{};
+  std::string context_;
 };
 
 // The outcome of a claim that does not run the business (replayed, in_progress, conflict), or

@@ -5,7 +5,9 @@
 // the transaction that held its record rolled back.
 
 #include <chrono>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "idem/observer.hpp"
@@ -25,7 +27,8 @@ class HeldEvents final : public Observer {
   void on_event(const Event& e) noexcept override {
     if (e.error != nullptr) return target_->on_event(e);
     try {
-      held_.push_back(Held{e.kind, std::string(e.biz_type), std::string(e.id), e.latency});
+      held_.push_back(Held{e.kind, std::string(e.biz_type), std::string(e.id), e.latency, e.fence,
+                           e.attempts, std::string(e.reason), std::string(e.context)});
     } catch (...) {
       target_->on_event(e);  // out of memory: better early than lost
     }
@@ -33,15 +36,18 @@ class HeldEvents final : public Observer {
 
   // The try ended and its answers stand: every event goes out. When its transaction did not
   // commit (it rolled back as its claims asked, or the body's own exception left it), a
-  // recorded success was not kept: `committed` goes out as `failed`.
+  // recorded success was not kept: `committed` goes out as `failed`, for rolled_back_reason.
   void deliver(bool transaction_committed) noexcept {
     for (const Held& h : held_) {
-      const EventKind kind =
-          !transaction_committed && h.kind == EventKind::committed ? EventKind::failed : h.kind;
-      target_->on_event(Event{kind, h.biz_type, h.id, h.latency});
+      const bool lost = !transaction_committed && h.kind == EventKind::committed;
+      target_->on_event(Event{lost ? EventKind::failed : h.kind, h.biz_type, h.id, h.latency,
+                              nullptr, h.fence, h.attempts,
+                              lost ? rolled_back_reason : std::string_view(h.reason), h.context});
     }
     held_.clear();
   }
+
+  static constexpr std::string_view rolled_back_reason = "idem.rolled_back";
 
   // The try failed with a StoreError: the caller's request is answered by the next try, or
   // by the store_error with_transaction reports; nothing of this try counts.
@@ -53,6 +59,10 @@ class HeldEvents final : public Observer {
     std::string biz_type;
     std::string id;
     std::chrono::nanoseconds latency;
+    std::uint64_t fence;
+    std::uint32_t attempts;
+    std::string reason;
+    std::string context;
   };
   Observer* target_;
   std::vector<Held> held_;

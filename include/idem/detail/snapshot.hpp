@@ -51,6 +51,19 @@ inline std::string encode_error(const nlohmann::json& error) {
   return text;
 }
 
+// The short reason a recorded failure gives (Event::reason): its "error" member, or the error
+// itself when it is a string; empty otherwise. A view into `error`.
+inline std::string_view failure_reason(const nlohmann::json& error) noexcept {
+  const nlohmann::json* reason = &error;
+  if (error.is_object()) {
+    const auto it = error.find("error");
+    if (it == error.end()) return {};
+    reason = &*it;
+  }
+  if (!reason->is_string()) return {};
+  return reason->get_ref<const std::string&>();
+}
+
 inline nlohmann::json parse_snapshot(std::string_view text) {
   try {
     return nlohmann::json::parse(text);

@@ -26,16 +26,18 @@ namespace idem::detail {
 struct TryReport {
   Observer* observer = nullptr;
   std::optional<Key> key;
+  std::string context;
 
   void take(const ClaimLedger& ledger) {
     observer = ledger.observer();
     if (const Key* k = ledger.first_key()) key = *k;
+    context = ledger.context();
   }
   void send(EventKind kind, std::chrono::nanoseconds latency, const std::exception& e) const {
     if (observer == nullptr) return;
     const std::string_view biz_type = key ? key->biz_type() : std::string_view{};
     const std::string_view id = key ? key->id() : std::string_view{};
-    observer->on_event(Event{kind, biz_type, id, latency, &e});
+    observer->on_event(Event{kind, biz_type, id, latency, &e, 0, 0, {}, context});
   }
 };
 

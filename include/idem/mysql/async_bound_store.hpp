@@ -66,7 +66,7 @@ class BasicAsyncBoundStore {
           "idem::mysql::AsyncBoundStore: no transaction is open on the connection (begin one "
           "first): the claim would commit on its own");
     }
-    ledger_->claiming(options.observer);
+    ledger_->claiming(options);
     ClaimResult r =
         co_await idem::async::detail::claim_on("idem::mysql", *ops_, *connection_, key, fingerprint,
                                                options, idem::detail::new_owner_token(), true);

@@ -149,7 +149,7 @@ class BoundSqlStore {
           Backend::name, Backend::begin_hint));
     }
     send_deferred();  // the read below must see the record a claim before it finished
-    ledger_->claiming(options.observer);
+    ledger_->claiming(options);
     ClaimResult r = how_ == BoundClaim::record_last ? claim_last(key, fingerprint, options)
                                                     : claim_first(key, fingerprint, options);
     if (r.verdict == Verdict::acquired) ledger_->claimed(r.record.key, r.record.ticket);
