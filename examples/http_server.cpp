@@ -2,9 +2,11 @@
 // "idempotency_key" body member), 400/409/422 problem+json answers, stored responses replayed
 // with Idempotent-Replayed: true. The charge is slow on purpose (--charge-ms) so that
 // concurrent duplicates overlap it; GET /payments/count says how many charges really ran.
+// GET /metrics serves idem's Prometheus series (requests, duplicates, results, the Janitor
+// that purges expired records and releases dead claims every --janitor-ms).
 //
 //   idem_http_server [--port N] [--sqlite FILE | --mysql-socket PATH] [--charge-ms N]
-//                    [--wait-ms N] [--stored successes|client-errors]
+//                    [--wait-ms N] [--stored successes|client-errors] [--janitor-ms N]
 //
 // --port 0 (the default) binds an ephemeral port on 127.0.0.1; the first line on stdout is
 // "listening on 127.0.0.1:PORT". SIGINT or SIGTERM stops the server.
@@ -14,6 +16,7 @@
 //        -d '{"amount": 2990, "currency": "EUR"}'     (one command line)
 #include <sys/socket.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -29,7 +32,9 @@
 #include <nlohmann/json.hpp>
 
 #include <idem/http.hpp>
+#include <idem/janitor.hpp>
 #include <idem/memory_store.hpp>
+#include <idem/metrics.hpp>
 #ifdef IDEM_HTTP_SERVER_WITH_SQLITE
 #include <idem/sqlite.hpp>
 #endif
@@ -47,6 +52,7 @@ struct Config {
   std::string mysql_socket;
   int charge_ms = 300;
   int wait_ms = 0;
+  int janitor_ms = 60'000;
   idem::http::StoredResponses stored = idem::http::StoredResponses::successes_and_client_errors;
 };
 
@@ -132,6 +138,11 @@ void to_httplib(const idem::http::Response& from, httplib::Response& to) {
 template <idem::Store S>
 int serve(S& store, const Config& config, const std::string& where) {
   Ledger ledger;
+  // One Metrics object for the requests and the Janitor; the Janitor is declared after the
+  // store's user (the server below) is set up and is destroyed, its thread stopped, first.
+  idem::Metrics metrics;
+  idem::Janitor janitor(
+      store, {.interval = std::chrono::milliseconds{config.janitor_ms}, .metrics = &metrics});
   idem::http::Policy policy;
   policy.biz_type = "payments.create";
   policy.body_field = "idempotency_key";  // for clients behind proxies that strip the header
@@ -139,6 +150,7 @@ int serve(S& store, const Config& config, const std::string& where) {
   policy.claim.lease = std::chrono::seconds{30};
   policy.claim.ttl = std::chrono::hours{24};
   policy.claim.wait = std::chrono::milliseconds{config.wait_ms};
+  policy.claim.observer = &metrics;
   idem::http::validate(policy);
 
   httplib::Server server;
@@ -165,6 +177,11 @@ int serve(S& store, const Config& config, const std::string& where) {
   });
   server.Get("/payments/count", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(json{{"charges", ledger.count()}}.dump(), "application/json");
+  });
+  // For Prometheus: scrape_configs: [{job_name: payments, static_configs: [{targets: [...]}]}]
+  // with monitoring/idem_alerts.yml in rule_files.
+  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.render(), "text/plain; version=0.0.4");
   });
 
   // cpp-httplib listens with a backlog of 5 (a compile-time constant of the library): a burst
@@ -215,14 +232,15 @@ int serve(S& store, const Config& config, const std::string& where) {
 int usage() {
   std::fputs(
       "usage: idem_http_server [--port N] [--sqlite FILE | --mysql-socket PATH] [--charge-ms N]\n"
-      "                        [--wait-ms N] [--stored successes|client-errors]\n"
+      "                        [--wait-ms N] [--stored successes|client-errors] [--janitor-ms N]\n"
       "  --port N             port on 127.0.0.1; 0 (default) picks a free one and prints it\n"
       "  --sqlite FILE        keep the idempotency records in this SQLite file\n"
       "  --mysql-socket PATH  keep them in MySQL/MariaDB (database idem_http_demo, user root)\n"
       "  --charge-ms N        how long one charge takes (default 300)\n"
       "  --wait-ms N          how long a duplicate waits for a running charge before 409 (0)\n"
       "  --stored WHICH       which responses are replayed: successes (2xx/3xx) or\n"
-      "                       client-errors (also final 4xx; the default)\n",
+      "                       client-errors (also final 4xx; the default)\n"
+      "  --janitor-ms N       the Janitor's interval (default 60000)\n",
       stderr);
   return 2;
 }
@@ -245,6 +263,8 @@ int main(int argc, char** argv) {
         config.charge_ms = std::stoi(argv[++i]);
       } else if (arg == "--wait-ms" && has_value) {
         config.wait_ms = std::stoi(argv[++i]);
+      } else if (arg == "--janitor-ms" && has_value) {
+        config.janitor_ms = std::stoi(argv[++i]);
       } else if (arg == "--stored" && has_value) {
         const std::string_view which = argv[++i];
         if (which == "successes") {
@@ -262,7 +282,7 @@ int main(int argc, char** argv) {
     }
   }
   if (config.port < 0 || config.port > 65535 || config.charge_ms < 0 || config.wait_ms < 0 ||
-      (!config.sqlite_file.empty() && !config.mysql_socket.empty())) {
+      config.janitor_ms < 1 || (!config.sqlite_file.empty() && !config.mysql_socket.empty())) {
     return usage();
   }
 

@@ -12,6 +12,9 @@ IDEM_DEPS=(
     libhiredis-dev redis-server redis-tools
     # The coroutine API (idem::async) and the async HTTP example: Boost.Asio and Beast.
     libboost1.81-dev
+    # promtool, which checks and unit-tests the alert rules in monitoring/ (the package's
+    # server is not used).
+    prometheus
     # The Galera suite (scripts/galera): the provider, the client tools, rsync state transfer
     # and what its SST script calls (ss or lsof, ps, hostname, setpriv).
     mariadb-client galera-4 rsync iproute2 lsof procps psmisc socat hostname util-linux

@@ -52,7 +52,7 @@ struct JanitorParams {
   // An outcome_unknown record is asked about again once it was not updated for this long.
   std::chrono::milliseconds unknown_retry{std::chrono::minutes{5}};
   // Not owned; must outlive the Janitor. Each round's work and failures are counted there
-  // (idem_janitor_*: rounds, purged, released, resolved by answer, errors by job and kind, the
+  // (idem_janitor_*: rounds, purged, released, resolved by answer, errors by task and kind, the
   // time of the last round), with the gauge idem_stale_claims for a store that can list and,
   // with resolvers, idem_outcome_unknown_records per biz_type. Null: no metrics.
   Metrics* metrics = nullptr;
@@ -74,6 +74,9 @@ struct JanitorStats {
   // Claims whose lease ran out as the last round found them (a store that can list, with
   // metrics or resolvers; at most a batch).
   std::uint64_t stale_claims = 0;
+  // Rounds whose purge stopped at purge_max_batches with expired records left: when most
+  // rounds do, the purge is falling behind.
+  std::uint64_t purge_unfinished = 0;
 };
 
 template <Store S>
@@ -107,12 +110,13 @@ class Janitor {
             .resolved_not_happened = not_happened_.load(),
             .resolved_unknown = unknown_.load(),
             .outcome_unknown = outcome_unknown_.load(),
-            .stale_claims = stale_.load()};
+            .stale_claims = stale_.load(),
+            .purge_unfinished = purge_unfinished_.load()};
   }
 
  private:
   static constexpr bool can_resolve = ListingStore<S> && RepairingStore<S>;
-  using Job = Metrics::JanitorCounters::Job;
+  using Task = Metrics::JanitorCounters::Task;
   using Answer = Metrics::JanitorCounters::Answer;
 
   static JanitorParams checked(JanitorParams p) {
@@ -129,7 +133,7 @@ class Janitor {
     try {
       purge(stop);
     } catch (...) {
-      failed(Job::purge);
+      failed(Task::purge);
     }
     if (stop.stop_requested()) return;  // destroyed mid-purge: no new statement
     if constexpr (can_resolve) {
@@ -148,7 +152,7 @@ class Janitor {
       released_ += n;
       if (params_.metrics != nullptr) params_.metrics->janitor().released(n);
     } catch (...) {
-      failed(Job::release);
+      failed(Task::release);
     }
     round_ended();
   }
@@ -161,7 +165,7 @@ class Janitor {
   }
 
   // Counts the failure being handled (call from a catch block), retryable or permanent.
-  void failed(Job job) noexcept {
+  void failed(Task task) noexcept {
     bool retryable = false;
     try {
       throw;
@@ -170,7 +174,7 @@ class Janitor {
     } catch (...) {
     }
     ++(retryable ? retryable_errors_ : permanent_errors_);
-    if (params_.metrics != nullptr) params_.metrics->janitor().failed(job, retryable);
+    if (params_.metrics != nullptr) params_.metrics->janitor().failed(task, retryable);
   }
 
   void stale_seen(std::uint64_t n) noexcept {
@@ -230,7 +234,7 @@ class Janitor {
     try {
       return store_.list(query);
     } catch (...) {
-      failed(Job::list);
+      failed(Task::list);
       return {};
     }
   }
@@ -257,7 +261,7 @@ class Janitor {
     } catch (const RepairRefused&) {
       return;
     } catch (...) {
-      return failed(Job::repair);
+      return failed(Task::repair);
     }
     if (!answer) {
       ++released_;
@@ -279,6 +283,10 @@ class Janitor {
       if (params_.metrics != nullptr) params_.metrics->janitor().purged(n);
       if (n == 0 || n < params_.purge_batch) return;
     }
+    // Every batch was full: expired records are left for the next round. Round after round,
+    // the purge falls behind (raise purge_max_batches or purge_batch, or shorten interval).
+    ++purge_unfinished_;
+    if (params_.metrics != nullptr) params_.metrics->janitor().purge_unfinished();
   }
 
   // Waits for `d` or a stop request; true if stopped.
@@ -301,7 +309,7 @@ class Janitor {
   std::atomic<std::uint64_t> rounds_{0}, purged_{0}, released_{0};
   std::atomic<std::uint64_t> retryable_errors_{0}, permanent_errors_{0};
   std::atomic<std::uint64_t> happened_{0}, not_happened_{0}, unknown_{0}, outcome_unknown_{0};
-  std::atomic<std::uint64_t> stale_{0};
+  std::atomic<std::uint64_t> stale_{0}, purge_unfinished_{0};
   std::condition_variable_any cv_;
   std::jthread thread_;  // last: starts after every other member exists, stops first
 };

@@ -25,8 +25,9 @@
 //                                          last resolver pass saw them (JanitorParams::metrics)
 // and, from a Janitor given this object (JanitorParams::metrics), without biz_type:
 //   idem_janitor_rounds_total, idem_janitor_purged_total, idem_janitor_released_total
+//   idem_janitor_purge_unfinished_total    rounds that left expired records (purge behind)
 //   idem_janitor_resolved_total{answer=happened|not_happened|unknown}
-//   idem_janitor_errors_total{job=purge|release|list|repair,kind=retryable|permanent}
+//   idem_janitor_errors_total{task=purge|release|list|repair,kind=retryable|permanent}
 //   idem_janitor_last_round_timestamp_seconds  gauge: when its last round ended (Unix time)
 //   idem_stale_claims                      gauge: claims whose lease ran out, as its last
 //                                          round found them (listing stores; at most a batch)
@@ -97,18 +98,19 @@ class Metrics final : public Observer {
   // adds to the same counters, and the gauges show whichever ended a round last.
   class JanitorCounters {
    public:
-    enum class Job { purge, release, list, repair };
+    enum class Task { purge, release, list, repair };
     enum class Answer { happened, not_happened, unknown };
 
     void purged(std::uint64_t n) noexcept { purged_.fetch_add(n, std::memory_order_relaxed); }
+    void purge_unfinished() noexcept { purge_unfinished_.fetch_add(1, std::memory_order_relaxed); }
     void released(std::uint64_t n) noexcept { released_.fetch_add(n, std::memory_order_relaxed); }
     void resolved(Answer a) noexcept {
       resolved_[static_cast<std::size_t>(a)].fetch_add(1, std::memory_order_relaxed);
     }
-    // A failure of one job of a round; `retryable`: StoreError::retryable() (a transient
+    // A failure of one task of a round; `retryable`: StoreError::retryable() (a transient
     // database failure), otherwise permanent (a bug, a corrupt record, a table not as expected).
-    void failed(Job job, bool retryable) noexcept {
-      errors_[static_cast<std::size_t>(job)][retryable ? 0 : 1].fetch_add(
+    void failed(Task task, bool retryable) noexcept {
+      errors_[static_cast<std::size_t>(task)][retryable ? 0 : 1].fetch_add(
           1, std::memory_order_relaxed);
     }
     void stale_claims(std::uint64_t n) noexcept {
@@ -122,14 +124,14 @@ class Metrics final : public Observer {
     }
 
     std::uint64_t rounds() const noexcept { return rounds_.load(std::memory_order_relaxed); }
-    std::uint64_t errors(Job job, bool retryable) const noexcept {
-      return errors_[static_cast<std::size_t>(job)][retryable ? 0 : 1].load(
+    std::uint64_t errors(Task task, bool retryable) const noexcept {
+      return errors_[static_cast<std::size_t>(task)][retryable ? 0 : 1].load(
           std::memory_order_relaxed);
     }
 
    private:
     friend class Metrics;
-    std::atomic<std::uint64_t> rounds_{0}, purged_{0}, released_{0};
+    std::atomic<std::uint64_t> rounds_{0}, purged_{0}, released_{0}, purge_unfinished_{0};
     std::array<std::atomic<std::uint64_t>, 3> resolved_{};
     std::array<std::array<std::atomic<std::uint64_t>, 2>, 4> errors_{};
     std::atomic<std::int64_t> stale_{-1};          // -1: never set, not rendered
@@ -252,6 +254,9 @@ class Metrics final : public Observer {
     out += fmt::format("idem_janitor_rounds_total {}\n", get(j.rounds_));
     header("idem_janitor_purged_total", "counter", "Expired records the Janitor deleted.");
     out += fmt::format("idem_janitor_purged_total {}\n", get(j.purged_));
+    header("idem_janitor_purge_unfinished_total", "counter",
+           "Rounds whose purge stopped at purge_max_batches with expired records left.");
+    out += fmt::format("idem_janitor_purge_unfinished_total {}\n", get(j.purge_unfinished_));
     header("idem_janitor_released_total", "counter",
            "Claims whose lease ran out that the Janitor released for a retry.");
     out += fmt::format("idem_janitor_released_total {}\n", get(j.released_));
@@ -263,13 +268,14 @@ class Metrics final : public Observer {
                          get(j.resolved_[a]));
     }
     header("idem_janitor_errors_total", "counter",
-           "Janitor jobs that failed, by job and kind (retryable: the database; permanent: look "
+           "Janitor tasks that failed, by task and kind (retryable: the database; permanent: look "
            "at the logs).");
-    constexpr std::array<std::string_view, 4> jobs{"purge", "release", "list", "repair"};
-    for (std::size_t job = 0; job < jobs.size(); ++job) {
+    // `task`, not `job`: Prometheus' target label `job` would rename ours to exported_job.
+    constexpr std::array<std::string_view, 4> tasks{"purge", "release", "list", "repair"};
+    for (std::size_t task = 0; task < tasks.size(); ++task) {
       for (std::size_t k = 0; k < 2; ++k) {
-        out += fmt::format("idem_janitor_errors_total{{job=\"{}\",kind=\"{}\"}} {}\n", jobs[job],
-                           k == 0 ? "retryable" : "permanent", get(j.errors_[job][k]));
+        out += fmt::format("idem_janitor_errors_total{{task=\"{}\",kind=\"{}\"}} {}\n", tasks[task],
+                           k == 0 ? "retryable" : "permanent", get(j.errors_[task][k]));
       }
     }
     if (const auto ms = j.last_round_ms_.load(std::memory_order_relaxed); ms >= 0) {

@@ -57,6 +57,7 @@ TEST_CASE_METHOD(Fixture, "janitor: a paced round stops at purge_max_batches") {
     std::this_thread::sleep_for(1ms);
   REQUIRE(janitor.stats().rounds == 1);
   CHECK(janitor.stats().purged == 30);
+  CHECK(janitor.stats().purge_unfinished == 1);  // it left expired records behind
   CHECK(purge_all() == 20);
 }
 
@@ -226,9 +227,10 @@ TEST_CASE_METHOD(Fixture, "janitor metrics: each round's work, its time and the 
   CHECK_THAT(text,
              Catch::Contains("idem_janitor_rounds_total 1\n") &&
                  Catch::Contains("idem_janitor_purged_total 3\n") &&
+                 Catch::Contains("idem_janitor_purge_unfinished_total 0\n") &&
                  Catch::Contains("idem_janitor_released_total 2\n") &&
                  Catch::Contains("# TYPE idem_stale_claims gauge\nidem_stale_claims 2\n") &&
-                 Catch::Contains("idem_janitor_errors_total{job=\"purge\",kind=\"retryable\"} 0"));
+                 Catch::Contains("idem_janitor_errors_total{task=\"purge\",kind=\"retryable\"} 0"));
   // The last round's time, in Unix seconds, between the start of the test and now.
   const std::string sample = "\nidem_janitor_last_round_timestamp_seconds ";
   const auto at = text.find(sample);
@@ -256,12 +258,12 @@ TEST_CASE_METHOD(Fixture, "janitor metrics: failures by job, retryable and perma
   REQUIRE(janitor.stats().rounds == 2);  // a round with failed jobs still ends
   CHECK(janitor.stats().errors == 4);
   CHECK(janitor.stats().retryable_errors == 2);
-  using Job = idem::Metrics::JanitorCounters::Job;
-  CHECK(metrics.janitor().errors(Job::purge, true) == 2);
-  CHECK(metrics.janitor().errors(Job::release, false) == 2);
-  CHECK(metrics.janitor().errors(Job::purge, false) == 0);
+  using Task = idem::Metrics::JanitorCounters::Task;
+  CHECK(metrics.janitor().errors(Task::purge, true) == 2);
+  CHECK(metrics.janitor().errors(Task::release, false) == 2);
+  CHECK(metrics.janitor().errors(Task::purge, false) == 0);
   CHECK_THAT(
       metrics.render(),
-      Catch::Contains("idem_janitor_errors_total{job=\"purge\",kind=\"retryable\"} 2\n") &&
-          Catch::Contains("idem_janitor_errors_total{job=\"release\",kind=\"permanent\"} 2\n"));
+      Catch::Contains("idem_janitor_errors_total{task=\"purge\",kind=\"retryable\"} 2\n") &&
+          Catch::Contains("idem_janitor_errors_total{task=\"release\",kind=\"permanent\"} 2\n"));
 }

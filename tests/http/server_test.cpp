@@ -385,3 +385,31 @@ TEST_CASE("server: on SQLite a stored response survives a restart of the server"
   CHECK(again.location == first.location);
   CHECK(charges(restarted.port()) == 0);  // the new process charged nothing
 }
+
+TEST_CASE("server: GET /metrics serves the requests' and the Janitor's series") {
+  ServerProcess server{{"--charge-ms", "5", "--janitor-ms", "50"}};
+  const std::string key = idem::http::format_idempotency_key(fresh_key());
+  const std::string body = R"({"amount":990,"currency":"EUR"})";
+  REQUIRE(post(server.port(), key, body).status == 201);
+  REQUIRE(post(server.port(), key, body).replayed);
+  httplib::Client c = client(server.port());
+  std::string text;
+  // The Janitor's first round ends soon after the start.
+  for (int i = 0; i < 200; ++i) {
+    auto res = c.Get("/metrics");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    CHECK_THAT(res->get_header_value("Content-Type"), Catch::StartsWith("text/plain"));
+    text = res->body;
+    if (text.find("idem_janitor_last_round_timestamp_seconds ") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds{20});
+  }
+  INFO(text);
+  CHECK_THAT(text,
+             Catch::Contains("idem_requests_total{biz_type=\"payments.create\"} 2\n") &&
+                 Catch::Contains("idem_duplicates_total{biz_type=\"payments.create\"} 1\n") &&
+                 Catch::Contains(
+                     "idem_results_total{biz_type=\"payments.create\",result=\"committed\"} 1\n") &&
+                 Catch::Contains("idem_janitor_last_round_timestamp_seconds ") &&
+                 Catch::Contains("idem_stale_claims 0\n"));
+}

@@ -288,9 +288,10 @@ TEST_CASE("metrics: the rendering is valid text exposition format") {
     samples += line[0] == '#' ? 0 : 1;
   }
   // requests, claims (six verdicts), duplicates, results, lease lost, the three store error
-  // series, cache hits, the histogram; the Janitor's rounds, purged, released, resolved (three
+  // series, cache hits, the histogram; the Janitor's rounds, purged, unfinished purges,
+  // released, resolved (three
   // answers) and errors (four jobs, two kinds); its gauges only once a Janitor set them
-  CHECK(samples == 1 + 6 + 1 + 2 + 1 + 3 + 1 + 15 + 2 + 3 + 3 + 8);
+  CHECK(samples == 1 + 6 + 1 + 2 + 1 + 3 + 1 + 15 + 2 + 4 + 3 + 8);
   REQUIRE(buckets.size() == 15);
   CHECK(std::is_sorted(buckets.begin(), buckets.end()));  // cumulative
   CHECK(buckets.back() == 20);
