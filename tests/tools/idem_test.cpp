@@ -1,0 +1,304 @@
+// The operator's program, tools/idem, run as a child process against a SQLite file and the
+// test MariaDB server: what it prints, its exit codes, and that a repair applies only with
+// the fence the operator read and changes nothing otherwise.
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <idem/mysql.hpp>
+#include <idem/run_once.hpp>
+#include <idem/sqlite.hpp>
+
+#include "../mysql/layout1_table.hpp"
+#include "../support/mysql_server.hpp"
+#include "../support/temp_dir.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Ran {
+  int status = -1;  // the exit code
+  std::string out;
+  std::string err;
+};
+
+std::string quoted(const std::string& arg) {
+  std::string q = "'";
+  for (char c : arg) {
+    if (c == '\'') {
+      q += "'\\''";
+    } else {
+      q += c;
+    }
+  }
+  return q + "'";
+}
+
+// Runs the program with `args` (no shell interpretation of their content).
+Ran idem_admin(const std::vector<std::string>& args) {
+  idem_test::TempDir dir;
+  const auto err = dir.path() / "stderr";
+  std::string command = quoted(IDEM_ADMIN);
+  for (const auto& a : args)
+    command += " " + quoted(a);
+  command += " 2>" + quoted(err.string());
+  Ran r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), static_cast<int>(buffer.size()), pipe) != nullptr)
+    r.out += buffer.data();
+  const int status = ::pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err);
+  std::ostringstream text;
+  text << in.rdbuf();
+  r.err = text.str();
+  return r;
+}
+
+std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// A SQLite file with a claim whose worker died, a success and a permanent failure.
+struct SqliteFile {
+  idem_test::TempDir dir;
+  std::string file = (dir.path() / "idem.db").string();
+  idem::sqlite::Store store{file};
+  std::vector<std::string> where{"--sqlite", file};
+
+  SqliteFile() {
+    REQUIRE(store.claim({"PAY", "dead"}, "fp", {.lease = 1ms, .ttl = 1h}).verdict ==
+            idem::Verdict::acquired);
+    idem::run_once(store, {"PAY", "paid"}, "fp", [] { return nlohmann::json{{"charge", "ch_9"}}; });
+    (void)idem::run_once(store, {"REFUND", "declined"}, "fp", []() -> int {
+      throw idem::PermanentFailure({{"error", "card_declined"}});
+    });
+    std::this_thread::sleep_for(5ms);  // the dead claim's lease runs out
+  }
+};
+
+}  // namespace
+
+TEST_CASE("idem: --help, and usage errors exit 2 without touching a store") {
+  const Ran help = idem_admin({"--help"});
+  CHECK(help.status == 0);
+  CHECK_THAT(help.out, Catch::Contains("inspect BIZ_TYPE ID") &&
+                           Catch::Contains("schema check | print | migrate") &&
+                           Catch::Contains("EXIT STATUS"));
+  CHECK(idem_admin({}).status == 2);
+  const Ran unknown = idem_admin({"--sqlite", "/nonexistent", "frobnicate"});
+  CHECK(unknown.status == 2);
+  CHECK_THAT(unknown.err, Catch::Contains("unknown command \"frobnicate\""));
+  // The test run sets IDEM_MYSQL_SOCKET, which the program reads too: without it, no store.
+  const char* socket = std::getenv("IDEM_MYSQL_SOCKET");
+  const std::string saved = socket != nullptr ? socket : "";
+  ::unsetenv("IDEM_MYSQL_SOCKET");
+  const Ran no_store = idem_admin({"inspect", "PAY", "1"});
+  if (!saved.empty()) ::setenv("IDEM_MYSQL_SOCKET", saved.c_str(), 1);
+  CHECK(no_store.status == 2);
+  CHECK_THAT(no_store.err, Catch::Contains("no store"));
+  const Ran missing = idem_admin({"--sqlite", "/nonexistent/idem.db", "inspect", "PAY", "1"});
+  CHECK(missing.status == 4);
+  CHECK_THAT(missing.err, Catch::Contains("no SQLite file at /nonexistent/idem.db"));
+  CHECK_FALSE(std::filesystem::exists("/nonexistent/idem.db"));
+}
+
+TEST_CASE("idem on SQLite: inspect and list show every field; a missing key exits 1") {
+  SqliteFile f;
+  const Ran paid = idem_admin(f.where + std::vector<std::string>{"inspect", "PAY", "paid"});
+  INFO(paid.err);
+  REQUIRE(paid.status == 0);
+  CHECK_THAT(paid.out,
+             Catch::StartsWith("PAY/paid\n") && Catch::Contains("status          succeeded (1)") &&
+                 Catch::Contains("fence           1") && Catch::Contains("attempts        1") &&
+                 Catch::Contains("snapshot        {\"charge\":\"ch_9\"}") &&
+                 Catch::Contains(" ago)") && Catch::Contains("Z (in "));
+
+  const Ran json =
+      idem_admin(f.where + std::vector<std::string>{"inspect", "PAY", "paid", "--json"});
+  REQUIRE(json.status == 0);
+  const auto j = nlohmann::json::parse(json.out);
+  CHECK(j.at("status") == "succeeded");
+  CHECK(j.at("snapshot") == nlohmann::json{{"charge", "ch_9"}});
+  CHECK(j.at("fence") == 1);
+  CHECK(j.at("created_at").at("utc").get<std::string>().ends_with("Z"));
+
+  const Ran none = idem_admin(f.where + std::vector<std::string>{"inspect", "PAY", "nope"});
+  CHECK(none.status == 1);
+  CHECK_THAT(none.err, Catch::Contains("no record for PAY/nope"));
+
+  const Ran stale = idem_admin(f.where + std::vector<std::string>{"list", "--stale"});
+  REQUIRE(stale.status == 0);
+  CHECK(stale.out.find("PAY/dead  processing  fence 1") == 0);
+  CHECK(stale.out.find("paid") == std::string::npos);
+  const Ran failed =
+      idem_admin(f.where + std::vector<std::string>{"list", "--status", "failed", "--biz-type",
+                                                    "REFUND", "--json"});
+  REQUIRE(failed.status == 0);
+  const auto rows = nlohmann::json::parse(failed.out);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].at("id") == "declined");
+  CHECK(rows[0].at("snapshot").at("error") == "card_declined");
+  CHECK(idem_admin(f.where + std::vector<std::string>{"list", "--status", "done"}).status == 2);
+  CHECK(idem_admin(f.where + std::vector<std::string>{"list", "--older-than", "5x"}).status == 2);
+  const Ran old = idem_admin(f.where + std::vector<std::string>{"list", "--older-than", "1h"});
+  CHECK(old.status == 0);
+  CHECK(old.out.empty());
+}
+
+TEST_CASE("idem on SQLite: a repair needs the fence read and a reason; a stale fence is refused") {
+  SqliteFile f;
+  const std::vector<std::string> release{"release", "PAY", "dead", "--reason", "worker OOM-killed"};
+  // Usage errors change nothing.
+  CHECK(idem_admin(f.where + release).status == 2);  // no --fence
+  CHECK(idem_admin(f.where + std::vector<std::string>{"release", "PAY", "dead", "--fence", "1"})
+            .status == 2);  // no --reason
+  const Ran bad_json =
+      idem_admin(f.where + std::vector<std::string>{"complete", "PAY", "dead", "--fence", "1",
+                                                    "--reason", "x", "--response", "{not json"});
+  CHECK(bad_json.status == 2);
+  CHECK_THAT(bad_json.err, Catch::Contains("--response must be JSON"));
+  CHECK(f.store.find({"PAY", "dead"})->status == idem::Status::processing);
+
+  const Ran done = idem_admin(f.where + release + std::vector<std::string>{"--fence", "1"});
+  INFO(done.err);
+  REQUIRE(done.status == 0);
+  CHECK_THAT(done.err, Catch::Contains("PAY/dead: release, now fence 2"));
+  const auto released = f.store.find({"PAY", "dead"});
+  CHECK(released->status == idem::Status::failed);
+  CHECK(released->retryable);
+  CHECK(released->ticket.fence == 2);
+  CHECK(released->repair_reason == "worker OOM-killed");
+
+  // The same command again: the fence moved on, nothing is written.
+  const Ran again = idem_admin(f.where + release + std::vector<std::string>{"--fence", "1"});
+  CHECK(again.status == 3);
+  CHECK_THAT(again.err, Catch::Contains("refused, nothing written") &&
+                            Catch::Contains("the record now:") &&
+                            Catch::Contains("fence           2"));
+  CHECK(f.store.find({"PAY", "dead"}) == released);
+
+  // complete with the fence now: duplicates replay the operator's response.
+  const Ran complete =
+      idem_admin(f.where + std::vector<std::string>{"complete", "PAY", "dead", "--fence", "2",
+                                                    "--reason", "gateway shows ch_7", "--response",
+                                                    R"({"charge":"ch_7"})"});
+  REQUIRE(complete.status == 0);
+  const auto replay = idem::run_once(f.store, {"PAY", "dead"}, "fp", [] {
+    return nlohmann::json{{"charge", "twice"}};
+  });
+  CHECK(replay.verdict() == idem::Verdict::replayed);
+  CHECK(replay.value() == nlohmann::json{{"charge", "ch_7"}});
+
+  // fail, not retryable: duplicates replay the error.
+  const Ran fail =
+      idem_admin(f.where + std::vector<std::string>{"fail", "REFUND", "declined", "--fence", "1",
+                                                    "--reason", "confirmed with the bank",
+                                                    "--error", R"({"error":"stolen_card"})"});
+  REQUIRE(fail.status == 0);
+  const auto stored = f.store.find({"REFUND", "declined"});
+  CHECK(nlohmann::json::parse(stored->snapshot) == nlohmann::json{{"error", "stolen_card"}});
+  CHECK_FALSE(stored->retryable);
+}
+
+TEST_CASE("idem on SQLite: schema check, print and migrate; purge") {
+  SqliteFile f;
+  const Ran ok = idem_admin(f.where + std::vector<std::string>{"schema", "check"});
+  CHECK(ok.status == 0);
+  CHECK_THAT(ok.out, Catch::Contains("as this idem expects"));
+  const Ran print = idem_admin(f.where + std::vector<std::string>{"schema", "print"});
+  CHECK(print.status == 0);
+  CHECK(print.out ==
+        idem::sqlite::record_table_ddl(idem::sqlite::parse_table_name("idempotent_record")) +
+            ";\n");
+
+  // A table without its expiry index: every command says so and exits 5.
+  {
+    idem::sqlite::Connection c(f.file);
+    c.execute("DROP INDEX \"idempotent_record_idx_expire\"");
+  }
+  const Ran broken = idem_admin(f.where + std::vector<std::string>{"schema", "check"});
+  CHECK(broken.status == 5);
+  CHECK_THAT(broken.err, Catch::Contains("not as idem expects"));
+  CHECK(idem_admin(f.where + std::vector<std::string>{"inspect", "PAY", "paid"}).status == 5);
+  const Ran migrate = idem_admin(f.where + std::vector<std::string>{"schema", "migrate"});
+  INFO(migrate.err);
+  CHECK(migrate.status == 0);
+  CHECK(idem_admin(f.where + std::vector<std::string>{"schema", "check"}).status == 0);
+
+  // Expired records are purged, the others stay.
+  REQUIRE(f.store.claim({"OLD", "1"}, "", {.lease = 1ms, .ttl = 1ms}).verdict ==
+          idem::Verdict::acquired);
+  std::this_thread::sleep_for(5ms);
+  const Ran purge = idem_admin(f.where + std::vector<std::string>{"purge", "--batch", "10"});
+  CHECK(purge.status == 0);
+  CHECK(purge.out == "purged 1 expired record(s)\n");
+  CHECK_FALSE(f.store.find({"OLD", "1"}));
+  CHECK(f.store.find({"PAY", "paid"}));
+}
+
+TEST_CASE("idem on MariaDB: inspect, a fenced release, schema check and migrate") {
+  const idem::mysql::ConnectionParams p = idem_test::server();
+  idem_test::Table t;
+  const std::vector<std::string> where{"--mysql-socket", p.unix_socket, "--mysql-database",
+                                       p.database,       "--table",     t.name};
+  REQUIRE(t.store.claim({"PAY", "dead"}, "fp", {.lease = 1ms, .ttl = 1h}).verdict ==
+          idem::Verdict::acquired);
+  std::this_thread::sleep_for(20ms);
+
+  const Ran inspect = idem_admin(where + std::vector<std::string>{"inspect", "PAY", "dead"});
+  INFO(inspect.err);
+  REQUIRE(inspect.status == 0);
+  CHECK_THAT(inspect.out, Catch::Contains("status          processing (0), stale"));
+  const Ran stale = idem_admin(where + std::vector<std::string>{"list", "--stale", "--json"});
+  REQUIRE(stale.status == 0);
+  CHECK(nlohmann::json::parse(stale.out).size() == 1);
+
+  const std::vector<std::string> release{
+      "release", "PAY", "dead", "--fence", "1", "--reason", "deploy killed the worker"};
+  CHECK(idem_admin(where + release).status == 0);
+  CHECK(idem_admin(where + release).status == 3);
+  const auto r = t.store.find({"PAY", "dead"});
+  CHECK(r->ticket.fence == 2);
+  CHECK(r->repair_reason == "deploy killed the worker");
+
+  CHECK(idem_admin(where + std::vector<std::string>{"schema", "check"}).status == 0);
+  const Ran uptodate = idem_admin(where + std::vector<std::string>{"schema", "migrate"});
+  CHECK(uptodate.status == 0);
+  CHECK_THAT(uptodate.out, Catch::Contains("up to date: nothing to do"));
+
+  // A layout-1 table: every command exits 5 until `schema migrate` adds its columns.
+  idem_test::Layout1Table old;
+  const std::vector<std::string> on_old{"--mysql-socket", p.unix_socket, "--mysql-database",
+                                        p.database,       "--table",     old.name};
+  const Ran mismatch = idem_admin(on_old + std::vector<std::string>{"inspect", "PAY", "x"});
+  CHECK(mismatch.status == 5);
+  CHECK_THAT(mismatch.err, Catch::Contains("layout 2"));
+  const Ran migrated = idem_admin(on_old + std::vector<std::string>{"schema", "migrate"});
+  INFO(migrated.err);
+  CHECK(migrated.status == 0);
+  CHECK_THAT(migrated.out, Catch::Contains("recovery_points"));
+  CHECK(idem_admin(on_old + std::vector<std::string>{"inspect", "PAY", "x"}).status == 1);
+
+  // A server that is not there.
+  const Ran down = idem_admin(std::vector<std::string>{"--mysql-socket", "/nonexistent.sock",
+                                                       "--mysql-database", "x", "list"});
+  CHECK(down.status == 4);
+  CHECK_THAT(down.err, Catch::Contains("store failure"));
+}

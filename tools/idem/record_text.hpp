@@ -1,0 +1,114 @@
+#pragma once
+// A record as the admin program shows it: every field, times in UTC with how long ago (or how
+// far ahead) they are, for a person; or as JSON, for a script.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <idem/clock.hpp>
+#include <idem/record.hpp>
+#include <idem/status.hpp>
+#include <idem/store/record_rules.hpp>
+
+namespace idem_admin {
+
+// 2026-12-04T10:31:02.123Z
+inline std::string utc(idem::TimePoint t) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch());
+  const std::chrono::sys_seconds s{std::chrono::floor<std::chrono::seconds>(ms)};
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03}Z", s, (ms - s.time_since_epoch()).count());
+}
+
+// "3 h 5 min", "12 s", "850 ms": the two largest units.
+inline std::string span(std::chrono::milliseconds d) {
+  using namespace std::chrono;
+  const auto ms = d.count() < 0 ? -d : d;
+  if (ms < 1s) return fmt::format("{} ms", ms.count());
+  if (ms < 1min) return fmt::format("{} s", duration_cast<seconds>(ms).count());
+  if (ms < 1h) {
+    return fmt::format("{} min {} s", duration_cast<minutes>(ms).count(),
+                       duration_cast<seconds>(ms % 1min).count());
+  }
+  if (ms < days{1}) {
+    return fmt::format("{} h {} min", duration_cast<hours>(ms).count(),
+                       duration_cast<minutes>(ms % 1h).count());
+  }
+  return fmt::format("{} d {} h", duration_cast<days>(ms).count(),
+                     duration_cast<hours>(ms % days{1}).count());
+}
+
+// "2026-12-04T10:31:02.123Z (5 min 2 s ago)" or "(in 25 s)".
+inline std::string when(idem::TimePoint t, idem::TimePoint now) {
+  const auto d = std::chrono::duration_cast<std::chrono::milliseconds>(t - now);
+  return fmt::format("{} ({})", utc(t), d.count() < 0 ? span(d) + " ago" : "in " + span(d));
+}
+
+inline std::string text(const idem::Record& r, idem::TimePoint now) {
+  std::string out = fmt::format("{}/{}\n", r.key.biz_type(), r.key.id());
+  const auto line = [&](std::string_view name, const std::string& value) {
+    out += fmt::format("  {:<16}{}\n", name, value);
+  };
+  line("status", fmt::format("{} ({}){}", idem::to_string(r.status), static_cast<int>(r.status),
+                             idem::is_stale(r, now) ? ", stale: its lease ran out" : ""));
+  line("fence", std::to_string(r.ticket.fence));
+  line("owner", r.ticket.owner);
+  line("attempts", std::to_string(r.attempts));
+  if (r.status == idem::Status::failed) line("retryable", r.retryable ? "yes" : "no");
+  line("fingerprint", r.fingerprint.empty() ? "(none)" : r.fingerprint);
+  line("created_at", when(r.created_at, now));
+  line("updated_at", when(r.updated_at, now));
+  if (r.status == idem::Status::processing) line("lease_until", when(r.lease_until, now));
+  line("expire_at", when(r.expire_at, now));
+  line("repaired_at", r.repaired_at ? when(*r.repaired_at, now) : "never");
+  if (!r.repair_reason.empty()) line("repair_reason", r.repair_reason);
+  line("snapshot", r.snapshot.empty() ? "(none)" : r.snapshot);
+  if (!r.recovery_points.empty()) line("recovery_points", r.recovery_points);
+  return out;
+}
+
+// The short form of `list`: one line per record.
+inline std::string row(const idem::Record& r, idem::TimePoint now) {
+  const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - r.updated_at);
+  return fmt::format("{}/{}  {}  fence {}  attempts {}  updated {} ago{}\n", r.key.biz_type(),
+                     r.key.id(), idem::to_string(r.status), r.ticket.fence, r.attempts, span(age),
+                     idem::is_stale(r, now) ? "  stale" : "");
+}
+
+inline nlohmann::json json(const idem::Record& r) {
+  const auto ms = [](idem::TimePoint t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  };
+  const auto time = [&](idem::TimePoint t) {
+    return nlohmann::json{{"utc", utc(t)}, {"unix_ms", ms(t)}};
+  };
+  nlohmann::json j{{"biz_type", r.key.biz_type()},
+                   {"id", r.key.id()},
+                   {"status", idem::to_string(r.status)},
+                   {"fence", r.ticket.fence},
+                   {"owner", r.ticket.owner},
+                   {"attempts", r.attempts},
+                   {"retryable", r.retryable},
+                   {"fingerprint", r.fingerprint},
+                   {"created_at", time(r.created_at)},
+                   {"updated_at", time(r.updated_at)},
+                   {"lease_until", time(r.lease_until)},
+                   {"expire_at", time(r.expire_at)},
+                   {"repaired_at", r.repaired_at ? time(*r.repaired_at) : nlohmann::json()},
+                   {"repair_reason", r.repair_reason}};
+  // The snapshot and the points are JSON text: embedded as JSON when they parse.
+  const auto embedded = [](const std::string& s) {
+    if (s.empty()) return nlohmann::json();
+    auto parsed = nlohmann::json::parse(s, nullptr, false);
+    return parsed.is_discarded() ? nlohmann::json(s) : parsed;
+  };
+  j["snapshot"] = embedded(r.snapshot);
+  j["recovery_points"] = embedded(r.recovery_points);
+  return j;
+}
+
+}  // namespace idem_admin

@@ -1,0 +1,37 @@
+#pragma once
+// The record table the admin program works on: one interface over idem's stores, so that every
+// command is written once. Each operation is the store's own (find, list, repair, purge,
+// schema check and migration): the program adds no SQL of its own.
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <idem/key.hpp>
+#include <idem/record.hpp>
+#include <idem/record_query.hpp>
+#include <idem/repair.hpp>
+
+namespace idem_admin {
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  // "SQLite /var/lib/pay/idem.db, table idempotent_record", for messages.
+  virtual std::string describe() const = 0;
+  virtual std::optional<idem::Record> find(const idem::Key& key) = 0;
+  virtual std::vector<idem::Record> list(const idem::RecordQuery& query) = 0;
+  // Throws idem::RepairRefused when the record no longer carries repair.fence.
+  virtual idem::Record repair(const idem::Key& key, const idem::Repair& repair) = 0;
+  virtual std::size_t purge(std::size_t batch, std::size_t max_batches) = 0;
+  // Throws idem::SchemaMismatch naming what differs and the fix.
+  virtual void check_schema() = 0;
+  // The CREATE TABLE statement of the current layout, for this table.
+  virtual std::string ddl() const = 0;
+  // Brings a table an older idem created to the current layout (online); says what it did.
+  virtual std::string migrate() = 0;
+};
+
+}  // namespace idem_admin
