@@ -163,7 +163,7 @@ class IdempotencyGuard {
  public:
   IdempotencyGuard(S& store, Key key, std::string_view fingerprint, Options options = {})
       : IdempotencyGuard(store, detail::observed_claim(store, key, fingerprint, options),
-                         detail::observer_for(store, options.observer), options.context) {}
+                         options.observer, options.context) {}
 
   // Adopts a claim made elsewhere (e.g. one result of idem::claim_batch): an acquired claim
   // becomes this guard's to commit or fail, exactly as if the guard had claimed it. The claim
@@ -171,7 +171,7 @@ class IdempotencyGuard {
   IdempotencyGuard(S& store, ClaimResult claimed, Observer* observer = nullptr,
                    std::string_view context = {})
       : store_(store),
-        state_("idem::IdempotencyGuard", std::move(claimed), observer,
+        state_("idem::IdempotencyGuard", std::move(claimed), detail::observer_for(store, observer),
                detail::store_failure_event<S>(), context) {}
 
   IdempotencyGuard(const IdempotencyGuard&) = delete;

@@ -129,6 +129,7 @@ class Janitor {
   }
 
   void round(const std::stop_token& stop) {
+    listing_failed_.store(false, std::memory_order_relaxed);
     // Each job on its own: a failed purge must not keep dead claims from being released.
     try {
       purge(stop);
@@ -144,7 +145,7 @@ class Janitor {
     }
     if constexpr (ListingStore<S>) {
       // Only for the gauge: release_stale below releases them whether counted or not.
-      if (params_.metrics != nullptr)
+      if (params_.metrics != nullptr && params_.release_batch > 0)
         stale_seen(listed({.stale = true}, params_.release_batch).size());
     }
     try {
@@ -157,11 +158,12 @@ class Janitor {
     round_ended();
   }
 
+  // The metrics first: a reader that sees stats().rounds move finds the round in them too.
   void round_ended() {
-    ++rounds_;
     if (params_.metrics != nullptr) {
       params_.metrics->janitor().round_ended(std::chrono::system_clock::now());
     }
+    ++rounds_;
   }
 
   // Counts the failure being handled (call from a catch block), retryable or permanent.
@@ -177,7 +179,9 @@ class Janitor {
     if (params_.metrics != nullptr) params_.metrics->janitor().failed(task, retryable);
   }
 
+  // A round whose listing failed saw nothing: the gauges keep what the last full look saw.
   void stale_seen(std::uint64_t n) noexcept {
+    if (listing_failed_.load(std::memory_order_relaxed)) return;
     stale_ = n;
     if (params_.metrics != nullptr) params_.metrics->janitor().stale_claims(n);
   }
@@ -235,6 +239,7 @@ class Janitor {
       return store_.list(query);
     } catch (...) {
       failed(Task::list);
+      listing_failed_.store(true, std::memory_order_relaxed);
       return {};
     }
   }
@@ -285,6 +290,7 @@ class Janitor {
     }
     // Every batch was full: expired records are left for the next round. Round after round,
     // the purge falls behind (raise purge_max_batches or purge_batch, or shorten interval).
+    if (params_.purge_max_batches == 0) return;  // purging is off: nothing was left unfinished
     ++purge_unfinished_;
     if (params_.metrics != nullptr) params_.metrics->janitor().purge_unfinished();
   }
@@ -310,6 +316,7 @@ class Janitor {
   std::atomic<std::uint64_t> retryable_errors_{0}, permanent_errors_{0};
   std::atomic<std::uint64_t> happened_{0}, not_happened_{0}, unknown_{0}, outcome_unknown_{0};
   std::atomic<std::uint64_t> stale_{0}, purge_unfinished_{0};
+  std::atomic<bool> listing_failed_{false};  // in the current round
   std::condition_variable_any cv_;
   std::jthread thread_;  // last: starts after every other member exists, stops first
 };

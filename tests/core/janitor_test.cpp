@@ -267,3 +267,21 @@ TEST_CASE_METHOD(Fixture, "janitor metrics: failures by job, retryable and perma
       Catch::Contains("idem_janitor_errors_total{task=\"purge\",kind=\"retryable\"} 2\n") &&
           Catch::Contains("idem_janitor_errors_total{task=\"release\",kind=\"permanent\"} 2\n"));
 }
+
+TEST_CASE_METHOD(Fixture,
+                 "janitor metrics: releasing and purging off lists nothing, fails nothing") {
+  expired(3);
+  idem::Metrics metrics;
+  idem::Janitor janitor(store, {.interval = 1h,
+                                .purge_max_batches = 0,
+                                .purge_pause = 0ms,
+                                .release_batch = 0,
+                                .metrics = &metrics});
+  janitor.run_once();
+  const idem::JanitorStats s = janitor.stats();
+  CHECK(s.errors == 0);
+  CHECK(s.purged == 0);
+  CHECK(s.purge_unfinished == 0);  // purging is off: nothing was left unfinished
+  CHECK(metrics.janitor().errors(idem::Metrics::JanitorCounters::Task::list, false) == 0);
+  CHECK(metrics.render().find("idem_stale_claims ") == std::string::npos);
+}

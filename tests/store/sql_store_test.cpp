@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <idem/detail/transaction_try.hpp>
+#include <idem/guard.hpp>
 #include <idem/run_once.hpp>
 #include <idem/store/pool.hpp>
 #include <idem/store/sql_store.hpp>
@@ -683,6 +684,20 @@ TEST_CASE("sql_store: with_transaction reports the try that ended, not the ones 
                     std::runtime_error);
     CHECK(server.rows.empty());
     CHECK(kinds.seen == std::vector<K>{K::acquired, K::failed});
+  }
+
+  SECTION("a guard that adopts a claim inside the try reports through the try as well") {
+    const auto out = with_transaction([&](auto& bound) {
+      idem::IdempotencyGuard guard(bound, bound.claim(key, "fp", o), &kinds);
+      if (tries == 1) {
+        server.before_next_try = [&] { server.rows.erase(key); };  // the rollback's undo
+        throw failure(transient_code);  // the guard is abandoned: its failure rolls back too
+      }
+      guard.commit(2);
+      return 2;
+    });
+    CHECK(out == 2);
+    CHECK(kinds.seen == std::vector<K>{K::transaction_retried, K::committed});
   }
 
   SECTION("superseded on every try: each reported, then the store_error") {

@@ -113,10 +113,16 @@ TEST_CASE("idem: --help, and usage errors exit 2 without touching a store") {
   if (!saved.empty()) ::setenv("IDEM_MYSQL_SOCKET", saved.c_str(), 1);
   CHECK(no_store.status == 2);
   CHECK_THAT(no_store.err, Catch::Contains("no store"));
-  const Ran missing = idem_admin({"--sqlite", "/nonexistent/idem.db", "inspect", "PAY", "1"});
+  idem_test::TempDir dir;
+  const std::string typo = (dir.path() / "idem.dbb").string();
+  const Ran missing = idem_admin({"--sqlite", typo, "inspect", "PAY", "1"});
   CHECK(missing.status == 4);
-  CHECK_THAT(missing.err, Catch::Contains("no SQLite file at /nonexistent/idem.db"));
-  CHECK_FALSE(std::filesystem::exists("/nonexistent/idem.db"));
+  CHECK_THAT(missing.err, Catch::Contains("no SQLite file at " + typo));
+  CHECK_FALSE(std::filesystem::exists(typo));  // a typo does not become a new database
+  CHECK(idem_admin({"-h"}).status == 0);
+  const Ran bad_table = idem_admin({"--sqlite", typo, "--table", "no-dashes", "schema", "print"});
+  CHECK(bad_table.status == 2);
+  CHECK_THAT(bad_table.err, Catch::Contains("table name"));
 }
 
 TEST_CASE("idem on SQLite: inspect and list show every field; a missing key exits 1") {

@@ -90,10 +90,10 @@ class Args {
   Args(int argc, char** argv, const std::set<std::string, std::less<>>& switches) {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
-      if (a.rfind("--", 0) != 0 || a == "--") {
-        positional_.push_back(a);
-      } else if (switches.count(a) != 0) {
+      if (switches.count(a) != 0) {
         flags_[a] = "";
+      } else if (a.rfind("--", 0) != 0 || a == "--") {
+        positional_.push_back(a);
       } else if (i + 1 < argc) {
         flags_[a] = argv[++i];
       } else {
@@ -375,6 +375,9 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {
+    std::fprintf(stderr, "idem: %s\n", e.what());
+    return usage;
+  } catch (const idem::InvalidArgument& e) {  // e.g. a --table name idem would not accept
     std::fprintf(stderr, "idem: %s\n", e.what());
     return usage;
   } catch (const idem::SchemaMismatch& e) {

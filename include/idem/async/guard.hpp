@@ -143,8 +143,8 @@ class Guard {
   static net::awaitable<Guard> claim(S& store, Key key, std::string fingerprint,
                                      Options options = {}) {
     ClaimResult r = co_await detail::observed_claim(store, key, fingerprint, options);
-    co_return Guard(store, std::move(r), idem::detail::observer_for(store, options.observer),
-                    co_await net::this_coro::executor, options.context);
+    co_return Guard(store, std::move(r), options.observer, co_await net::this_coro::executor,
+                    options.context);
   }
 
   // Adopts a claim made elsewhere (see IdempotencyGuard's); an abandoned one is recorded on
@@ -152,8 +152,9 @@ class Guard {
   Guard(S& store, ClaimResult claimed, Observer* observer, net::any_io_executor executor,
         std::string_view context = {})
       : store_(&store),
-        state_("idem::async::Guard", std::move(claimed), observer,
-               idem::detail::store_failure_event<S>(), context),
+        state_("idem::async::Guard", std::move(claimed),
+               idem::detail::observer_for(store, observer), idem::detail::store_failure_event<S>(),
+               context),
         executor_(std::move(executor)) {}
 
   Guard(Guard&& other) noexcept

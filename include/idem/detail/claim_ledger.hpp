@@ -113,7 +113,7 @@ class ClaimLedger {
   Observer* held(Observer* observer) {
     if (!holding_ || observer == nullptr) return observer;
     for (HeldEvents& h : held_) {
-      if (h.target() == observer) return &h;
+      if (h.target() == observer || &h == observer) return &h;  // the latter: already held
     }
     return &held_.emplace_back(observer);
   }

@@ -64,19 +64,23 @@ inline bool try_commits(const ClaimLedger& ledger, std::string_view who) {
 // that met the winner's writes (its duplicate row, its changed state) fails for that reason,
 // and the next try replays the winner's result. A StoreError drops the try's events
 // (with_transaction reports it); the body's own exception delivers them.
+// Never throws (the caller still has to roll back): out of memory, the try throws `error`.
 inline std::exception_ptr try_failed(ClaimLedger& ledger, TryReport& report,
-                                     std::exception_ptr error, std::string_view who) {
-  report.take(ledger);
-  if (ledger.superseded() != nullptr) {
-    ledger.failed();
-    return std::make_exception_ptr(ledger.superseded_error(who));
-  }
+                                     std::exception_ptr error, std::string_view who) noexcept {
   try {
-    std::rethrow_exception(error);
-  } catch (const StoreError&) {
-    ledger.failed();
+    report.take(ledger);
+    if (ledger.superseded() != nullptr) {
+      ledger.failed();
+      return std::make_exception_ptr(ledger.superseded_error(who));
+    }
+    try {
+      std::rethrow_exception(error);
+    } catch (const StoreError&) {
+      ledger.failed();
+    } catch (...) {
+      ledger.rolled_back();
+    }
   } catch (...) {
-    ledger.rolled_back();
   }
   return error;
 }

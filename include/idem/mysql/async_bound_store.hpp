@@ -30,6 +30,7 @@
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/mysql/async_connection.hpp"
+#include "idem/observer.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"

@@ -45,6 +45,7 @@
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
+#include "idem/observer.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/repair.hpp"
