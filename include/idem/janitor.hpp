@@ -212,7 +212,8 @@ class Janitor {
           listed({.status = Status::outcome_unknown, .biz_type = type}, params_.resolve_batch)
               .size();
       unknown_seen += waiting;
-      if (params_.metrics != nullptr) params_.metrics->outcome_unknown_records(type, waiting);
+      if (params_.metrics != nullptr && !listing_failed_.load(std::memory_order_relaxed))
+        params_.metrics->outcome_unknown_records(type, waiting);
     }
     outcome_unknown_ = unknown_seen;
     if (params_.release_batch == 0) return stale_seen(stale_seen_now);
