@@ -13,7 +13,7 @@
 
 namespace idem_admin {
 
-class MysqlTarget final : public Target {
+class MysqlTarget final : public StoreTarget<idem::mysql::Store> {
  public:
   MysqlTarget(const idem::mysql::ConnectionParams& connection, const std::string& table)
       : where_(connection.unix_socket.empty()
@@ -27,30 +27,10 @@ class MysqlTarget final : public Target {
   std::string describe() const override {
     return fmt::format("MySQL {}, database {}, table {}", where_, database_, table_);
   }
-  std::optional<idem::Record> find(const idem::Key& key) override {
-    checked();
-    return store_.find(key);
-  }
-  std::vector<idem::Record> list(const idem::RecordQuery& query) override {
-    checked();
-    return store_.list(query);
-  }
-  idem::Record repair(const idem::Key& key, const idem::Repair& repair) override {
-    checked();
-    return store_.repair(key, repair);
-  }
-  std::size_t purge(std::size_t batch, std::size_t max_batches) override {
-    checked();
-    return store_.purge_expired(batch, max_batches);
-  }
-  void check_schema() override { store_.check_schema(); }
-  std::string ddl() const override {
-    return idem::mysql::record_table_ddl(idem::detail::quote_parts(
-        idem::detail::split_identifier(table_, "idem", "table name", true), '`'));
-  }
+  std::string ddl() const override { return idem::mysql::record_table_ddl(store_.table()); }
   std::string migrate() override {
     const idem::mysql::Migration done = store_.ensure_schema();
-    checked_ = true;
+    mark_checked();
     if (done.added.empty()) return fmt::format("{} is up to date: nothing to do", table_);
     std::string columns;
     for (const std::string& c : done.added)
@@ -59,16 +39,12 @@ class MysqlTarget final : public Target {
   }
 
  private:
-  void checked() {
-    if (!checked_) store_.check_schema();
-    checked_ = true;
-  }
+  idem::mysql::Store& store() override { return store_; }
 
   std::string where_;
   std::string database_;
   std::string table_;
   idem::mysql::Store store_;
-  bool checked_ = false;
 };
 
 }  // namespace idem_admin

@@ -16,7 +16,7 @@
 
 namespace idem_admin {
 
-class SqliteTarget final : public Target {
+class SqliteTarget final : public StoreTarget<idem::sqlite::Store> {
  public:
   SqliteTarget(std::filesystem::path file, std::string table)
       : file_(std::move(file)), table_(std::move(table)) {}
@@ -24,31 +24,20 @@ class SqliteTarget final : public Target {
   std::string describe() const override {
     return fmt::format("SQLite {}, table {}", file_.string(), table_);
   }
-  std::optional<idem::Record> find(const idem::Key& key) override { return checked().find(key); }
-  std::vector<idem::Record> list(const idem::RecordQuery& query) override {
-    return checked().list(query);
-  }
-  idem::Record repair(const idem::Key& key, const idem::Repair& repair) override {
-    return checked().repair(key, repair);
-  }
-  std::size_t purge(std::size_t batch, std::size_t max_batches) override {
-    return checked().purge_expired(batch, max_batches);
-  }
-  void check_schema() override { store().check_schema(); }
   // Needs no file.
   std::string ddl() const override {
     return idem::sqlite::record_table_ddl(idem::sqlite::parse_table_name(table_));
   }
   std::string migrate() override {
     store().ensure_schema();
-    checked_ = true;
+    mark_checked();
     return fmt::format("{} has every column this idem uses (created or added where missing)",
                        table_);
   }
 
  private:
   // Opened on first use, without creating the table: only `schema migrate` changes the schema.
-  idem::sqlite::Store& store() {
+  idem::sqlite::Store& store() override {
     if (!store_) {
       if (!std::filesystem::is_regular_file(file_)) {
         throw idem::StoreError(fmt::format("no SQLite file at {}", file_.string()), false);
@@ -58,19 +47,10 @@ class SqliteTarget final : public Target {
     }
     return *store_;
   }
-  // Every command but the schema's checks the table first: a table not as idem expects is
-  // reported as such, not as a confusing read error.
-  idem::sqlite::Store& checked() {
-    idem::sqlite::Store& s = store();
-    if (!checked_) s.check_schema();
-    checked_ = true;
-    return s;
-  }
 
   std::filesystem::path file_;
   std::string table_;
   std::optional<idem::sqlite::Store> store_;
-  bool checked_ = false;
 };
 
 }  // namespace idem_admin

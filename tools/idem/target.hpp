@@ -34,4 +34,37 @@ class Target {
   virtual std::string migrate() = 0;
 };
 
+// A Target over one of idem's stores: each command but the schema's checks the table first,
+// once, so that a table not as idem expects is reported as such, not as a confusing read
+// error. A backend says how to reach its store and its schema.
+template <class S>
+class StoreTarget : public Target {
+ public:
+  std::optional<idem::Record> find(const idem::Key& key) override { return checked().find(key); }
+  std::vector<idem::Record> list(const idem::RecordQuery& query) override {
+    return checked().list(query);
+  }
+  idem::Record repair(const idem::Key& key, const idem::Repair& repair) override {
+    return checked().repair(key, repair);
+  }
+  std::size_t purge(std::size_t batch, std::size_t max_batches) override {
+    return checked().purge_expired(batch, max_batches);
+  }
+  void check_schema() override { store().check_schema(); }
+
+ protected:
+  virtual S& store() = 0;
+  // After a migration, which checks the table itself.
+  void mark_checked() noexcept { checked_ = true; }
+
+ private:
+  S& checked() {
+    S& s = store();
+    if (!checked_) s.check_schema();
+    checked_ = true;
+    return s;
+  }
+  bool checked_ = false;
+};
+
 }  // namespace idem_admin
