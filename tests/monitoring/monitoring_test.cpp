@@ -3,8 +3,6 @@
 // renamed series cannot leave a dashboard blank or an alert silent. Each runbook link leads
 // to a heading of docs/operations.md.
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -15,6 +13,8 @@
 #include <catch2/catch.hpp>
 #include <idem/metrics.hpp>
 #include <nlohmann/json.hpp>
+
+#include "../support/run_program.hpp"
 
 namespace {
 
@@ -59,8 +59,8 @@ std::set<std::string> exported_series() {
 std::set<std::string> series_named_in(const std::string& text) {
   static const std::regex name(R"(\bidem_[a-z_]+\b)");
   std::set<std::string> out;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), name);
-       it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), name); it != std::sregex_iterator();
+       ++it)
     out.insert(it->str());
   return out;
 }
@@ -77,26 +77,11 @@ std::string rules_without_comments() {
   return out;
 }
 
-struct Run {
-  int status;
-  std::string output;
-};
-
-Run run(const std::string& command) {
-  Run r{-1, {}};
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), static_cast<int>(buffer.size()), pipe) != nullptr)
-    r.output += buffer.data();
-  r.status = ::pclose(pipe);
-  return r;
-}
-
 std::string promtool() {
   const std::string path = IDEM_PROMTOOL;
-  INFO("promtool was not found when the build was configured: install Debian's prometheus "
-       "package (scripts/test does) and configure again");
+  INFO(
+      "promtool was not found when the build was configured: install Debian's prometheus "
+      "package (scripts/test does) and configure again");
   REQUIRE_FALSE(path.empty());
   return path;
 }
@@ -104,18 +89,19 @@ std::string promtool() {
 }  // namespace
 
 TEST_CASE("monitoring: promtool checks the alert rules") {
-  const Run r = run(promtool() + " check rules " + IDEM_SOURCE_DIR "/monitoring/idem_alerts.yml");
-  INFO(r.output);
+  const auto r = idem_test::run_program(
+      {promtool(), "check", "rules", IDEM_SOURCE_DIR "/monitoring/idem_alerts.yml"});
+  INFO(r.out << r.err);
   CHECK(r.status == 0);
-  CHECK_THAT(r.output, Catch::Contains("SUCCESS: 9 rules found"));
+  CHECK_THAT(r.out + r.err, Catch::Contains("SUCCESS: 9 rules found"));
 }
 
 TEST_CASE("monitoring: the alert rules pass their unit tests") {
-  const Run r =
-      run(promtool() + " test rules " + IDEM_SOURCE_DIR "/monitoring/idem_alerts_test.yml");
-  INFO(r.output);
+  const auto r = idem_test::run_program(
+      {promtool(), "test", "rules", IDEM_SOURCE_DIR "/monitoring/idem_alerts_test.yml"});
+  INFO(r.out << r.err);
   CHECK(r.status == 0);
-  CHECK_THAT(r.output, Catch::Contains("SUCCESS"));
+  CHECK_THAT(r.out + r.err, Catch::Contains("SUCCESS"));
 }
 
 TEST_CASE("monitoring: every series the alert rules name is one idem exports") {

@@ -1,11 +1,7 @@
 // The operator's program, tools/idem, run as a child process against a SQLite file and the
 // test MariaDB server: what it prints, its exit codes, and that a repair applies only with
 // the fence the operator read and changes nothing otherwise.
-#include <sys/wait.h>
-
-#include <array>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,51 +19,20 @@
 
 #include "../mysql/layout1_table.hpp"
 #include "../support/mysql_server.hpp"
+#include "../support/run_program.hpp"
 #include "../support/temp_dir.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
 
-struct Ran {
-  int status = -1;  // the exit code
-  std::string out;
-  std::string err;
-};
+using Ran = idem_test::ProgramRun;
 
-std::string quoted(const std::string& arg) {
-  std::string q = "'";
-  for (char c : arg) {
-    if (c == '\'') {
-      q += "'\\''";
-    } else {
-      q += c;
-    }
-  }
-  return q + "'";
-}
-
-// Runs the program with `args` (no shell interpretation of their content).
+// Runs tools/idem with `args`.
 Ran idem_admin(const std::vector<std::string>& args) {
-  idem_test::TempDir dir;
-  const auto err = dir.path() / "stderr";
-  std::string command = quoted(IDEM_ADMIN);
-  for (const auto& a : args)
-    command += " " + quoted(a);
-  command += " 2>" + quoted(err.string());
-  Ran r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), static_cast<int>(buffer.size()), pipe) != nullptr)
-    r.out += buffer.data();
-  const int status = ::pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err);
-  std::ostringstream text;
-  text << in.rdbuf();
-  r.err = text.str();
-  return r;
+  std::vector<std::string> argv{IDEM_ADMIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return idem_test::run_program(argv);
 }
 
 std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
