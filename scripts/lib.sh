@@ -5,6 +5,8 @@
 # Debian 12 (bookworm) packages needed to build and test idem.
 IDEM_DEPS=(
     g++ clang cmake make pkg-config git
+    # A compiler cache: a fresh clone (CI's) recompiles only what changed.
+    ccache
     nlohmann-json3-dev catch2 libfmt-dev libssl-dev
     default-libmysqlclient-dev mariadb-server libsqlite3-dev
     libclang-rt-14-dev libcpp-httplib-dev ca-certificates

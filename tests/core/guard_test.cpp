@@ -26,14 +26,14 @@ void from_json(const json& j, Receipt& r) {
   j.at("amount").get_to(r.amount);
 }
 
-struct Fixture {
+struct GuardFixture {
   idem::ManualClock clock;
   idem::MemoryStore store{[this] { return clock.now(); }};
 };
 
 }  // namespace
 
-TEST_CASE_METHOD(Fixture, "guard: acquired, commit, then duplicates replay typed responses") {
+TEST_CASE_METHOD(GuardFixture, "guard: acquired, commit, then duplicates replay typed responses") {
   const idem::Key key{"PAY", "T-1"};
   const auto fp = idem::fingerprint(json{{"amount", 299}});
   {
@@ -57,7 +57,7 @@ TEST_CASE_METHOD(Fixture, "guard: acquired, commit, then duplicates replay typed
   CHECK_THROWS_AS(dup.replay<int>(), idem::CorruptRecord);
 }
 
-TEST_CASE_METHOD(Fixture,
+TEST_CASE_METHOD(GuardFixture,
                  "guard: destroyed without commit records a retryable failure, never throws") {
   const idem::Key key{"PAY", "T-2"};
   {
@@ -93,7 +93,7 @@ TEST_CASE_METHOD(Fixture,
   CHECK_FALSE(store.find(key2));
 }
 
-TEST_CASE_METHOD(Fixture, "guard: fail() records retryable or permanent failures") {
+TEST_CASE_METHOD(GuardFixture, "guard: fail() records retryable or permanent failures") {
   const idem::Key key{"PAY", "T-4"};
   {
     idem::IdempotencyGuard guard{store, key, ""};
@@ -108,7 +108,7 @@ TEST_CASE_METHOD(Fixture, "guard: fail() records retryable or permanent failures
   CHECK_THROWS_AS(out.value(), idem::BadOutcomeAccess);
 }
 
-TEST_CASE_METHOD(Fixture, "guard: a response that cannot be stored leaves the claim open") {
+TEST_CASE_METHOD(GuardFixture, "guard: a response that cannot be stored leaves the claim open") {
   const idem::Key key{"PAY", "T-5"};
   idem::IdempotencyGuard guard{store, key, ""};
   CHECK_THROWS_AS(guard.commit(std::string("\xff not utf-8")), idem::InvalidArgument);
@@ -119,7 +119,8 @@ TEST_CASE_METHOD(Fixture, "guard: a response that cannot be stored leaves the cl
 }
 
 TEST_CASE_METHOD(
-    Fixture, "run_once: an unstorable response after the business ran is recorded as permanent") {
+    GuardFixture,
+    "run_once: an unstorable response after the business ran is recorded as permanent") {
   const idem::Key key{"PAY", "T-6"};
   int runs = 0;
   CHECK_THROWS_AS(idem::run_once(store, key, "",
@@ -154,7 +155,7 @@ void from_json(const json& j, Shipment& s) {
 
 }  // namespace
 
-TEST_CASE_METHOD(Fixture,
+TEST_CASE_METHOD(GuardFixture,
                  "run_once: a to_json that throws any exception is an unstorable response, never "
                  "a second run") {
   const idem::Key key{"PAY", "T-6b"};
@@ -182,7 +183,7 @@ TEST_CASE_METHOD(Fixture,
   CHECK(store.find(other)->status == idem::Status::succeeded);
 }
 
-TEST_CASE_METHOD(Fixture, "run_once: returns values of any serialisable type") {
+TEST_CASE_METHOD(GuardFixture, "run_once: returns values of any serialisable type") {
   const idem::Key key{"ORDER", "u1:req-1"};
   auto first = idem::run_once(store, key, "", [] { return Receipt{"O-1", 5}; });
   auto second = idem::run_once(store, key, "", [] { return Receipt{"O-2", 6}; });

@@ -16,7 +16,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Fixture {
+struct JanitorFixture {
   idem::ManualClock clock;
   idem::MemoryStore store{[this] { return clock.now(); }};
 
@@ -31,7 +31,8 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE_METHOD(Fixture, "janitor: a paced round purges batch by batch, pausing in between") {
+TEST_CASE_METHOD(JanitorFixture,
+                 "janitor: a paced round purges batch by batch, pausing in between") {
   expired(50);
   store.claim(idem::Key{"LIVE", "l"}, "", {.ttl = 1h});
   const auto t0 = std::chrono::steady_clock::now();
@@ -49,7 +50,7 @@ TEST_CASE_METHOD(Fixture, "janitor: a paced round purges batch by batch, pausing
   CHECK(took >= 100ms);
 }
 
-TEST_CASE_METHOD(Fixture, "janitor: a paced round stops at purge_max_batches") {
+TEST_CASE_METHOD(JanitorFixture, "janitor: a paced round stops at purge_max_batches") {
   expired(50);
   idem::Janitor janitor(
       store, {.interval = 1h, .purge_batch = 10, .purge_max_batches = 3, .purge_pause = 1ms});
@@ -61,7 +62,7 @@ TEST_CASE_METHOD(Fixture, "janitor: a paced round stops at purge_max_batches") {
   CHECK(purge_all() == 20);
 }
 
-TEST_CASE_METHOD(Fixture, "janitor: destroying it mid-pause stops the round at once") {
+TEST_CASE_METHOD(JanitorFixture, "janitor: destroying it mid-pause stops the round at once") {
   expired(50);
   const auto t0 = std::chrono::steady_clock::now();
   {
@@ -92,7 +93,7 @@ struct Answers {
 
 }  // namespace
 
-TEST_CASE_METHOD(Fixture,
+TEST_CASE_METHOD(JanitorFixture,
                  "janitor with resolvers: stale claims are resolved, never released "
                  "blindly; other biz_types are released by a fenced repair") {
   Answers answers;
@@ -153,7 +154,7 @@ TEST_CASE_METHOD(Fixture,
   CHECK(janitor.stats().errors == 0);
 }
 
-TEST_CASE_METHOD(Fixture,
+TEST_CASE_METHOD(JanitorFixture,
                  "janitor with resolvers: a claim that took the record over meanwhile "
                  "is left alone") {
   idem::Resolvers resolvers;
@@ -206,7 +207,8 @@ struct BrokenJobs {
 
 }  // namespace
 
-TEST_CASE_METHOD(Fixture, "janitor metrics: each round's work, its time and the stale claims") {
+TEST_CASE_METHOD(JanitorFixture,
+                 "janitor metrics: each round's work, its time and the stale claims") {
   expired(3);
   const idem::Options dies{.lease = 1s, .ttl = 1h};
   store.claim(idem::Key{"PAY", "dead-1"}, "", dies);
@@ -248,7 +250,8 @@ TEST_CASE_METHOD(Fixture, "janitor metrics: each round's work, its time and the 
                                    Catch::Contains("idem_janitor_rounds_total 2\n"));
 }
 
-TEST_CASE_METHOD(Fixture, "janitor metrics: failures by job, retryable and permanent apart") {
+TEST_CASE_METHOD(JanitorFixture,
+                 "janitor metrics: failures by job, retryable and permanent apart") {
   BrokenJobs broken{store};
   idem::Metrics metrics;
   idem::Janitor janitor(broken, {.interval = 1h, .metrics = &metrics});
@@ -268,7 +271,7 @@ TEST_CASE_METHOD(Fixture, "janitor metrics: failures by job, retryable and perma
           Catch::Contains("idem_janitor_errors_total{task=\"release\",kind=\"permanent\"} 2\n"));
 }
 
-TEST_CASE_METHOD(Fixture,
+TEST_CASE_METHOD(JanitorFixture,
                  "janitor metrics: releasing and purging off lists nothing, fails nothing") {
   expired(3);
   idem::Metrics metrics;

@@ -17,9 +17,9 @@
 #include <idem/http/async_handle.hpp>
 #include <idem/idem.hpp>
 
-#include "../support/strings.hpp"
-
+#include "../support/http_messages.hpp"
 #include "../support/loop.hpp"
+#include "../support/strings.hpp"
 
 namespace net = idem::async::net;
 using namespace std::chrono_literals;
@@ -49,44 +49,15 @@ struct Loop {
   }
 };
 
-Request post(std::string key_field, std::string body = R"({"amount":100,"currency":"EUR"})") {
-  Request r;
-  r.method = "POST";
-  r.target = "/payments";
-  r.headers = {{"Host", "example.test"}, {"Content-Type", "application/json"}};
-  if (!key_field.empty()) r.headers.push_back({"Idempotency-Key", std::move(key_field)});
-  r.body = std::move(body);
-  return r;
-}
-
-Response created(int n) {
-  return {201,
-          {{"Content-Type", "application/json"},
-           {"Location", "/payments/pay_" + std::to_string(n)},
-           {"Set-Cookie", "session=abc"},
-           {"X-Request-Id", "r" + std::to_string(n)}},
-          json{{"id", "pay_" + std::to_string(n)}, {"status", "captured"}}.dump()};
-}
+using idem_test::created;
+using idem_test::post;
+using idem_test::problem;
+using idem_test::replayed;
 
 // The business as a coroutine: the gateway call is a timer, so the loop serves other work.
 net::awaitable<Response> charge(int n, std::chrono::milliseconds takes) {
   co_await idem::async::sleep_for(takes);
   co_return created(n);
-}
-
-bool replayed(const Response& r) {
-  return r.header("Idempotent-Replayed") == std::optional<std::string>{"true"};
-}
-
-// Checks a problem+json answer and returns its body.
-json problem(const Response& r, int status, const std::string& type_suffix) {
-  CHECK(r.status == status);
-  CHECK(r.header("Content-Type") == std::optional<std::string>{"application/problem+json"});
-  const json j = json::parse(r.body);
-  CHECK(j.at("status") == status);
-  CHECK(j.at("type") == "urn:idem:problem:idempotency-" + type_suffix);
-  CHECK_FALSE(replayed(r));
-  return j;
 }
 
 }  // namespace

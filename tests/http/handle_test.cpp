@@ -11,6 +11,7 @@
 #include <idem/resolver.hpp>
 #include <idem/sqlite.hpp>
 
+#include "../support/http_messages.hpp"
 #include "../support/sqlite_file.hpp"
 #include "../support/strings.hpp"
 
@@ -33,45 +34,14 @@ struct SqliteFixture {
   idem::sqlite::Store& get() { return store; }
 };
 
-Request post(std::string key_field, std::string body = R"({"amount":100,"currency":"EUR"})") {
-  Request r;
-  r.method = "POST";
-  r.target = "/payments";
-  r.headers = {{"Host", "example.test"}, {"Content-Type", "application/json"}};
-  if (!key_field.empty()) r.headers.push_back({"Idempotency-Key", std::move(key_field)});
-  r.body = std::move(body);
-  return r;
-}
-
-Response created(int n) {
-  return {201,
-          {{"Content-Type", "application/json"},
-           {"Location", "/payments/pay_" + std::to_string(n)},
-           {"Set-Cookie", "session=abc"},
-           {"X-Request-Id", "r" + std::to_string(n)}},
-          json{{"id", "pay_" + std::to_string(n)}, {"status", "captured"}}.dump()};
-}
-
 json body_of(const Response& r) {
   return json::parse(r.body);
 }
 
-bool replayed(const Response& r) {
-  return r.header("Idempotent-Replayed") == std::optional<std::string>{"true"};
-}
-
-// Checks a problem+json answer and returns its body.
-json problem(const Response& r, int status, const std::string& type_suffix) {
-  CHECK(r.status == status);
-  CHECK(r.header("Content-Type") == std::optional<std::string>{"application/problem+json"});
-  const json j = json::parse(r.body);
-  CHECK(j.at("status") == status);
-  CHECK(j.at("type") == "urn:idem:problem:idempotency-" + type_suffix);
-  CHECK(j.at("title").get<std::string>().size() > 0);
-  CHECK(j.at("detail").get<std::string>().size() > 0);
-  CHECK_FALSE(replayed(r));
-  return j;
-}
+using idem_test::created;
+using idem_test::post;
+using idem_test::problem;
+using idem_test::replayed;
 
 }  // namespace
 

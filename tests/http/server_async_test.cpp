@@ -19,6 +19,7 @@
 
 #include <idem/http/idempotency_key.hpp>
 
+#include "../support/paths.hpp"
 #include "../support/server_process.hpp"
 
 using nlohmann::json;
@@ -30,7 +31,7 @@ idem_test::ServerProcess start_server(std::vector<std::string> args) {
   const char* socket = std::getenv("IDEM_MYSQL_SOCKET");
   if (socket == nullptr) throw std::runtime_error("IDEM_MYSQL_SOCKET is not set");  // the fixture
   args.insert(args.end(), {"--mysql-socket", socket, "--database", "idem_http_async_test"});
-  return idem_test::ServerProcess{IDEM_HTTP_SERVER_ASYNC, std::move(args)};
+  return idem_test::ServerProcess{idem_test::paths::http_server_async, std::move(args)};
 }
 
 // Keys unique across runs (the table outlives a test run).

@@ -26,6 +26,7 @@
 
 #include <idem/http/idempotency_key.hpp>
 
+#include "../support/paths.hpp"
 #include "../support/sqlite_file.hpp"
 #include "../support/strings.hpp"
 
@@ -38,7 +39,7 @@ namespace {
 class ServerProcess {
  public:
   explicit ServerProcess(std::vector<std::string> args) {
-    args.insert(args.begin(), IDEM_HTTP_SERVER);
+    args.insert(args.begin(), idem_test::paths::http_server);
     std::vector<char*> argv;
     for (std::string& a : args)
       argv.push_back(a.data());

@@ -23,7 +23,7 @@ using idem::Verdict;
 
 namespace {
 
-struct Fixture {
+struct ConsumeFixture {
   idem::ManualClock clock;
   idem::MemoryStore store{[this] { return clock.now(); }};
 };
@@ -32,7 +32,8 @@ const idem::Key order{"order.paid", "O-1001"};
 
 }  // namespace
 
-TEST_CASE_METHOD(Fixture, "consume: a success commits, its duplicates commit without running") {
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: a success commits, its duplicates commit without running") {
   int runs = 0;
   const Ack first = idem::consume(store, order, "fp", [&] { ++runs; });
   CHECK(first == Ack::commit);
@@ -46,14 +47,16 @@ TEST_CASE_METHOD(Fixture, "consume: a success commits, its duplicates commit wit
   CHECK(runs == 1);
 }
 
-TEST_CASE_METHOD(Fixture, "consume: a value returned by the business is the stored snapshot") {
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: a value returned by the business is the stored snapshot") {
   CHECK(idem::consume(store, order, "fp", [] {
           return nlohmann::json{{"credited", 42}};
         }) == Ack::commit);
   CHECK(store.find(order)->snapshot == R"({"credited":42})");
 }
 
-TEST_CASE_METHOD(Fixture, "consume: in progress elsewhere is retry_later, and nothing runs") {
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: in progress elsewhere is retry_later, and nothing runs") {
   const auto held = store.claim(order, "fp", {});
   REQUIRE(held.verdict == Verdict::acquired);
   int runs = 0;
@@ -68,7 +71,8 @@ TEST_CASE_METHOD(Fixture, "consume: in progress elsewhere is retry_later, and no
   CHECK(runs == 0);
 }
 
-TEST_CASE_METHOD(Fixture, "consume: an exception is retry_later, and the redelivery runs again") {
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: an exception is retry_later, and the redelivery runs again") {
   int runs = 0;
   const Ack failed = idem::consume(store, order, "fp", [&] {
     ++runs;
@@ -88,7 +92,8 @@ TEST_CASE_METHOD(Fixture, "consume: an exception is retry_later, and the redeliv
   CHECK(store.find(order)->attempts == 2);
 }
 
-TEST_CASE_METHOD(Fixture, "consume: a permanent failure is recorded and committed, then replayed") {
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: a permanent failure is recorded and committed, then replayed") {
   int runs = 0;
   const Ack declined = idem::consume(store, order, "fp", [&] {
     ++runs;
@@ -104,7 +109,7 @@ TEST_CASE_METHOD(Fixture, "consume: a permanent failure is recorded and committe
   CHECK_FALSE(store.find(order)->retryable);
 }
 
-TEST_CASE_METHOD(Fixture,
+TEST_CASE_METHOD(ConsumeFixture,
                  "consume: EffectUnknown is retry_later, and the redelivery waits for a repair") {
   int runs = 0;
   const Ack unsure = idem::consume(store, order, "fp", [&] {
@@ -126,7 +131,8 @@ TEST_CASE_METHOD(Fixture,
   CHECK(runs == 2);
 }
 
-TEST_CASE_METHOD(Fixture, "consume: the same key with another payload commits as a conflict") {
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: the same key with another payload commits as a conflict") {
   CHECK(idem::consume(store, order, "fp-a", [] {}) == Ack::commit);
   int runs = 0;
   const Ack ack = idem::consume(store, order, "fp-b", [&] { ++runs; });
@@ -136,7 +142,8 @@ TEST_CASE_METHOD(Fixture, "consume: the same key with another payload commits as
   CHECK(runs == 0);
 }
 
-TEST_CASE_METHOD(Fixture, "consume: a crashed consumer's message runs again after its lease") {
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: a crashed consumer's message runs again after its lease") {
   const idem::Options options{.lease = 5s, .ttl = 1h};
   REQUIRE(store.claim(order, "fp", options).verdict == Verdict::acquired);  // then it died
   int runs = 0;
@@ -150,7 +157,7 @@ TEST_CASE_METHOD(Fixture, "consume: a crashed consumer's message runs again afte
   CHECK(runs == 1);
 }
 
-TEST_CASE_METHOD(Fixture, "consume: a result that cannot be stored is a permanent failure") {
+TEST_CASE_METHOD(ConsumeFixture, "consume: a result that cannot be stored is a permanent failure") {
   int runs = 0;
   auto too_big = [&] {
     ++runs;
@@ -174,7 +181,7 @@ void to_json(nlohmann::json& j, const Parcel& p) {
 
 }  // namespace
 
-TEST_CASE_METHOD(Fixture,
+TEST_CASE_METHOD(ConsumeFixture,
                  "consume: a result whose to_json throws any exception is a permanent failure") {
   int runs = 0;
   auto weigh = [&] {
@@ -190,7 +197,7 @@ TEST_CASE_METHOD(Fixture,
   CHECK(runs == 1);
 }
 
-TEST_CASE_METHOD(Fixture, "consume: bad input is a typed error and changes nothing") {
+TEST_CASE_METHOD(ConsumeFixture, "consume: bad input is a typed error and changes nothing") {
   int runs = 0;
   CHECK_THROWS_AS(idem::consume(store, order, "two words", [&] { ++runs; }), idem::InvalidArgument);
   CHECK_THROWS_AS(idem::consume(store, order, "fp", [&] { ++runs; }, {.lease = -1ms}),
@@ -199,7 +206,7 @@ TEST_CASE_METHOD(Fixture, "consume: bad input is a typed error and changes nothi
   CHECK_FALSE(store.find(order));
 }
 
-TEST_CASE_METHOD(Fixture, "consume_batch: each message gets consume's answer") {
+TEST_CASE_METHOD(ConsumeFixture, "consume_batch: each message gets consume's answer") {
   // Stored before the batch: O-1 succeeded, O-2 in progress elsewhere, O-3 used with payload a.
   CHECK(idem::consume(store, idem::Key{"order.paid", "O-1"}, "fp", [] {}) == Ack::commit);
   REQUIRE(store.claim(idem::Key{"order.paid", "O-2"}, "fp", {}).verdict == Verdict::acquired);
@@ -234,7 +241,8 @@ TEST_CASE_METHOD(Fixture, "consume_batch: each message gets consume's answer") {
   CHECK(store.find(idem::Key{"order.paid", "O-5"})->retryable);
 }
 
-TEST_CASE_METHOD(Fixture, "consume_batch: a bad message refuses the whole batch before writing") {
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume_batch: a bad message refuses the whole batch before writing") {
   const std::vector<idem::ClaimRequest> batch{{idem::Key{"order.paid", "O-1"}, "fp"},
                                               {idem::Key{"order.paid", "O-2"}, "bad fp"}};
   int runs = 0;
@@ -326,7 +334,7 @@ TEST_CASE("consume: racing consumers drain a redelivering queue, each key runs o
   CHECK(wrong == 0);
 }
 
-TEST_CASE_METHOD(Fixture,
+TEST_CASE_METHOD(ConsumeFixture,
                  "consume: a store error from the business propagates, the key stays open") {
   // E.g. a deadlock of the business's own SQL in same-transaction mode: with_transaction must
   // see it to run the transaction again, so consume does not turn it into an Ack.

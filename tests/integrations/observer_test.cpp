@@ -77,7 +77,7 @@ struct FlakyStore {
   std::size_t release_stale(std::size_t b) { return inner.release_stale(b); }
 };
 
-struct Fixture {
+struct ObserverFixture {
   idem::ManualClock clock;
   idem::MemoryStore store{[this] { return clock.now(); }};
   Recorder recorder;
@@ -148,7 +148,7 @@ bool is_comment(std::string_view line) {
 
 }  // namespace
 
-TEST_CASE_METHOD(Fixture, "observer: a request and its duplicates report each step") {
+TEST_CASE_METHOD(ObserverFixture, "observer: a request and its duplicates report each step") {
   CHECK(idem::run_once(
       store, key, "fp", [] { return 1; }, options));
   CHECK(idem::run_once(
@@ -165,7 +165,7 @@ TEST_CASE_METHOD(Fixture, "observer: a request and its duplicates report each st
   }
 }
 
-TEST_CASE_METHOD(Fixture,
+TEST_CASE_METHOD(ObserverFixture,
                  "observer: a business that throws EffectUnknown reports one result, failed, "
                  "and its duplicates outcome_unknown") {
   const auto unsure = [&]() -> int { throw idem::EffectUnknown("timed out after sending"); };
@@ -177,7 +177,7 @@ TEST_CASE_METHOD(Fixture,
         std::vector<EventKind>{EventKind::acquired, EventKind::failed, EventKind::outcome_unknown});
 }
 
-TEST_CASE_METHOD(Fixture, "observer: in progress, takeover, lease lost and abandonment") {
+TEST_CASE_METHOD(ObserverFixture, "observer: in progress, takeover, lease lost and abandonment") {
   idem::IdempotencyGuard first{store, key, "fp", options};
   REQUIRE(first.acquired());
   {
@@ -197,7 +197,7 @@ TEST_CASE_METHOD(Fixture, "observer: in progress, takeover, lease lost and aband
   CHECK_FALSE(recorder.events[3].error.empty());
 }
 
-TEST_CASE_METHOD(Fixture, "observer: store failures are reported with the exception") {
+TEST_CASE_METHOD(ObserverFixture, "observer: store failures are reported with the exception") {
   FlakyStore flaky{store};
   flaky.down = true;
   CHECK_THROWS_AS(idem::run_once(
@@ -216,7 +216,7 @@ TEST_CASE_METHOD(Fixture, "observer: store failures are reported with the except
   CHECK(recorder.events[0].error == "flaky: the database went away");
 }
 
-TEST_CASE_METHOD(Fixture, "observer: consume_batch reports every claim and result") {
+TEST_CASE_METHOD(ObserverFixture, "observer: consume_batch reports every claim and result") {
   const std::vector<idem::ClaimRequest> batch{
       {idem::Key{"MQ", "a"}, "fp"}, {idem::Key{"MQ", "b"}, "fp"}, {idem::Key{"MQ", "a"}, "fp"}};
   const auto acks = idem::consume_batch(
@@ -234,7 +234,7 @@ TEST_CASE("observer: none set means no calls at all") {
   CHECK(recorder.events.empty());
 }
 
-TEST_CASE_METHOD(Fixture, "metrics: counts per business type and the duplicate rate") {
+TEST_CASE_METHOD(ObserverFixture, "metrics: counts per business type and the duplicate rate") {
   idem::Metrics metrics;
   options.observer = &metrics;
   // 100 payment callbacks, 12 of them duplicates of earlier ones: the incident's rate.
@@ -331,7 +331,7 @@ TEST_CASE("metrics: racing threads lose no event", "[race]") {
   CHECK(acquired == calls / 2 + threads * calls / 2);
 }
 
-TEST_CASE_METHOD(Fixture,
+TEST_CASE_METHOD(ObserverFixture,
                  "observer: events carry the fence, the attempts, a failure's reason and the "
                  "caller's context") {
   auto with_context = [&](std::string_view context) {

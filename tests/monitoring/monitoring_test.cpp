@@ -14,12 +14,13 @@
 #include <idem/metrics.hpp>
 #include <nlohmann/json.hpp>
 
+#include "../support/paths.hpp"
 #include "../support/run_program.hpp"
 
 namespace {
 
 std::string source_file(const std::string& path) {
-  std::ifstream in(std::string(IDEM_SOURCE_DIR) + "/" + path);
+  std::ifstream in(std::string(idem_test::paths::source_dir) + "/" + path);
   INFO(path);
   REQUIRE(in);
   std::ostringstream text;
@@ -78,7 +79,7 @@ std::string rules_without_comments() {
 }
 
 std::string promtool() {
-  const std::string path = IDEM_PROMTOOL;
+  const std::string path = idem_test::paths::promtool;
   INFO(
       "promtool was not found when the build was configured: install Debian's prometheus "
       "package (scripts/test does) and configure again");
@@ -90,7 +91,8 @@ std::string promtool() {
 
 TEST_CASE("monitoring: promtool checks the alert rules") {
   const auto r = idem_test::run_program(
-      {promtool(), "check", "rules", IDEM_SOURCE_DIR "/monitoring/idem_alerts.yml"});
+      {promtool(), "check", "rules",
+       std::string(idem_test::paths::source_dir) + "/monitoring/idem_alerts.yml"});
   INFO(r.out << r.err);
   CHECK(r.status == 0);
   CHECK_THAT(r.out + r.err, Catch::Contains("SUCCESS: 9 rules found"));
@@ -98,7 +100,8 @@ TEST_CASE("monitoring: promtool checks the alert rules") {
 
 TEST_CASE("monitoring: the alert rules pass their unit tests") {
   const auto r = idem_test::run_program(
-      {promtool(), "test", "rules", IDEM_SOURCE_DIR "/monitoring/idem_alerts_test.yml"});
+      {promtool(), "test", "rules",
+       std::string(idem_test::paths::source_dir) + "/monitoring/idem_alerts_test.yml"});
   INFO(r.out << r.err);
   CHECK(r.status == 0);
   CHECK_THAT(r.out + r.err, Catch::Contains("SUCCESS"));

@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include "../support/mysql_server.hpp"
+#include "../support/paths.hpp"
 #include "../support/session_status.hpp"
 #include "../support/threads.hpp"
 #include "../support/workload.hpp"
@@ -681,7 +682,7 @@ TEST_CASE("store parameters are validated") {
 }
 
 TEST_CASE("docs/schema.sql holds the DDL that ensure_schema() runs") {
-  std::ifstream in(std::string(IDEM_SOURCE_DIR) + "/docs/schema.sql");
+  std::ifstream in(std::string(idem_test::paths::source_dir) + "/docs/schema.sql");
   REQUIRE(in);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto start = text.find("CREATE TABLE");

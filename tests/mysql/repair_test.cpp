@@ -24,14 +24,14 @@ using idem_test::Table;
 
 namespace {
 
-const idem::Options long_lease{.lease = 60s, .ttl = 1h};
+const idem::Options repair_lease{.lease = 60s, .ttl = 1h};
 
 }  // namespace
 
 TEST_CASE("a repair at the fence read is written as computed and fences the worker out") {
   Table t;
   const idem::Key key{"PAY", "repair-applied"};
-  const auto claim = t.store.claim(key, "fp", long_lease);
+  const auto claim = t.store.claim(key, "fp", repair_lease);
   REQUIRE(claim.verdict == idem::Verdict::acquired);
 
   const idem::Record done = t.store.repair(key, Repair{.action = RepairAction::complete,
@@ -53,7 +53,7 @@ TEST_CASE("a repair at the fence read is written as computed and fences the work
 
   // The crashed worker wakes up: fenced out. A duplicate replays the repaired answer.
   CHECK_THROWS_AS(t.store.complete(key, claim.record.ticket, R"({"late":true})"), idem::LeaseLost);
-  const auto dup = t.store.claim(key, "fp", long_lease);
+  const auto dup = t.store.claim(key, "fp", repair_lease);
   CHECK(dup.verdict == idem::Verdict::replayed);
   CHECK(dup.record.snapshot == R"({"charge":"ch_1"})");
 
@@ -64,7 +64,7 @@ TEST_CASE("a repair at the fence read is written as computed and fences the work
   CHECK(released.status == idem::Status::failed);
   CHECK(released.retryable);
   CHECK(t.store.find(key) == released);
-  const auto again = t.store.claim(key, "fp", long_lease);
+  const auto again = t.store.claim(key, "fp", repair_lease);
   CHECK(again.verdict == idem::Verdict::acquired);
   CHECK_FALSE(again.after_crash);
   CHECK(again.record.repair_reason == "refund");
@@ -74,7 +74,7 @@ TEST_CASE("a repair at the fence read is written as computed and fences the work
 TEST_CASE("a repair at a moved fence is refused with the current record, a missing one without") {
   Table t;
   const idem::Key key{"PAY", "repair-refused"};
-  const auto claim = t.store.claim(key, "fp", long_lease);
+  const auto claim = t.store.claim(key, "fp", repair_lease);
   t.store.complete(key, claim.record.ticket, R"({"ok":1})");
   const auto current = t.store.find(key);
   try {
@@ -110,7 +110,7 @@ TEST_CASE("16 connections race to repair one fence: exactly one repair is applie
   constexpr int rounds = 10;
   for (int round = 0; round < rounds; ++round) {
     const idem::Key key{"PAY", "repair-race-" + std::to_string(round)};
-    const auto claim = t.store.claim(key, "fp", long_lease);
+    const auto claim = t.store.claim(key, "fp", repair_lease);
     std::atomic<int> won{0};
     std::atomic<int> refused{0};
     Errors errors;
@@ -151,7 +151,7 @@ TEST_CASE("16 connections race to repair one fence: exactly one repair is applie
 TEST_CASE("a repair through the bound store commits or rolls back with the transaction") {
   Table t;
   const idem::Key key{"PAY", "repair-bound"};
-  const auto claim = t.store.claim(key, "fp", long_lease);
+  const auto claim = t.store.claim(key, "fp", repair_lease);
   const Repair repair{.action = RepairAction::mark_unknown,
                       .fence = claim.record.ticket.fence,
                       .reason = "charge sent, no answer"};
@@ -168,13 +168,13 @@ TEST_CASE("a repair through the bound store commits or rolls back with the trans
       *t.pool, [&](idem::mysql::Connection& c) { return t.store.bind(c).repair(key, repair); });
   CHECK(marked.status == idem::Status::outcome_unknown);
   CHECK(t.store.find(key) == marked);
-  CHECK(t.store.claim(key, "fp", long_lease).verdict == idem::Verdict::outcome_unknown);
+  CHECK(t.store.claim(key, "fp", repair_lease).verdict == idem::Verdict::outcome_unknown);
 }
 
 TEST_CASE("a repair reason keeps its bytes on a borrowed handle in another character set") {
   Table t;
   const idem::Key key{"PAY", "repair-latin1"};
-  const auto claim = t.store.claim(key, "fp", long_lease);
+  const auto claim = t.store.claim(key, "fp", repair_lease);
   const std::string reason = "Zahlung best\xc3\xa4tigt \xe2\x80\x94 \xe6\x94\xaf\xe4\xbb\x98 ok";
 
   const auto params = idem_test::server();

@@ -59,6 +59,7 @@
 #endif
 
 #include "../support/mysql_server.hpp"
+#include "../support/paths.hpp"
 #include "../support/server_process.hpp"
 #include "../support/sqlite_file.hpp"
 #include "gateway_client.hpp"
@@ -357,7 +358,7 @@ class Driver {
     std::uniform_int_distribution<int> after(kill_after_min_ms, kill_after_max_ms);
     for (int k = 0; k < n; ++k) {
       const Counts before = idem_test::charges_per_trade(ledger_);
-      ChildProcess service(IDEM_PAYMENT_SERVICE, args_);
+      ChildProcess service(idem_test::paths::payment_service, args_);
       int in_flight = 0;
       const auto read = [&](Clock::time_point until, bool stop_at_charging) {
         while (const auto line = service.next_line(until)) {
@@ -401,7 +402,7 @@ class Driver {
   int finish(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = args_;
     args.insert(args.end(), extra.begin(), extra.end());
-    ChildProcess service(IDEM_PAYMENT_SERVICE, args);
+    ChildProcess service(idem_test::paths::payment_service, args);
     const auto deadline = Clock::now() + 300s;
     int in_flight = 0;
     while (const auto line = service.next_line(deadline))
@@ -452,7 +453,7 @@ struct World {
     idem_recovery::write_workload(workload, lines);
     for (const auto& p : lines)
       trades.insert(idem_recovery::trade_id(p.trade));
-    gateway.emplace(IDEM_FAKE_GATEWAY,
+    gateway.emplace(idem_test::paths::fake_gateway,
                     std::vector<std::string>{"--ledger", ledger, "--mode", gateway_mode,
                                              "--delay-ms", std::to_string(gateway_delay_ms)});
   }

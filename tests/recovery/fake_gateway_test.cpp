@@ -20,6 +20,7 @@
 #include <httplib.h>
 #include <catch2/catch.hpp>
 
+#include "../support/paths.hpp"
 #include "../support/server_process.hpp"
 #include "../support/temp_dir.hpp"
 #include "../support/threads.hpp"
@@ -40,7 +41,7 @@ idem_test::ServerProcess start_gateway(const std::string& ledger, const std::str
                                        std::vector<std::string> more = {}) {
   std::vector<std::string> args{"--ledger", ledger, "--mode", mode};
   args.insert(args.end(), more.begin(), more.end());
-  return idem_test::ServerProcess{IDEM_FAKE_GATEWAY, std::move(args)};
+  return idem_test::ServerProcess{idem_test::paths::fake_gateway, std::move(args)};
 }
 
 // The HTTP status a charge is refused with (0: no answer); -1 if it was charged.

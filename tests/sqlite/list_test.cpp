@@ -18,7 +18,7 @@ using idem_test::TempDir;
 
 namespace {
 
-struct Fixture {
+struct ListFixture {
   TempDir dir;
   idem::ManualClock clock;
   idem::sqlite::Store store{
@@ -45,7 +45,7 @@ idem::Record mark_unknown(idem::sqlite::Store& store, const idem::Key& key) {
 }  // namespace
 
 TEST_CASE("list: stale claims by lease, outcome_unknown by last update, biz_type, limit, age") {
-  Fixture fx;
+  ListFixture fx;
   auto& store = fx.store;
   const auto step = [&] { fx.clock.advance(10ms); };
   // Claimed first but with the longer lease: listed after the later, shorter one.
@@ -106,7 +106,7 @@ TEST_CASE("list: stale claims by lease, outcome_unknown by last update, biz_type
 }
 
 TEST_CASE("list answers what MemoryStore answers after the same random history") {
-  Fixture fx;
+  ListFixture fx;
   auto& sql = fx.store;
   idem::MemoryStore memory{[&] { return fx.clock.now(); }};
   std::mt19937 rng(26);
@@ -253,7 +253,7 @@ TEST_CASE("list answers what MemoryStore answers after the same random history")
 }
 
 TEST_CASE("list's stale query walks the (status, lease_until) index, in its order") {
-  Fixture fx;
+  ListFixture fx;
   const auto table = idem::sqlite::parse_table_name("idempotent_record");
   const auto plan = [&](const idem::RecordQuery& q) {
     std::vector<idem::sqlite::Value> params;

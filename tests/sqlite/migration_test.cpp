@@ -18,6 +18,7 @@
 
 using namespace std::chrono_literals;
 using idem::sqlite::Value;
+using idem_test::ms;
 using idem_test::TempDir;
 
 namespace {
@@ -53,10 +54,6 @@ constexpr const char* v1_finish =
     "UPDATE \"idempotent_record\" SET status = 1, response_snapshot = ?1, updated_at = ?2 "
     "WHERE idempotent_key = ?3 AND biz_type = ?4 AND status = 0 AND fence = ?5 AND "
     "owner_token = ?6";
-
-std::int64_t ms(idem::TimePoint t) {
-  return t.time_since_epoch().count();
-}
 
 struct OldRow {
   std::string id;

@@ -16,11 +16,12 @@
 #include "../support/sqlite_file.hpp"
 
 using namespace std::chrono_literals;
+using idem_test::ms;
 using idem_test::TempDir;
 
 namespace {
 
-struct Fixture {
+struct RepairFixture {
   TempDir dir;
   idem::ManualClock clock;
   idem::sqlite::Store store{dir / "repair.db",
@@ -49,14 +50,10 @@ Row row_of(idem::sqlite::Store& store, const idem::Key& key) {
   return r;
 }
 
-std::int64_t ms(idem::TimePoint t) {
-  return t.time_since_epoch().count();
-}
-
 }  // namespace
 
 TEST_CASE("a repair writes its columns: status, fence, owner, snapshot, reason and time") {
-  Fixture fx;
+  RepairFixture fx;
   auto& store = fx.store;
   const idem::Key key{"PAY", "repair-columns"};
   const auto c = store.claim(key, "", {.ttl = 1h});
@@ -98,7 +95,7 @@ TEST_CASE("a repair writes its columns: status, fence, owner, snapshot, reason a
 }
 
 TEST_CASE("a repair is refused with the record as it is now, or without one when there is none") {
-  Fixture fx;
+  RepairFixture fx;
   auto& store = fx.store;
   const idem::Key key{"PAY", "repair-refused"};
   const auto c = store.claim(key, "", {});
@@ -128,7 +125,7 @@ TEST_CASE("a repair is refused with the record as it is now, or without one when
 }
 
 TEST_CASE("two threads repair the same fence, 200 times - exactly one wins each time") {
-  Fixture fx;
+  RepairFixture fx;
   auto& store = fx.store;
   constexpr int rounds = 200;
   std::vector<idem::Record> claimed;
@@ -176,7 +173,7 @@ TEST_CASE("two threads repair the same fence, 200 times - exactly one wins each 
 }
 
 TEST_CASE("a bound store repairs in the caller's transaction - rolled back with it, or committed") {
-  Fixture fx;
+  RepairFixture fx;
   auto& store = fx.store;
   const idem::Key key{"PAY", "repair-bound"};
   const auto c = store.claim(key, "", {});
@@ -211,7 +208,7 @@ TEST_CASE("a bound store repairs in the caller's transaction - rolled back with 
 }
 
 TEST_CASE("decoding: status 3 and the new columns, and a corrupt value names its column") {
-  Fixture fx;
+  RepairFixture fx;
   auto& store = fx.store;
   const idem::Key key{"PAY", "decode"};
   const auto c = store.claim(key, "", {});
@@ -262,7 +259,7 @@ TEST_CASE("decoding: status 3 and the new columns, and a corrupt value names its
 }
 
 TEST_CASE("outcome_unknown past its expire_at - never purged, never taken over, never released") {
-  Fixture fx;
+  RepairFixture fx;
   auto& store = fx.store;
   const idem::Options short_life{.lease = 1s, .ttl = 2s};
   const idem::Key unknown_key{"PAY", "unknown"};

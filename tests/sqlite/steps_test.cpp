@@ -24,7 +24,7 @@ using idem_test::wait_exit;
 
 namespace {
 
-struct Fixture {
+struct StepsFixture {
   TempDir dir;
   idem::ManualClock clock;
   idem::sqlite::Store store{dir / "steps.db",
@@ -46,7 +46,7 @@ std::optional<std::pair<int, std::string>> points_column(idem::sqlite::Store& st
 }  // namespace
 
 TEST_CASE("record_step keeps the points as a JSON blob, guarded by the claim's fence") {
-  Fixture fx;
+  StepsFixture fx;
   auto& store = fx.store;
   const idem::Key key{"PAY", "steps-column"};
   const auto c = store.claim(key, "", {.lease = 1s, .ttl = 1h});
@@ -75,7 +75,7 @@ TEST_CASE("record_step keeps the points as a JSON blob, guarded by the claim's f
 TEST_CASE(
     "steps written at once by one claim all stay - 8 threads, 7 steps each, and a stale "
     "guess of the stored points") {
-  Fixture fx;
+  StepsFixture fx;
   auto& store = fx.store;
   const idem::Key key{"PAY", "steps-race"};
   const auto c = store.claim(key, "", {});
@@ -110,7 +110,7 @@ TEST_CASE(
 TEST_CASE(
     "a takeover answers exactly the steps it took over - a step the stale worker adds "
     "between the read and the write makes the write lose, and the claim look again") {
-  Fixture fx;
+  StepsFixture fx;
   auto& store = fx.store;
   const idem::Key key{"PAY", "steps-takeover"};
   const idem::Options o{.lease = 1s, .ttl = 1h};
@@ -159,7 +159,7 @@ TEST_CASE(
 TEST_CASE(
     "a bound store records a step in the caller's transaction - it commits or rolls back "
     "with the business writes beside it") {
-  Fixture fx;
+  StepsFixture fx;
   auto& store = fx.store;
   idem_test::create_business_table(store);
   const idem::Key key{"ORDER", "steps-bound"};
@@ -211,7 +211,7 @@ TEST_CASE(
 TEST_CASE(
     "Attempt::complete finishes the action with the business's last transaction - both "
     "commit or neither does") {
-  Fixture fx;
+  StepsFixture fx;
   auto& store = fx.store;
   idem_test::create_business_table(store);
   const idem::Key key{"ORDER", "steps-complete"};

@@ -14,28 +14,24 @@
 #include <idem/idem.hpp>
 #include <idem/testing/memory_table.hpp>
 
+#include "../support/orders.hpp"
 #include "../support/threads.hpp"
 
 namespace {
 
 using idem_test::run_threads;
 
-enum class OrderStatus { pending = 0, paid = 1, completed = 2, refunded = 3 };
+using idem_test::OrderStatus;
 using enum OrderStatus;
 using idem::RejectReason;
 using idem::testing::MemoryTable;
-
-const std::vector<idem::Transition<OrderStatus>> order_moves = {
-    {pending, paid}, {paid, completed}, {paid, refunded}};
-
-idem::StateMachine<OrderStatus> versioned() {
-  return {{.table = "t_order", .key_column = "order_no", .version_column = "version"}, order_moves};
-}
+using idem_test::order_machine;
+using idem_test::order_moves;
 
 }  // namespace
 
 TEST_CASE("memory table: a transition, then its duplicate is rejected with the reason") {
-  const auto m = versioned();
+  const auto m = order_machine();
   MemoryTable orders{m};
   orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});
 
@@ -68,7 +64,7 @@ TEST_CASE("memory table: a transition, then its duplicate is rejected with the r
 }
 
 TEST_CASE("memory table: the explaining read happens only on the rejection path") {
-  const auto m = versioned();
+  const auto m = order_machine();
   MemoryTable orders{m};
   orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});
   CHECK(orders.apply(m, "A1", pending, paid, 0, {.explain = true}));
@@ -80,7 +76,7 @@ TEST_CASE("memory table: the explaining read happens only on the rejection path"
 }
 
 TEST_CASE("memory table: illegal transitions never reach the table") {
-  const auto m = versioned();
+  const auto m = order_machine();
   MemoryTable orders{m};
   orders.insert({{"order_no", "A1"}, {"status", 3}, {"version", 2}});
   CHECK_THROWS_AS(orders.apply(m, "A1", refunded, refunded, 2), idem::IllegalTransition);
@@ -111,7 +107,7 @@ TEST_CASE("memory table: machines without a version column and with status names
 }
 
 TEST_CASE("memory table: its comparisons") {
-  const auto m = versioned();
+  const auto m = order_machine();
   MemoryTable t{m};
   t.insert({{"order_no", "N"}, {"status", 1}});  // version NULL
   t.insert({{"order_no", "U"}, {"status", std::uint64_t{1}}, {"version", std::uint64_t{5}}});
@@ -151,7 +147,7 @@ TEST_CASE("memory table: its comparisons") {
 }
 
 TEST_CASE("memory table: transitions for another table, or with other columns, are refused") {
-  const auto m = versioned();
+  const auto m = order_machine();
   MemoryTable t{m};
   t.insert({{"order_no", "A"}, {"status", 0}, {"version", 0}});
   auto other = m.transition("A", pending, paid, 0);
@@ -179,7 +175,7 @@ TEST_CASE("memory table: transitions for another table, or with other columns, a
 }
 
 TEST_CASE("memory table: rows") {
-  const auto m = versioned();
+  const auto m = order_machine();
   MemoryTable t{m};
   CHECK_THROWS_AS(t.insert({{"status", 1}}), idem::InvalidArgument);  // no key
   CHECK_THROWS_AS(t.insert({{"order_no", "A"}, {"colour", 1}}), idem::InvalidArgument);
@@ -198,7 +194,7 @@ TEST_CASE("memory table: rows") {
 }
 
 TEST_CASE("memory table: 50 threads race one legal transition, exactly one wins") {
-  const auto m = versioned();
+  const auto m = order_machine();
   MemoryTable orders{m};
   orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});
   std::mutex mutex;
@@ -244,7 +240,7 @@ PayResult on_paid(S& store, MemoryTable& orders, const idem::StateMachine<OrderS
 }  // namespace
 
 TEST_CASE("a guarded handler is unit-testable on MemoryStore + MemoryTable") {
-  const auto m = versioned();
+  const auto m = order_machine();
   idem::MemoryStore store;
   MemoryTable orders{m};
   orders.insert({{"order_no", "A1"}, {"status", 0}, {"version", 0}});

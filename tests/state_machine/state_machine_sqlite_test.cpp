@@ -21,17 +21,17 @@ namespace {
 
 using idem_test::OrderStatus;
 using enum OrderStatus;
-using idem_test::order_moves;
-using idem_test::order_name;
 using idem::RejectReason;
 using idem::sqlite::Connection;
 using idem_test::Errors;
+using idem_test::order_moves;
+using idem_test::order_name;
 using idem_test::RawConnection;
 using idem_test::run_threads;
 using idem_test::TempDir;
 
 idem::StateMachine<OrderStatus> machine(const std::string& table = "t_order") {
-  return {{.table = table, .key_column = "order_no", .version_column = "version"}, order_moves};
+  return idem_test::order_machine(table);
 }
 
 // A t_order-like business table in its own file, with an audit of every status change

@@ -12,43 +12,25 @@
 #include <idem/state_machine.hpp>
 #include <idem/statement.hpp>
 
+#include "../support/orders.hpp"
+
 namespace {
 
-enum class OrderStatus { pending = 0, paid = 1, completed = 2, refunded = 3, closed = 4 };
+using idem_test::OrderStatus;
 using enum OrderStatus;
+using idem_test::order_machine;
+using idem_test::order_moves;
+using idem_test::order_name;
 
 // An enum on an unsigned type: stored as an unsigned integer.
 enum class Flag : std::uint8_t { off = 0, on = 200 };
-
-std::string order_name(OrderStatus s) {
-  switch (s) {
-    case pending:
-      return "PENDING";
-    case paid:
-      return "PAID";
-    case completed:
-      return "COMPLETED";
-    case refunded:
-      return "REFUNDED";
-    case closed:
-      return "CLOSED";
-  }
-  return "?";
-}
-
-const std::vector<idem::Transition<OrderStatus>> order_moves = {
-    {pending, paid}, {paid, completed}, {paid, refunded}};
-
-idem::StateMachine<OrderStatus> versioned() {
-  return {{.table = "t_order", .key_column = "order_no", .version_column = "version"}, order_moves};
-}
 
 using V = std::vector<idem::SqlValue>;
 
 }  // namespace
 
 TEST_CASE("with a version column: compare-and-set on status and version") {
-  const auto m = versioned();
+  const auto m = order_machine();
   const idem::GuardedTransition t = m.transition("A1001", paid, refunded, 7);
   CHECK(t == idem::GuardedTransition{.table = "t_order",
                                      .key_column = "order_no",
@@ -122,7 +104,7 @@ TEST_CASE("an enum on an unsigned type is stored as an unsigned integer") {
 }
 
 TEST_CASE("can() answers exactly the declared moves") {
-  const auto m = versioned();
+  const auto m = order_machine();
   CHECK(m.can(pending, paid));
   CHECK(m.can(paid, completed));
   CHECK(m.can(paid, refunded));
@@ -134,7 +116,7 @@ TEST_CASE("can() answers exactly the declared moves") {
 }
 
 TEST_CASE("an illegal transition is a typed error and no transition exists") {
-  const auto m = versioned();
+  const auto m = order_machine();
   try {
     (void)m.transition("A1", refunded, refunded, 3);
     FAIL("an undeclared transition produced a transition");
@@ -211,7 +193,7 @@ TEST_CASE("the declaration itself is checked") {
 }
 
 TEST_CASE("a NULL key or a version that does not fit the table is refused") {
-  const auto m = versioned();
+  const auto m = order_machine();
   CHECK_THROWS_AS(m.transition(nullptr, pending, paid, 0), idem::InvalidArgument);
   CHECK_THROWS_WITH(m.transition("A1", pending, paid), Catch::Contains("pass the version"));
   const idem::StateMachine<OrderStatus> plain{{.table = "t", .key_column = "k"}, order_moves};
@@ -220,7 +202,7 @@ TEST_CASE("a NULL key or a version that does not fit the table is refused") {
 }
 
 TEST_CASE("explain() reads a rejection from what the row holds now") {
-  const auto m = versioned();
+  const auto m = order_machine();
   using idem::ProbeRow;
   using idem::RejectReason;
   CHECK(m.explain(pending, 0, std::nullopt).reason == RejectReason::not_found);
@@ -258,7 +240,7 @@ TEST_CASE("explain() reads a rejection from what the row holds now") {
 }
 
 TEST_CASE("conclude(): how every backend reads the rows its UPDATE changed") {
-  const auto m = versioned();
+  const auto m = order_machine();
   const auto t = m.transition("A1", pending, paid, 0);
   int reads = 0;
   auto read = [&](std::optional<idem::ProbeRow> row) {

@@ -231,7 +231,7 @@ class FakeStore : public idem::StoreSkeleton<FakeBackend> {
   Pool pool_;
 };
 
-const idem::Options opts{.lease = 10s, .ttl = 1h};
+const idem::Options store_opts{.lease = 10s, .ttl = 1h};
 const idem::Key key{"PAY", "k1"};
 
 std::vector<std::string> calls_of(Server& s) {
@@ -243,22 +243,22 @@ std::vector<std::string> calls_of(Server& s) {
 TEST_CASE("sql_store: a fresh claim is one insert; a duplicate reads and replays") {
   Server server;
   FakeStore store(server);
-  const auto first = store.claim(key, "fp", opts);
+  const auto first = store.claim(key, "fp", store_opts);
   CHECK(first.verdict == idem::Verdict::acquired);
   CHECK(calls_of(server) == std::vector<std::string>{"insert"});
   store.complete(key, first.record.ticket, R"({"ok":1})");
   CHECK(calls_of(server) == std::vector<std::string>{"finish"});
-  const auto again = store.claim(key, "fp", opts);
+  const auto again = store.claim(key, "fp", store_opts);
   CHECK(again.verdict == idem::Verdict::replayed);
   CHECK(again.record.snapshot == R"({"ok":1})");
   CHECK(calls_of(server) == std::vector<std::string>{"insert", "read"});
-  CHECK(store.claim(key, "other", opts).verdict == idem::Verdict::conflict);
+  CHECK(store.claim(key, "other", store_opts).verdict == idem::Verdict::conflict);
 }
 
 TEST_CASE("sql_store: a takeover that loses to a completion in between reads again and replays") {
   Server server;
   FakeStore store(server);
-  const auto first = store.claim(key, "fp", opts);
+  const auto first = store.claim(key, "fp", store_opts);
   server.now += 10s;  // the first worker's lease ran out
   calls_of(server);
   // ...but it completes between the duplicate's read and its takeover write.
@@ -266,7 +266,7 @@ TEST_CASE("sql_store: a takeover that loses to a completion in between reads aga
     auto& r = server.rows.at(key);
     r = idem::finished(r, idem::Status::succeeded, "late", false, server.now);
   };
-  const auto dup = store.claim(key, "fp", opts);
+  const auto dup = store.claim(key, "fp", store_opts);
   CHECK(dup.verdict == idem::Verdict::replayed);
   CHECK(dup.record.snapshot == "late");
   CHECK(server.rows.at(key).ticket == first.record.ticket);  // never overwritten
@@ -276,7 +276,7 @@ TEST_CASE("sql_store: a takeover that loses to a completion in between reads aga
 
 TEST_CASE("sql_store: a row purged between the insert and the read is inserted again") {
   Server server;
-  server.rows.emplace(key, idem::claim_record(key, "old", "fp", server.now - 2h, opts));
+  server.rows.emplace(key, idem::claim_record(key, "old", "fp", server.now - 2h, store_opts));
   // Drives claim_on directly, so that the purge can fall between its insert and its read.
   struct PurgingOps : FakeOps {
     bool* purged;
@@ -290,7 +290,7 @@ TEST_CASE("sql_store: a row purged between the insert and the read is inserted a
   bool purged = false;
   const PurgingOps ops{{&server}, &purged};
   FakeConnection c(&server);
-  const auto r = idem::detail::claim_on("fake", ops, c, key, "fp", opts, "mine", false);
+  const auto r = idem::detail::claim_on("fake", ops, c, key, "fp", store_opts, "mine", false);
   CHECK(r.verdict == idem::Verdict::acquired);
   CHECK(r.record.ticket == idem::Ticket{1, "mine"});
   CHECK(calls_of(server) == std::vector<std::string>{"insert", "read", "insert"});
@@ -307,10 +307,10 @@ TEST_CASE("sql_store: a claim that never settles is a retryable StoreError") {
     }
   };
   const Restless ops{{&server}};
-  server.rows.emplace(key, idem::claim_record(key, "other", "fp", server.now - 1h, opts));
+  server.rows.emplace(key, idem::claim_record(key, "other", "fp", server.now - 1h, store_opts));
   server.now += 20s;
   try {
-    idem::detail::claim_on("fake", ops, c, key, "fp", opts, "mine", false);
+    idem::detail::claim_on("fake", ops, c, key, "fp", store_opts, "mine", false);
     FAIL("no exception");
   } catch (const idem::StoreError& e) {
     CHECK(e.retryable());
@@ -322,7 +322,7 @@ TEST_CASE("sql_store: a claim whose reply was lost recognises its own row on the
   Server server;
   FakeStore store(server);
   server.faults.push_back({"insert", reply_lost_code, true});  // written, reply lost
-  const auto r = store.claim(key, "fp", opts);
+  const auto r = store.claim(key, "fp", store_opts);
   CHECK(r.verdict == idem::Verdict::acquired);
   CHECK(r.record.ticket.fence == 1);  // the row the lost try wrote, not a takeover
   CHECK(calls_of(server) == std::vector<std::string>{"insert", "insert", "read"});
@@ -331,7 +331,7 @@ TEST_CASE("sql_store: a claim whose reply was lost recognises its own row on the
 TEST_CASE("sql_store: a complete whose reply was lost is reconciled by the owner token") {
   Server server;
   FakeStore store(server);
-  const auto claimed = store.claim(key, "fp", opts);
+  const auto claimed = store.claim(key, "fp", store_opts);
   calls_of(server);
   SECTION("the lost write landed: the retry reads it and does not write again") {
     server.faults.push_back({"finish", reply_lost_code, true});
@@ -356,9 +356,9 @@ TEST_CASE("sql_store: a complete whose reply was lost is reconciled by the owner
 TEST_CASE("sql_store: a lost reply over a row that moved on is still LeaseLost") {
   Server server;
   FakeStore store(server);
-  const auto claimed = store.claim(key, "fp", opts);
+  const auto claimed = store.claim(key, "fp", store_opts);
   server.now += 10s;
-  const auto taken = store.claim(key, "fp", opts);  // a takeover after the lease ran out
+  const auto taken = store.claim(key, "fp", store_opts);  // a takeover after the lease ran out
   REQUIRE(taken.verdict == idem::Verdict::acquired);
   server.faults.push_back({"finish", reply_lost_code, false});
   CHECK_THROWS_WITH(store.complete(key, claimed.record.ticket, "{}"),
@@ -370,14 +370,14 @@ TEST_CASE("sql_store: fatal failures are not retried; transient ones are, up to 
   Server server;
   FakeStore store(server, {.max_attempts = 3, .backoff = 1ms, .max_backoff = 1ms});
   server.faults.push_back({"insert", fatal_code, false});
-  CHECK_THROWS_WITH(store.claim(key, "fp", opts), "scripted failure 3");
+  CHECK_THROWS_WITH(store.claim(key, "fp", store_opts), "scripted failure 3");
   CHECK(calls_of(server).size() == 1);
   for (int i = 0; i < 3; ++i)
     server.faults.push_back({"insert", transient_code, false});
-  CHECK_THROWS_WITH(store.claim(key, "fp", opts),
+  CHECK_THROWS_WITH(store.claim(key, "fp", store_opts),
                     "fake: claim gave up after 3 tries: scripted failure 1");
   CHECK(calls_of(server).size() == 3);
-  CHECK(store.claim(key, "fp", opts).verdict == idem::Verdict::acquired);
+  CHECK(store.claim(key, "fp", store_opts).verdict == idem::Verdict::acquired);
 }
 
 TEST_CASE("sql_store: a batch statement that fails is tried again at half its width") {
@@ -388,7 +388,7 @@ TEST_CASE("sql_store: a batch statement that fails is tried again at half its wi
   for (int i = 0; i < 11; ++i)
     requests.push_back({idem::Key{"PAY", "b" + std::to_string(i)}, "fp"});
   requests.push_back(requests[3]);  // a repeat: claimed after the others, sees their claim
-  const auto results = store.claim_batch(requests, opts);
+  const auto results = store.claim_batch(requests, store_opts);
   REQUIRE(results.size() == requests.size());
   for (std::size_t i = 0; i + 1 < results.size(); ++i) {
     CHECK(results[i].verdict == idem::Verdict::acquired);
@@ -405,7 +405,7 @@ TEST_CASE("sql_store: housekeeping runs in batches; a bound store needs a transa
   Server server;
   FakeStore store(server);
   for (int i = 0; i < 5; ++i)
-    store.claim(idem::Key{"PAY", "h" + std::to_string(i)}, "", opts);
+    store.claim(idem::Key{"PAY", "h" + std::to_string(i)}, "", store_opts);
   server.now += 20s;
   CHECK(store.release_stale(3) == 3);
   CHECK(store.release_stale(3) == 2);
@@ -416,13 +416,13 @@ TEST_CASE("sql_store: housekeeping runs in batches; a bound store needs a transa
 
   FakeConnection c(&server);
   auto bound = store.bind(c);
-  const auto r = bound.claim(key, "fp", opts);
+  const auto r = bound.claim(key, "fp", store_opts);
   REQUIRE(r.verdict == idem::Verdict::acquired);
   CHECK_FALSE(bound.committable());
   bound.complete(key, r.record.ticket, "{}");
   CHECK(bound.committable());
   c.in_transaction = false;
-  CHECK_THROWS_WITH(bound.claim(idem::Key{"PAY", "k2"}, "fp", opts),
+  CHECK_THROWS_WITH(bound.claim(idem::Key{"PAY", "k2"}, "fp", store_opts),
                     Catch::StartsWith("fake::BoundStore: no transaction is open on the "
                                       "connection (BEGIN first)"));
 }

@@ -20,6 +20,7 @@
 #include <idem/mysql.hpp>
 
 #include "mysql_server.hpp"
+#include "paths.hpp"
 #include "sqlite_file.hpp"
 
 namespace idem_fault {
@@ -28,7 +29,7 @@ using namespace std::chrono_literals;
 
 // The directory of the fault suite's own server (scripts/mariadb start/resume/stop DIR).
 inline std::string server_dir() {
-  return IDEM_FAULT_MARIADB_DIR;
+  return idem_test::paths::fault_mariadb_dir;
 }
 
 // The pid of the server running in server_dir(), or -1.
@@ -61,8 +62,8 @@ inline pid_t crash_server() {
 
 // Starts the fault server again on the same datadir; InnoDB recovers it. True on success.
 inline bool resume_server() {
-  const std::string cmd = std::string(IDEM_SOURCE_DIR) + "/scripts/mariadb resume " + server_dir() +
-                          " >/dev/null 2>>" + server_dir() + "/resume.log";
+  const std::string cmd = std::string(idem_test::paths::source_dir) + "/scripts/mariadb resume " +
+                          server_dir() + " >/dev/null 2>>" + server_dir() + "/resume.log";
   return std::system(cmd.c_str()) == 0;
 }
 

@@ -19,6 +19,7 @@
 #include <idem/mysql.hpp>
 
 #include "mysql_server.hpp"  // unique_table
+#include "paths.hpp"
 #include "threads.hpp"
 
 namespace galera_test {
@@ -46,8 +47,8 @@ inline idem::mysql::ConnectionParams node(int n) {
 
 // Runs `scripts/galera <command> DIR [node+1]`; returns its exit status.
 inline int script(const std::string& command, int n = -1) {
-  std::string cmd =
-      std::string(IDEM_SOURCE_DIR) + "/scripts/galera " + command + " '" + cluster_dir() + "'";
+  std::string cmd = std::string(idem_test::paths::source_dir) + "/scripts/galera " + command +
+                    " '" + cluster_dir() + "'";
   if (n >= 0) cmd += " " + std::to_string(n + 1);
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;

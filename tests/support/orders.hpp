@@ -28,4 +28,9 @@ inline std::string order_name(OrderStatus s) {
   return "?";
 }
 
+// The machine of the tests: the order table, its key, and a version column.
+inline idem::StateMachine<OrderStatus> order_machine(const std::string& table = "t_order") {
+  return {{.table = table, .key_column = "order_no", .version_column = "version"}, order_moves};
+}
+
 }  // namespace idem_test

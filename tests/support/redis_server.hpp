@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <idem/redis.hpp>
+#include "paths.hpp"
 
 namespace idem_test {
 
@@ -84,11 +85,13 @@ class OwnRedis {
   void resume() { run(script() + " resume " + dir_); }  // loads what it had persisted
 
  private:
-  static std::string script() { return std::string(IDEM_SOURCE_DIR) + "/scripts/redis"; }
+  static std::string script() {
+    return std::string(idem_test::paths::source_dir) + "/scripts/redis";
+  }
   static std::string own_dir() {
     static std::atomic<int> counter{0};
-    return std::string(IDEM_REDIS_WORK_DIR) + "/own-" + std::to_string(::getpid()) + "-" +
-           std::to_string(counter++);
+    return std::string(idem_test::paths::redis_work_dir) + "/own-" + std::to_string(::getpid()) +
+           "-" + std::to_string(counter++);
   }
   // Runs a scripts/redis command; its messages go to DIR.log, quoted when it fails.
   void run(const std::string& cmd) const {
@@ -158,7 +161,7 @@ class RedisCluster {
 
  private:
   void run(const std::string& args) const {
-    const std::string cmd = std::string(IDEM_SOURCE_DIR) + "/scripts/redis " + args;
+    const std::string cmd = std::string(idem_test::paths::source_dir) + "/scripts/redis " + args;
     if (std::system((cmd + " >/dev/null 2>>" + dir_ + "/tests.log").c_str()) != 0) {
       throw std::runtime_error("failed: " + cmd);
     }

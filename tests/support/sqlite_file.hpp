@@ -65,4 +65,9 @@ inline void insert_business_row(sqlite3* db, const std::string& trade_no) {
   if (rc != SQLITE_DONE) throw std::runtime_error(sqlite3_errmsg(db));
 }
 
+// A time point as the SQLite table stores it: milliseconds since the epoch.
+inline std::int64_t ms(idem::TimePoint t) {
+  return t.time_since_epoch().count();
+}
+
 }  // namespace idem_test

@@ -19,6 +19,7 @@
 
 #include "../mysql/layout1_table.hpp"
 #include "../support/mysql_server.hpp"
+#include "../support/paths.hpp"
 #include "../support/run_program.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -30,7 +31,7 @@ using Ran = idem_test::ProgramRun;
 
 // Runs tools/idem with `args`.
 Ran idem_admin(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{IDEM_ADMIN};
+  std::vector<std::string> argv{idem_test::paths::admin};
   argv.insert(argv.end(), args.begin(), args.end());
   return idem_test::run_program(argv);
 }
