@@ -28,6 +28,7 @@
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
+#include "idem/record_stats.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/store/abilities.hpp"
@@ -170,6 +171,16 @@ class MemoryStore {
                       before);
     found.erase(found.begin() + static_cast<std::ptrdiff_t>(n), found.end());
     return found;
+  }
+
+  RecordStats stats() const {
+    RecordStats stats{.now = clock_()};
+    for (const Shard& shard : shards_) {
+      std::lock_guard lock(shard.mutex);
+      for (const auto& [key, r] : shard.records)
+        tally(stats, r);
+    }
+    return stats;
   }
 
   std::string record_step(const Key& key, const Ticket& ticket, std::string_view step,

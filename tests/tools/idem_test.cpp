@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -214,10 +215,34 @@ TEST_CASE("idem on SQLite: schema check, print and migrate; purge") {
   CHECK(migrate.status == 0);
   CHECK(idem_admin(f.where + std::vector<std::string>{"schema", "check"}).status == 0);
 
-  // Expired records are purged, the others stay.
+  // Expired records are counted by stats and purge --dry-run, purged, and the others stay.
   REQUIRE(f.store.claim({"OLD", "1"}, "", {.lease = 1ms, .ttl = 1ms}).verdict ==
           idem::Verdict::acquired);
   std::this_thread::sleep_for(5ms);
+  const Ran stats = idem_admin(f.where + std::vector<std::string>{"stats"});
+  INFO(stats.err);
+  REQUIRE(stats.status == 0);
+  const auto has_line = [&](const std::string& pattern) {
+    return std::regex_search(stats.out, std::regex("(^|\n)" + pattern + "\n"));
+  };
+  CHECK(has_line("PAY +processing +1"));
+  CHECK(has_line("REFUND +failed +1"));
+  CHECK(has_line("total +4"));
+  CHECK_THAT(stats.out, Catch::Contains("purge backlog     1 expired record(s)") &&
+                            Catch::Contains("stale claims      1, the oldest lease ran out at") &&
+                            Catch::Contains(" KiB (table and indexes)"));
+  const Ran json = idem_admin(f.where + std::vector<std::string>{"stats", "--json"});
+  REQUIRE(json.status == 0);
+  const auto j = nlohmann::json::parse(json.out);
+  CHECK(j.at("total") == 4);
+  CHECK(j.at("purge_backlog") == 1);
+  CHECK(j.at("stale_claims") == 1);
+  CHECK(j.at("counts").size() == 4);
+  CHECK(j.at("table_bytes").get<std::uint64_t>() > 0);
+  const Ran dry = idem_admin(f.where + std::vector<std::string>{"purge", "--dry-run"});
+  CHECK(dry.status == 0);
+  CHECK(dry.out == "would purge 1 expired record(s); nothing was deleted\n");
+  CHECK(f.store.find({"OLD", "1"}));
   const Ran purge = idem_admin(f.where + std::vector<std::string>{"purge", "--batch", "10"});
   CHECK(purge.status == 0);
   CHECK(purge.out == "purged 1 expired record(s)\n");
@@ -249,6 +274,16 @@ TEST_CASE("idem on MariaDB: inspect, a fenced release, schema check and migrate"
   const auto r = t.store.find({"PAY", "dead"});
   CHECK(r->ticket.fence == 2);
   CHECK(r->repair_reason == "deploy killed the worker");
+
+  const Ran stats = idem_admin(where + std::vector<std::string>{"stats", "--json"});
+  INFO(stats.err);
+  REQUIRE(stats.status == 0);
+  const auto counted = nlohmann::json::parse(stats.out);
+  CHECK(counted.at("total") == 1);
+  CHECK(counted.at("stale_claims") == 0);  // released above
+  CHECK(counted.at("counts") ==
+        nlohmann::json::parse(R"([{"biz_type":"PAY","status":"failed","records":1}])"));
+  CHECK(counted.at("table_bytes").get<std::uint64_t>() > 0);
 
   CHECK(idem_admin(where + std::vector<std::string>{"schema", "check"}).status == 0);
   const Ran uptodate = idem_admin(where + std::vector<std::string>{"schema", "migrate"});

@@ -1,6 +1,8 @@
 // idem: the operator's program for idem's record tables (docs/operations.md). It reads and
 // repairs records through the store's own operations: a repair applies only with the fence the
 // operator saw, and keeps the reason with the record.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -19,6 +21,7 @@
 #include <idem/errors.hpp>
 #include <idem/key.hpp>
 #include <idem/record_query.hpp>
+#include <idem/record_stats.hpp>
 #include <idem/repair.hpp>
 
 #include "mysql_target.hpp"
@@ -69,8 +72,12 @@ COMMANDS:
       failed with JSON as the error duplicates replay (or run again if --retryable)
       Each repair applies only while the record carries the fence you read (inspect);
       the reason is kept with the record.
-  purge [--batch N] [--max-batches N]
-      deletes expired records, N at a time (default 1000, at most 100 batches)
+  purge [--batch N] [--max-batches N] [--dry-run]
+      deletes expired records, N at a time (default 1000, at most 100 batches);
+      --dry-run counts what it would delete and deletes nothing
+  stats [--json]
+      records by biz_type and status, the purge backlog, stale claims and the oldest
+      one's lease, the table's size (reads the whole table: not for every minute)
   schema check | print | migrate
       check the table; print the CREATE TABLE of this idem; bring a table an older idem
       created to this idem's layout (online)
@@ -319,11 +326,31 @@ int repair(idem_admin::Target& t, Args& args, idem::RepairAction action) {
 int purge(idem_admin::Target& t, Args& args) {
   const auto batch = args.take_number("--batch", 1000);
   const auto batches = args.take_number("--max-batches", 100);
+  const bool dry_run = args.take_switch("--dry-run");
   args.finished();
   if (batch == 0 || batches == 0) throw UsageError("--batch and --max-batches must be at least 1");
+  if (dry_run) {
+    const std::uint64_t backlog = t.stats().purge_backlog;
+    const std::uint64_t limit =
+        batch > UINT64_MAX / batches ? UINT64_MAX : batch * batches;  // as purge saturates
+    std::printf("would purge %llu expired record(s)%s; nothing was deleted\n",
+                static_cast<unsigned long long>(std::min(backlog, limit)),
+                backlog > limit
+                    ? fmt::format(" of {} (the limit: it would take more runs)", backlog).c_str()
+                    : "");
+    return done;
+  }
   const std::size_t n = t.purge(batch, batches);
   std::printf("purged %zu expired record(s)%s\n", n,
               n == batch * batches ? " (the limit: run it again for more)" : "");
+  return done;
+}
+
+int stats(idem_admin::Target& t, Args& args) {
+  const bool as_json = args.take_switch("--json");
+  args.finished();
+  const idem::RecordStats s = t.stats();
+  std::cout << (as_json ? idem_admin::json(s).dump(2) + "\n" : idem_admin::text(s));
   return done;
 }
 
@@ -344,7 +371,8 @@ int schema(idem_admin::Target& t, Args& args) {
 }
 
 int run(int argc, char** argv) {
-  Args args(argc, argv, {"--json", "--stale", "--unknown", "--retryable", "--help", "-h"});
+  Args args(argc, argv,
+            {"--json", "--stale", "--unknown", "--retryable", "--dry-run", "--help", "-h"});
   if (args.take_switch("--help") || args.take_switch("-h") || argc == 1) {
     std::cout << help;
     return argc == 1 ? usage : done;
@@ -355,7 +383,7 @@ int run(int argc, char** argv) {
     return done;
   }
   static const std::set<std::string, std::less<>> commands{
-      "inspect", "list", "release", "complete", "fail", "purge", "schema"};
+      "inspect", "list", "release", "complete", "fail", "purge", "stats", "schema"};
   if (commands.count(command) == 0) {
     throw UsageError(fmt::format("unknown command \"{}\" (idem --help lists them)", command));
   }
@@ -366,6 +394,7 @@ int run(int argc, char** argv) {
   if (command == "complete") return repair(*t, args, idem::RepairAction::complete);
   if (command == "fail") return repair(*t, args, idem::RepairAction::fail);
   if (command == "purge") return purge(*t, args);
+  if (command == "stats") return stats(*t, args);
   return schema(*t, args);
 }
 

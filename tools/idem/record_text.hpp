@@ -1,6 +1,6 @@
 #pragma once
-// A record as the admin program shows it: every field, times in UTC with how long ago (or how
-// far ahead) they are, for a person; or as JSON, for a script.
+// A record (and a table's counts) as the admin program shows it: every field, times in UTC with
+// how long ago (or how far ahead) they are, for a person; or as JSON, for a script.
 
 #include <chrono>
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 #include <idem/clock.hpp>
 #include <idem/record.hpp>
+#include <idem/record_stats.hpp>
 #include <idem/status.hpp>
 #include <idem/store/record_rules.hpp>
 
@@ -109,6 +110,55 @@ inline nlohmann::json json(const idem::Record& r) {
   j["snapshot"] = embedded(r.snapshot);
   j["recovery_points"] = embedded(r.recovery_points);
   return j;
+}
+
+// "12.5 MiB", "840 B".
+inline std::string bytes(std::uint64_t n) {
+  if (n < 1024) return fmt::format("{} B", n);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n) / 1024;
+  std::size_t u = 0;
+  for (; v >= 1024 && u + 1 < std::size(units); ++u)
+    v /= 1024;
+  return fmt::format("{:.1f} {}", v, units[u]);
+}
+
+inline std::string text(const idem::RecordStats& s) {
+  std::string out = fmt::format("{:<24}{:<18}{:>12}\n", "biz_type", "status", "records");
+  for (const idem::RecordCount& c : s.counts)
+    out += fmt::format("{:<24}{:<18}{:>12}\n", c.biz_type, idem::to_string(c.status), c.records);
+  out += fmt::format("{:<42}{:>12}\n\n", "total", s.total());
+  out += fmt::format("purge backlog     {} expired record(s) the purge would delete now\n",
+                     s.purge_backlog);
+  out += fmt::format("stale claims      {}{}\n", s.stale_claims,
+                     s.oldest_stale_lease
+                         ? ", the oldest lease ran out at " + when(*s.oldest_stale_lease, s.now)
+                         : std::string());
+  out += fmt::format("table size        {}\n",
+                     s.table_bytes ? bytes(*s.table_bytes) + " (table and indexes)" : "unknown");
+  out += fmt::format("counted at        {} (the store's clock)\n", utc(s.now));
+  return out;
+}
+
+inline nlohmann::json json(const idem::RecordStats& s) {
+  const auto ms = [](idem::TimePoint t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  };
+  nlohmann::json counts = nlohmann::json::array();
+  for (const idem::RecordCount& c : s.counts) {
+    counts.push_back(
+        {{"biz_type", c.biz_type}, {"status", idem::to_string(c.status)}, {"records", c.records}});
+  }
+  return {{"counts", counts},
+          {"total", s.total()},
+          {"purge_backlog", s.purge_backlog},
+          {"stale_claims", s.stale_claims},
+          {"oldest_stale_lease", s.oldest_stale_lease
+                                     ? nlohmann::json{{"utc", utc(*s.oldest_stale_lease)},
+                                                      {"unix_ms", ms(*s.oldest_stale_lease)}}
+                                     : nlohmann::json()},
+          {"table_bytes", s.table_bytes ? nlohmann::json(*s.table_bytes) : nlohmann::json()},
+          {"now", {{"utc", utc(s.now)}, {"unix_ms", ms(s.now)}}}};
 }
 
 }  // namespace idem_admin

@@ -1,7 +1,7 @@
 #pragma once
 // The record table the admin program works on: one interface over idem's stores, so that every
 // command is written once. Each operation is the store's own (find, list, repair, purge,
-// schema check and migration): the program adds no SQL of its own.
+// counts, schema check and migration): the program adds no SQL of its own.
 
 #include <cstddef>
 #include <memory>
@@ -12,6 +12,7 @@
 #include <idem/key.hpp>
 #include <idem/record.hpp>
 #include <idem/record_query.hpp>
+#include <idem/record_stats.hpp>
 #include <idem/repair.hpp>
 
 namespace idem_admin {
@@ -26,6 +27,7 @@ class Target {
   // Throws idem::RepairRefused when the record no longer carries repair.fence.
   virtual idem::Record repair(const idem::Key& key, const idem::Repair& repair) = 0;
   virtual std::size_t purge(std::size_t batch, std::size_t max_batches) = 0;
+  virtual idem::RecordStats stats() = 0;
   // Throws idem::SchemaMismatch naming what differs and the fix.
   virtual void check_schema() = 0;
   // The CREATE TABLE statement of the current layout, for this table.
@@ -50,6 +52,7 @@ class StoreTarget : public Target {
   std::size_t purge(std::size_t batch, std::size_t max_batches) override {
     return checked().purge_expired(batch, max_batches);
   }
+  idem::RecordStats stats() override { return checked().stats(); }
   void check_schema() override { store().check_schema(); }
 
  protected:

@@ -196,7 +196,7 @@ class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
  public:
   // The store shares the pool. Same parameters as Store (bound_claim is not used).
   explicit AsyncStore(std::shared_ptr<AsyncPool> pool, StoreParams params = {})
-      : StoreSkeleton(detail::AsyncRecordOps(detail::RecordOps(quote_identifier(params.table),
+      : StoreSkeleton(detail::AsyncRecordOps(detail::RecordOps(params.table,
                                                                params.insert_returning)),
                       params.retry),
         pool_(std::move(pool)),

@@ -107,8 +107,9 @@ class RecordOps {
  public:
   static constexpr std::size_t max_batch_rows = detail::max_batch_rows;
 
-  RecordOps(std::string table, bool returning)
-      : sql_(make_record_sql(table)), returning_(returning) {}
+  // `table` as StoreParams::table takes it.
+  RecordOps(std::string_view table, bool returning)
+      : sql_(make_record_sql(quote_identifier(table))), name_(table), returning_(returning) {}
 
   std::optional<RecordRead> read(Connection& c, const Key& key, bool bound) const {
     return read_answer(c.select(bound ? sql_.select_locking : sql_.select, key_values(key)), key);
@@ -294,6 +295,12 @@ class RecordOps {
     return list_answer(c.select(list_sql(sql_, q), list_values(q)));
   }
 
+  RecordStats stats(Connection& c) const {
+    const auto parts = idem::detail::split_identifier(name_, "idem::mysql", "table name", true);
+    const std::vector<Row> counts = c.select(counts_sql(sql_), {});
+    return stats_answer(counts, c.select(totals_sql(sql_), present_columns_values(parts)));
+  }
+
   // For the coroutine store's ops (idem/mysql/async_store.hpp), which send the same SQL.
   const RecordSql& sql() const noexcept { return sql_; }
   bool returning() const noexcept { return returning_; }
@@ -325,7 +332,8 @@ class RecordOps {
     return true;
   }
 
-  RecordSql sql_;  // built once, when the store is made
+  RecordSql sql_;     // built once, when the store is made
+  std::string name_;  // unquoted, for information_schema
   bool returning_;
 };
 
@@ -370,8 +378,7 @@ class Store : public StoreSkeleton<detail::Backend> {
   // A store without a pool, only ever bound to the caller's connections (bind()); its
   // standalone operations throw UsageError.
   explicit Store(StoreParams params = {})
-      : StoreSkeleton(detail::RecordOps(quote_identifier(params.table), params.insert_returning),
-                      params.retry),
+      : StoreSkeleton(detail::RecordOps(params.table, params.insert_returning), params.retry),
         name_(params.table),
         table_(quote_identifier(params.table)),
         bound_claim_(params.bound_claim) {

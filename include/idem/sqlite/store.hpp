@@ -178,6 +178,36 @@ class RecordOps {
                                    held.fence, held.owner, Value::blob(before)}) == 1;
   }
 
+  RecordStats stats(Connection& c) const {
+    RecordStats stats{.now = clock_()};
+    Rows counts = c.query(counts_sql(table_), {});
+    while (counts.next()) {
+      const std::int64_t status = integer_column(counts, 1, "status");
+      if (status < 0 || status > static_cast<std::int64_t>(Status::outcome_unknown)) {
+        throw CorruptRecord(
+            fmt::format("idem::sqlite: column status holds an unknown status {}", status));
+      }
+      stats.counts.push_back({.biz_type = text_column(counts, 0, "biz_type"),
+                              .status = static_cast<Status>(status),
+                              .records = static_cast<std::uint64_t>(counts.integer(2))});
+    }
+    Rows totals = c.query(totals_sql(table_), {millis(stats.now)});
+    if (totals.next()) {
+      stats.purge_backlog = static_cast<std::uint64_t>(totals.integer(0));
+      stats.stale_claims = static_cast<std::uint64_t>(totals.integer(1));
+      if (!totals.is_null(2)) stats.oldest_stale_lease = TimePoint{Duration{totals.integer(2)}};
+    }
+    try {
+      const std::string_view schema = table_.schema.empty() ? "main" : table_.schema;
+      Rows size = c.query(size_sql(table_), {schema, std::string_view(table_.table)});
+      if (size.next() && !size.is_null(0))
+        stats.table_bytes = static_cast<std::uint64_t>(size.integer(0));
+    } catch (const StoreError&) {
+      // A SQLite without the dbstat table: the size stays unknown.
+    }
+    return stats;
+  }
+
   std::vector<Record> list(Connection& c, const RecordQuery& query) const {
     std::vector<Value> params;
     const std::string sql = list_sql(table_, query, clock_(), params);

@@ -11,11 +11,13 @@
 //                                                                    BatchClaimingStore<S>
 //   Record repair(const Key&, const Repair&)                         RepairingStore<S>
 //   std::vector<Record> list(const RecordQuery&)                     ListingStore<S>
+//   RecordStats stats()                                              StatsStore<S>
 //   std::string record_step(const Key&, const Ticket&, std::string_view step,
 //                           std::string_view result)                 RecoveryPointStore<S>
 //
 // idem::mysql::BoundStore (same-transaction mode) has the first four, idem::mysql::Store
-// claim_batch. Every store of idem's can repair, list and record steps.
+// claim_batch. Every store of idem's can repair, list and record steps; MemoryStore and the
+// standalone SQL stores can count (stats).
 
 #include <concepts>
 #include <span>
@@ -27,6 +29,7 @@
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
+#include "idem/record_stats.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/ticket.hpp"
@@ -95,6 +98,13 @@ concept RepairingStore = Store<S> && requires(S& store, const Key& key, const Re
 template <class S>
 concept ListingStore = Store<S> && requires(S& store, const RecordQuery& query) {
   { store.list(query) } -> std::same_as<std::vector<Record>>;
+};
+
+// A store that counts its records (idem/record_stats.hpp), for operators: `idem stats` and
+// `idem purge --dry-run`.
+template <class S>
+concept StatsStore = Store<S> && requires(S& store) {
+  { store.stats() } -> std::same_as<RecordStats>;
 };
 
 // A store that keeps the results of a business's finished steps with the key (recovery points,

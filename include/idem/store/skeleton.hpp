@@ -25,6 +25,7 @@
 //   bool write_points(c, key, ticket, before, after)  the recovery points, guarded by holds()
 //                                                     and by the points read (`before`)
 //   std::vector<Record> list(c, query)                               see idem/record_query.hpp
+//   RecordStats stats(c)                                             see idem/record_stats.hpp
 // and optionally, where one round trip can write a fresh claim or read the row it met:
 //   InsertOrRead insert_or_read(c, key, fp, options, token)   in place of insert, then read
 // and optionally, for claim_batch: static constexpr std::size_t max_batch_rows, and
@@ -60,6 +61,7 @@
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
+#include "idem/record_stats.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
 #include "idem/store/record_rules.hpp"
@@ -308,6 +310,13 @@ class StoreSkeleton {
   {
     validate(query);
     return with_retries("list", [&](Connection& c, bool) { return ops_.list(c, query); });
+  }
+
+  RecordStats stats() requires requires(const Ops& ops, Connection& c) {
+    { ops.stats(c) } -> std::same_as<RecordStats>;
+  }
+  {
+    return with_retries("stats", [&](Connection& c, bool) { return ops_.stats(c); });
   }
 
   const Ops& ops() const noexcept { return ops_; }

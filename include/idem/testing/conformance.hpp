@@ -46,6 +46,7 @@
 #include "idem/permanent_failure.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
+#include "idem/record_stats.hpp"
 #include "idem/repair.hpp"
 #include "idem/resolver.hpp"
 #include "idem/run_once.hpp"
@@ -1006,6 +1007,58 @@ TEMPLATE_LIST_TEST_CASE("conformance: list answers stale and outcome_unknown rec
     CHECK_THROWS_AS(store.list({.limit = 0}), idem::InvalidArgument);
     CHECK_THROWS_AS(store.list({.stale = true, .status = idem::Status::failed}),
                     idem::InvalidArgument);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "conformance: stats counts records by type and status, the purge backlog and stale claims",
+    "[conformance]", idem::testing::conformance_fixtures) {
+  using namespace idem::testing;
+  using S = store_of<TestType>;
+  if constexpr (!idem::StatsStore<S> || !idem::RepairingStore<S>) {
+    WARN("this store has no stats() or repair(): skipped");
+  } else {
+    TestType fx;
+    auto& store = fx.store();
+    const idem::RecordStats empty = store.stats();
+    CHECK(empty.counts.empty());
+    CHECK(empty.total() == 0);
+    CHECK(empty.purge_backlog == 0);
+    CHECK(empty.stale_claims == 0);
+    CHECK_FALSE(empty.oldest_stale_lease.has_value());
+
+    for (int i = 0; i < 3; ++i) {  // expired: two succeeded, one failed for good
+      const idem::Key key{"PAY", "old-" + std::to_string(i)};
+      const auto c = store.claim(key, fp_a, short_ttl_options());
+      if (i < 2)
+        store.complete(key, c.record.ticket, "1");
+      else
+        store.fail(key, c.record.ticket, "declined", false);
+    }
+    store.claim(idem::Key{"PAY", "stale-1"}, fp_a, short_lease_options());
+    fx.advance(idem::Duration{50});
+    store.claim(idem::Key{"REFUND", "stale-2"}, fp_a, short_lease_options());
+    unknown_record(store, idem::Key{"REFUND", "unknown-1"});
+    fx.advance(short_ttl + idem::Duration{100});
+    store.claim(idem::Key{"PAY", "live"}, fp_a, long_options);  // after the advance: not stale
+
+    const idem::RecordStats stats = store.stats();
+    using idem::Status;
+    CHECK(stats.counts ==
+          std::vector<idem::RecordCount>{
+              {.biz_type = "PAY", .status = Status::processing, .records = 2},
+              {.biz_type = "PAY", .status = Status::succeeded, .records = 2},
+              {.biz_type = "PAY", .status = Status::failed, .records = 1},
+              {.biz_type = "REFUND", .status = Status::processing, .records = 1},
+              {.biz_type = "REFUND", .status = Status::outcome_unknown, .records = 1}});
+    CHECK(stats.total() == 7);
+    CHECK(stats.purge_backlog == 3);  // outcome_unknown never expires
+    CHECK(stats.stale_claims == 2);
+    REQUIRE(stats.oldest_stale_lease.has_value());
+    CHECK(*stats.oldest_stale_lease == store.find(idem::Key{"PAY", "stale-1"})->lease_until);
+    CHECK(stats.now >= *stats.oldest_stale_lease);
+    CHECK(store.purge_expired(10, 10) == stats.purge_backlog);  // the purge's own rule
+    CHECK(store.stats().purge_backlog == 0);
   }
 }
 

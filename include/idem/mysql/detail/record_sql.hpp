@@ -25,6 +25,7 @@
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
+#include "idem/record_stats.hpp"
 #include "idem/status.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/sql_guards.hpp"
@@ -250,6 +251,28 @@ inline std::string list_sql(const RecordSql& s, const RecordQuery& q) {
                      s.table, where.empty() ? "1" : where, q.stale ? "lease_until" : "updated_at");
 }
 
+// The reads of stats(): the records by business type and status, in record_stats.hpp's order
+// (biz_type is binary, so ORDER BY compares bytes as std::string does); then in one row the
+// purge backlog (is_expired, what purge deletes), the stale claims and the oldest one's lease
+// (is_stale, on idx_stale), the server's now, and the table's size from information_schema
+// (values: the table's schema or NULL, and its name).
+inline std::string counts_sql(const RecordSql& s) {
+  return fmt::format(
+      "SELECT biz_type, status, COUNT(*) FROM {} GROUP BY biz_type, status ORDER BY biz_type, "
+      "status",
+      s.table);
+}
+inline std::string totals_sql(const RecordSql& s) {
+  constexpr std::string_view now = "UTC_TIMESTAMP(3)";
+  return fmt::format(
+      "SELECT (SELECT COUNT(*) FROM {0} WHERE {1}), (SELECT COUNT(*) FROM {0} WHERE {2}), "
+      "(SELECT MIN(lease_until) FROM {0} WHERE {2}), {3}, (SELECT DATA_LENGTH + INDEX_LENGTH "
+      "FROM information_schema.TABLES WHERE TABLE_SCHEMA = IFNULL(?, DATABASE()) AND "
+      "TABLE_NAME = ?)",
+      s.table, idem::detail::sql_guard::is_expired(now), idem::detail::sql_guard::is_stale(now),
+      now);
+}
+
 inline std::int64_t micros(Duration d) {
   return static_cast<std::int64_t>(d.count()) * 1000;
 }
@@ -467,6 +490,23 @@ inline std::vector<Record> list_answer(const std::vector<Row>& rows) {
   for (const Row& row : rows)
     records.push_back(decode_record(row).record);
   return records;
+}
+
+// What the reads of stats() answer (counts_sql, then totals_sql's one row).
+inline RecordStats stats_answer(const std::vector<Row>& counts, const std::vector<Row>& totals) {
+  RecordStats stats;
+  for (const Row& row : counts) {
+    stats.counts.push_back({.biz_type = text_of(row.at(0), "biz_type"),
+                            .status = status_of(row.at(1)),
+                            .records = integer_of<std::uint64_t>(row.at(2), "COUNT(*)")});
+  }
+  const Row& row = totals.at(0);
+  stats.purge_backlog = integer_of<std::uint64_t>(row.at(0), "COUNT(*)");
+  stats.stale_claims = integer_of<std::uint64_t>(row.at(1), "COUNT(*)");
+  if (!row.at(2).is_null()) stats.oldest_stale_lease = time_of(row.at(2), "lease_until");
+  stats.now = time_of(row.at(3), "UTC_TIMESTAMP(3)");
+  if (!row.at(4).is_null()) stats.table_bytes = integer_of<std::uint64_t>(row.at(4), "DATA_LENGTH");
+  return stats;
 }
 
 // What a read of `key` answers: its row, if any, with the server's now.

@@ -20,6 +20,7 @@
 #include "idem/key.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
+#include "idem/record_stats.hpp"
 #include "idem/sqlite/connection.hpp"
 #include "idem/sqlite/schema.hpp"
 #include "idem/status.hpp"
@@ -143,6 +144,31 @@ inline std::string list_sql(const TableName& name, const RecordQuery& q, TimePoi
   return fmt::format("SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT {}", record_columns,
                      name.quoted(), where, q.stale ? "lease_until" : "updated_at",
                      param(limit(q.limit)));
+}
+
+// The reads of stats(): the records by business type and status, in record_stats.hpp's order
+// (biz_type compares as BINARY, bytes as std::string does); then in one row the purge backlog
+// (is_expired, what purge deletes), the stale claims and the oldest one's lease (is_stale); and
+// the bytes of the table's and its indexes' pages (the dbstat table, which a SQLite built
+// without it lacks: then the size is not known).
+inline std::string counts_sql(const TableName& name) {
+  return fmt::format(
+      "SELECT biz_type, status, COUNT(*) FROM {} GROUP BY biz_type, status ORDER BY biz_type, "
+      "status",
+      name.quoted());
+}
+inline std::string totals_sql(const TableName& name) {
+  return fmt::format(
+      "SELECT (SELECT COUNT(*) FROM {0} WHERE {1}), (SELECT COUNT(*) FROM {0} WHERE {2}), "
+      "(SELECT MIN(lease_until) FROM {0} WHERE {2})",
+      name.quoted(), idem::detail::sql_guard::is_expired("?1"),
+      idem::detail::sql_guard::is_stale("?1"));
+}
+inline std::string size_sql(const TableName& name) {
+  return fmt::format(
+      "SELECT SUM(pgsize) FROM dbstat(?1) WHERE name = ?2 OR name IN (SELECT name FROM "
+      "{}sqlite_master WHERE type = 'index' AND tbl_name = ?2)",
+      name.schema.empty() ? std::string() : fmt::format("\"{}\".", name.schema));
 }
 
 inline std::int64_t integer_column(const Rows& row, int column, std::string_view name) {
