@@ -27,12 +27,12 @@ using idem::FailureKind;
 
 namespace {
 
-struct Connection {
+struct ScriptedConnection {
   unsigned long id() const noexcept { return 1; }
 };
 
 struct Driver {
-  using Connection = ::Connection;
+  using Connection = ::ScriptedConnection;
   net::awaitable<std::unique_ptr<Connection>> open() { co_return std::make_unique<Connection>(); }
   net::awaitable<void> ready(std::unique_ptr<Connection>&, idem::Duration, idem::PoolUse) {
     co_return;
@@ -71,6 +71,7 @@ std::string_view name_of(FailureKind k) {
 }
 
 struct Ops {
+  using Connection = ScriptedConnection;
   Table* t;
 
   net::awaitable<std::optional<idem::RecordRead>> read(Connection&, const idem::Key& key,
@@ -179,7 +180,7 @@ struct Ops {
 };
 
 struct Backend {
-  using Connection = ::Connection;
+  using Connection = ::ScriptedConnection;
   using Pool = idem::async::BasicPool<Driver>;
   using Ops = ::Ops;
   static constexpr std::string_view name = "scripted";
