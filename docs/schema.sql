@@ -19,11 +19,17 @@
 --     ADD COLUMN IF NOT EXISTS repair_reason VARBINARY(512) NULL COMMENT 'UTF-8: why the last repair was made',
 --     ADD COLUMN IF NOT EXISTS repaired_at DATETIME(3) NULL COMMENT 'UTC; when the last repair was made',
 --     MODIFY COLUMN status TINYINT NOT NULL DEFAULT 0 COMMENT '0 processing, 1 succeeded, 2 failed, 3 outcome unknown',
+--     COMMENT='idem layout=2 oldest_reader=2',
 --     ALGORITHM=INSTANT;
 --
 -- On MySQL 8: the same without IF NOT EXISTS, WAIT and the MODIFY line. Upgrade the table
 -- before the new idem runs on it: a new idem reads the new columns and fails on a table
 -- without them.
+--
+-- The table comment is idem's layout stamp: the table's layout and the oldest layout of idem
+-- that may use it. idem reads it when it checks the table and refuses a table that a newer
+-- idem took beyond its reach; keep it when you alter the table (a table without it is judged
+-- by its columns, and `idem schema migrate` stamps it again).
 CREATE TABLE IF NOT EXISTS `idempotent_record` (
   idempotent_key    VARBINARY(64)    NOT NULL COMMENT 'the business id of the action, byte-exact',
   biz_type          VARBINARY(32)    NOT NULL COMMENT 'business domain: PAY, REFUND, ORDER, ...',
@@ -44,4 +50,4 @@ CREATE TABLE IF NOT EXISTS `idempotent_record` (
   PRIMARY KEY (idempotent_key, biz_type),
   KEY idx_expire (expire_at),
   KEY idx_stale (status, lease_until)
-) ENGINE=InnoDB;
+) ENGINE=InnoDB COMMENT='idem layout=2 oldest_reader=2';

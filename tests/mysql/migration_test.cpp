@@ -137,6 +137,7 @@ TEST_CASE("a layout-1 table is migrated in place while 8 threads claim on it") {
   CHECK(refused_before.load() > 0);  // the migration did happen while claims were going on
   CHECK(refused_after.load() == 0);
   CHECK(done.added == std::vector<std::string>{"recovery_points", "repair_reason", "repaired_at"});
+  CHECK(done.stamped);  // in the same ALTER
   // MariaDB 10.11: no copy of the rows and no lock beyond a moment's metadata lock, which is
   // what lets the claims above go on (how long they waited is the machine's, not asserted).
   CHECK(done.algorithm == "INSTANT");
@@ -295,4 +296,95 @@ TEST_CASE("a partly migrated table gets only the columns it lacks") {
   // Under a schema-qualified name too, and then there is nothing left to do.
   const auto again = idem::mysql::migrate_record_table(*c, "idem_test." + v1.name);
   CHECK(again.added.empty());
+}
+
+namespace {
+
+std::string table_comment(idem::mysql::Pool& pool, const std::string& table) {
+  auto c = pool.acquire();
+  const auto rows = c->select(
+      "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+      "TABLE_NAME = ?",
+      {idem::mysql::Param(table)});
+  return rows.empty() ? "<no table>" : std::string(rows.front().at(0).text().value_or(""));
+}
+
+bool same_layout(const idem::TableLayout& a, const idem::TableLayout& b) {
+  return a.layout == b.layout && a.oldest_reader == b.oldest_reader && a.stamped == b.stamped;
+}
+
+}  // namespace
+
+TEST_CASE("the layout is stamped in the table's comment by the DDL and by every migration") {
+  const idem::TableLayout stamped{2, 2, true};
+  SECTION("a table ensure_schema creates") {
+    idem_test::Table t;
+    CHECK(table_comment(*t.pool, t.name) == "idem layout=2 oldest_reader=2");
+    CHECK(same_layout(t.store.check_schema(), stamped));
+  }
+  SECTION("a layout-1 table, migrated") {
+    Layout1Table v1;
+    auto c = v1.pool->acquire();
+    const auto done = idem::mysql::migrate_record_table(*c, v1.name);
+    CHECK(done.added.size() == 3);
+    CHECK(done.stamped);
+    CHECK(table_comment(*v1.pool, v1.name) == "idem layout=2 oldest_reader=2");
+    idem::mysql::Store store{v1.pool, {.table = v1.name}};
+    CHECK(same_layout(store.check_schema(), stamped));
+  }
+  SECTION("a layout-2 table of an idem before stamps: used as it is, stamped instantly") {
+    idem_test::Table t;
+    t.pool->acquire()->query("ALTER TABLE " + t.store.table() + " COMMENT=''");
+    idem::mysql::Store store{t.pool, {.table = t.name}};
+    CHECK(same_layout(store.check_schema(), idem::TableLayout{2, 2, false}));
+    CHECK(idem::run_once(store, idem::Key{"PAY", "before-stamp"}, "fp", [] { return 1; }));
+    auto c = t.pool->acquire();
+    const auto done = idem::mysql::migrate_record_table(*c, t.name);
+    CHECK(done.added.empty());
+    CHECK(done.stamped);
+    CHECK(done.algorithm == "INSTANT");  // a comment is metadata: no row is copied
+    CHECK(table_comment(*t.pool, t.name) == "idem layout=2 oldest_reader=2");
+    const auto again = idem::mysql::migrate_record_table(*c, t.name);
+    CHECK_FALSE(again.stamped);
+    CHECK(again.algorithm.empty());
+    CHECK(t.count() == 1);
+  }
+  SECTION("a DBA's own comment counts as no stamp, and the migration replaces it") {
+    idem_test::Table t;
+    t.pool->acquire()->query("ALTER TABLE " + t.store.table() + " COMMENT='payments dedup'");
+    CHECK(same_layout(t.store.check_schema(), idem::TableLayout{2, 2, false}));
+    CHECK(t.store.ensure_schema().stamped);
+    CHECK(table_comment(*t.pool, t.name) == "idem layout=2 oldest_reader=2");
+  }
+}
+
+TEST_CASE("a table a newer idem migrated beyond this one's reach is refused before any claim") {
+  idem_test::Table t;
+  t.pool->acquire()->query("ALTER TABLE " + t.store.table() +
+                           " COMMENT='idem layout=3 oldest_reader=3'");
+  std::atomic<int> runs{0};
+  idem::mysql::Store store{t.pool, {.table = t.name}};
+  try {
+    (void)idem::run_once(store, idem::Key{"PAY", "newer"}, "fp", [&] { return ++runs; });
+    FAIL("claimed on a table of layout 3");
+  } catch (const idem::SchemaMismatch& e) {
+    CHECK_FALSE(e.retryable());
+    CHECK_THAT(e.what(), Catch::Contains("layout 3") && Catch::Contains("knows layout 2"));
+  }
+  CHECK(runs == 0);
+  CHECK(t.count() == 0);
+  // The migration refuses too, and leaves the newer stamp alone.
+  auto c = t.pool->acquire();
+  CHECK_THROWS_AS(idem::mysql::migrate_record_table(*c, t.name), idem::SchemaMismatch);
+  CHECK(table_comment(*t.pool, t.name) == "idem layout=3 oldest_reader=3");
+
+  // A newer layout that this idem may still use (it only added what older code ignores).
+  c->query("ALTER TABLE " + t.store.table() + " COMMENT='idem layout=3 oldest_reader=2'");
+  idem::mysql::Store compatible{t.pool, {.table = t.name}};
+  CHECK(idem::run_once(compatible, idem::Key{"PAY", "newer"}, "fp", [&] { return ++runs; }));
+  CHECK(runs == 1);
+  CHECK(same_layout(compatible.check_schema(), idem::TableLayout{3, 2, true}));
+  const auto done = compatible.ensure_schema();
+  CHECK_FALSE(done.stamped);  // never written back to an older layout
+  CHECK(table_comment(*t.pool, t.name) == "idem layout=3 oldest_reader=2");
 }

@@ -708,7 +708,7 @@ TEST_CASE("docs/schema.sql holds the DDL that ensure_schema() runs") {
     if (!alter.empty() && line.back() == ';') break;
   }
   const auto statements = idem::mysql::detail::migration_statements(
-      "`idempotent_record`", {"recovery_points", "repair_reason", "repaired_at"}, true);
+      "`idempotent_record`", {"recovery_points", "repair_reason", "repaired_at"}, true, true);
   REQUIRE_FALSE(statements.empty());
   CHECK(squeeze(alter) == squeeze(statements.front().sql + "; "));
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -342,10 +343,101 @@ TEST_CASE(
   CHECK(idem_test::count(store, "status = 1 AND fence = 1") == keys);
   CHECK(idem_test::scalar(store, "SELECT COUNT(*) FROM pragma_table_info('idempotent_record')") ==
         16);
+  // Stamped once, by the first store that migrated it.
+  CHECK(idem_test::scalar(store, "SELECT COUNT(*) FROM idem_schema") == 1);
+  CHECK(store.check_schema().stamped);
   // Every record, whichever binary wrote it, decodes and replays.
   for (int k = 0; k < keys; ++k) {
     const std::string id = "order-" + std::to_string(k);
     const auto r = store.claim(idem::Key{"ORDER", id}, "", {});
     CHECK(r.verdict == idem::Verdict::replayed);
   }
+}
+
+namespace {
+
+// The stamp row of idempotent_record: "layout oldest_reader", or "none".
+std::string stamp_row(const std::filesystem::path& file) {
+  idem::sqlite::Connection c{file};
+  auto exists = c.query("SELECT COUNT(*) FROM sqlite_master WHERE name = 'idem_schema'");
+  REQUIRE(exists.next());
+  if (exists.integer(0) == 0) return "none";
+  auto row = c.query(
+      "SELECT layout, oldest_reader FROM idem_schema WHERE record_table = 'idempotent_record'");
+  return row.next() ? std::to_string(row.integer(0)) + " " + std::to_string(row.integer(1))
+                    : "none";
+}
+
+bool layout_is(const idem::TableLayout& t, int layout, int oldest_reader, bool stamped) {
+  return t.layout == layout && t.oldest_reader == oldest_reader && t.stamped == stamped;
+}
+
+}  // namespace
+
+TEST_CASE("the layout is stamped in idem_schema when a table is created or migrated") {
+  TempDir dir;
+  SECTION("a new table") {
+    const auto file = dir / "new.db";
+    idem::sqlite::Store store{file};
+    CHECK(stamp_row(file) == "2 2");
+    CHECK(layout_is(store.check_schema(), 2, 2, true));
+  }
+  SECTION("a first-layout table, migrated") {
+    const auto file = dir / "v1.db";
+    {
+      idem::sqlite::Connection c{file};
+      c.exec(v1_ddl);
+    }
+    idem::sqlite::Store unmigrated{file, {.create_schema = false, .check_table = false}};
+    CHECK_THROWS_AS(unmigrated.check_schema(), idem::SchemaMismatch);
+    idem::sqlite::Store store{file};
+    CHECK(stamp_row(file) == "2 2");
+    CHECK(layout_is(store.check_schema(), 2, 2, true));
+  }
+  SECTION("a table of an idem before stamps: used as it is, stamped by ensure_schema") {
+    const auto file = dir / "unstamped.db";
+    {
+      idem::sqlite::Store made{file};
+      made.pool().acquire()->exec("DROP TABLE idem_schema");
+    }
+    idem::sqlite::Store store{file, {.create_schema = false}};
+    CHECK(layout_is(store.check_schema(), 2, 2, false));
+    CHECK(idem::run_once(store, idem::Key{"PAY", "before-stamp"}, "", [] { return 1; }));
+    store.ensure_schema();
+    CHECK(stamp_row(file) == "2 2");
+    CHECK(idem_test::count(store) == 1);
+  }
+}
+
+TEST_CASE("a table a newer idem migrated beyond this one's reach is refused, and left alone") {
+  TempDir dir;
+  const auto file = dir / "newer.db";
+  {
+    idem::sqlite::Store made{file};
+    made.pool().acquire()->exec("UPDATE idem_schema SET layout = 3, oldest_reader = 3");
+  }
+  // Opening with create_schema migrates, which refuses; a store that only checks refuses its
+  // first claim. Nothing is written either way.
+  try {
+    idem::sqlite::Store store{file};
+    FAIL("opened a table of layout 3");
+  } catch (const idem::SchemaMismatch& e) {
+    CHECK_FALSE(e.retryable());
+    CHECK_THAT(e.what(), Catch::Contains("layout 3") && Catch::Contains("knows layout 2"));
+  }
+  std::atomic<int> runs{0};
+  idem::sqlite::Store checking{file, {.create_schema = false}};
+  CHECK_THROWS_AS(idem::run_once(checking, idem::Key{"PAY", "newer"}, "", [&] { return ++runs; }),
+                  idem::SchemaMismatch);
+  CHECK(runs == 0);
+  CHECK(stamp_row(file) == "3 3");
+  CHECK(idem_test::scalar(checking, "SELECT COUNT(*) FROM idempotent_record") == 0);
+
+  // A newer layout that this idem may still use: it runs, and its stamp stays.
+  checking.pool().acquire()->exec("UPDATE idem_schema SET oldest_reader = 2");
+  idem::sqlite::Store compatible{file};
+  CHECK(idem::run_once(compatible, idem::Key{"PAY", "newer"}, "", [&] { return ++runs; }));
+  CHECK(runs == 1);
+  CHECK(layout_is(compatible.check_schema(), 3, 2, true));
+  CHECK(stamp_row(file) == "3 2");
 }

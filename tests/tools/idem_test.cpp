@@ -194,7 +194,7 @@ TEST_CASE("idem on SQLite: schema check, print and migrate; purge") {
   SqliteFile f;
   const Ran ok = idem_admin(f.where + std::vector<std::string>{"schema", "check"});
   CHECK(ok.status == 0);
-  CHECK_THAT(ok.out, Catch::Contains("as this idem expects"));
+  CHECK_THAT(ok.out, Catch::Contains("as this idem expects; layout 2 (stamped"));
   const Ran print = idem_admin(f.where + std::vector<std::string>{"schema", "print"});
   CHECK(print.status == 0);
   CHECK(print.out ==
@@ -214,6 +214,17 @@ TEST_CASE("idem on SQLite: schema check, print and migrate; purge") {
   INFO(migrate.err);
   CHECK(migrate.status == 0);
   CHECK(idem_admin(f.where + std::vector<std::string>{"schema", "check"}).status == 0);
+  // A table of an idem before stamps is reported as such, and `schema migrate` stamps it.
+  {
+    idem::sqlite::Connection c(f.file);
+    c.execute("DELETE FROM idem_schema");
+  }
+  const Ran unstamped = idem_admin(f.where + std::vector<std::string>{"schema", "check"});
+  CHECK(unstamped.status == 0);
+  CHECK_THAT(unstamped.out, Catch::Contains("layout 2 by its columns (not stamped"));
+  const Ran stamp = idem_admin(f.where + std::vector<std::string>{"schema", "migrate"});
+  CHECK(stamp.status == 0);
+  CHECK_THAT(stamp.out, Catch::Contains("layout 2 (stamped"));
 
   // Expired records are counted by stats and purge --dry-run, purged, and the others stay.
   REQUIRE(f.store.claim({"OLD", "1"}, "", {.lease = 1ms, .ttl = 1ms}).verdict ==
@@ -275,6 +286,45 @@ TEST_CASE("idem on MariaDB: inspect, a fenced release, schema check and migrate"
   CHECK(r->ticket.fence == 2);
   CHECK(r->repair_reason == "deploy killed the worker");
 
+  // The connection from an option file alone (no flag, no variable), as the on-call account's
+  // my.cnf holds it: [client] for everyone, a group of the program's own for the socket.
+  {
+    idem_test::TempDir dir;
+    const std::string cnf = (dir / "ops.cnf").string();
+    std::ofstream(cnf) << "[client]\nsocket = " << (dir / "absent.sock").string()
+                       << "\nuser = root\ndatabase = " << p.database
+                       << "\n\n[idem_ops]\nsocket = " << p.unix_socket << "\n";
+    const auto without_env = [&](const std::vector<std::string>& args) {
+      std::vector<std::string> argv{"env",
+                                    "-u",
+                                    "IDEM_MYSQL_SOCKET",
+                                    "-u",
+                                    "IDEM_MYSQL_HOST",
+                                    "-u",
+                                    "IDEM_MYSQL_DATABASE",
+                                    idem_test::paths::admin};
+      argv.insert(argv.end(), args.begin(), args.end());
+      return idem_test::run_program(argv);
+    };
+    const std::vector<std::string> inspect_dead{"--table", t.name, "inspect", "PAY", "dead"};
+    const Ran from_file = without_env(
+        std::vector<std::string>{"--mysql-option-file", cnf, "--mysql-option-group", "idem_ops"} +
+        inspect_dead);
+    INFO(from_file.err);
+    CHECK(from_file.status == 0);
+    CHECK_THAT(from_file.out, Catch::Contains("deploy killed the worker"));
+    // [client] alone names a socket where no server listens.
+    const Ran client_only =
+        without_env(std::vector<std::string>{"--mysql-option-file", cnf} + inspect_dead);
+    CHECK(client_only.status == 4);
+    CHECK_THAT(client_only.err, Catch::Contains("option file"));
+    const Ran missing =
+        without_env(std::vector<std::string>{"--mysql-option-file", (dir / "none.cnf").string()} +
+                    inspect_dead);
+    CHECK(missing.status == 2);
+    CHECK_THAT(missing.err, Catch::Contains("cannot read the option file"));
+  }
+
   const Ran stats = idem_admin(where + std::vector<std::string>{"stats", "--json"});
   INFO(stats.err);
   REQUIRE(stats.status == 0);
@@ -285,7 +335,9 @@ TEST_CASE("idem on MariaDB: inspect, a fenced release, schema check and migrate"
         nlohmann::json::parse(R"([{"biz_type":"PAY","status":"failed","records":1}])"));
   CHECK(counted.at("table_bytes").get<std::uint64_t>() > 0);
 
-  CHECK(idem_admin(where + std::vector<std::string>{"schema", "check"}).status == 0);
+  const Ran checked = idem_admin(where + std::vector<std::string>{"schema", "check"});
+  CHECK(checked.status == 0);
+  CHECK_THAT(checked.out, Catch::Contains("layout 2 (stamped; an idem of layout 2 or later"));
   const Ran uptodate = idem_admin(where + std::vector<std::string>{"schema", "migrate"});
   CHECK(uptodate.status == 0);
   CHECK_THAT(uptodate.out, Catch::Contains("up to date: nothing to do"));
@@ -300,7 +352,8 @@ TEST_CASE("idem on MariaDB: inspect, a fenced release, schema check and migrate"
   const Ran migrated = idem_admin(on_old + std::vector<std::string>{"schema", "migrate"});
   INFO(migrated.err);
   CHECK(migrated.status == 0);
-  CHECK_THAT(migrated.out, Catch::Contains("recovery_points"));
+  CHECK_THAT(migrated.out,
+             Catch::Contains("recovery_points") && Catch::Contains("and stamped its layout"));
   CHECK(idem_admin(on_old + std::vector<std::string>{"inspect", "PAY", "x"}).status == 1);
 
   // A server that is not there.

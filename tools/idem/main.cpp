@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -52,8 +53,12 @@ WHERE (one store; flags win over the environment):
   --mysql-port N             default 3306                           (env IDEM_MYSQL_PORT)
   --mysql-user USER          default root                           (env IDEM_MYSQL_USER)
   --mysql-database DB                                               (env IDEM_MYSQL_DATABASE)
-                             the password only from env IDEM_MYSQL_PASSWORD (never a flag:
-                             a flag shows in the process list)
+                             the password only from env IDEM_MYSQL_PASSWORD or the option
+                             file (never a flag: a flag shows in the process list)
+  --mysql-option-file FILE   a my.cnf-style file read as the mysql client reads ~/.my.cnf:
+                             its host, port, socket, user, password and database apply
+                             where no flag or variable gives one (env IDEM_MYSQL_OPTION_FILE)
+  --mysql-option-group NAME  the file's group to read, default client
   --table NAME               the record table, default idempotent_record
 
 COMMANDS:
@@ -171,8 +176,10 @@ std::unique_ptr<idem_admin::Target> open_target(Args& args) {
   auto port = args.take("--mysql-port");
   auto user = args.take("--mysql-user");
   auto database = args.take("--mysql-database");
+  auto option_file = args.take("--mysql-option-file");
+  const auto option_group = args.take("--mysql-option-group");
   if (sqlite) {
-    if (socket || host || port || user || database) {
+    if (socket || host || port || user || database || option_file || option_group) {
       throw UsageError("give either --sqlite or the --mysql-... options, not both");
     }
     return std::make_unique<idem_admin::SqliteTarget>(*sqlite, table);
@@ -181,10 +188,27 @@ std::unique_ptr<idem_admin::Target> open_target(Args& args) {
     socket = env("IDEM_MYSQL_SOCKET");
     host = env("IDEM_MYSQL_HOST");
   }
-  if (!socket && !host) {
-    throw UsageError("no store: give --sqlite FILE, --mysql-socket PATH or --mysql-host HOST");
+  if (!option_file) option_file = env("IDEM_MYSQL_OPTION_FILE");
+  if (option_group && !option_file) {
+    throw UsageError("--mysql-option-group needs --mysql-option-file");
+  }
+  if (!socket && !host && !option_file) {
+    throw UsageError(
+        "no store: give --sqlite FILE, --mysql-socket PATH, --mysql-host HOST or "
+        "--mysql-option-file FILE");
   }
   idem::mysql::ConnectionParams c;
+  if (option_file) {
+    // What no flag or variable gives comes from the file.
+    if (!std::ifstream(*option_file)) {
+      throw UsageError(fmt::format("cannot read the option file {}", *option_file));
+    }
+    c.option_file = *option_file;
+    if (option_group) c.option_group = *option_group;
+    c.host.clear();
+    c.user.clear();
+    c.port = 0;
+  }
   if (socket) c.unix_socket = *socket;
   if (host) c.host = *host;
   if (!port) port = env("IDEM_MYSQL_PORT");
@@ -192,8 +216,10 @@ std::unique_ptr<idem_admin::Target> open_target(Args& args) {
   if (!user) user = env("IDEM_MYSQL_USER");
   if (user) c.user = *user;
   if (!database) database = env("IDEM_MYSQL_DATABASE");
-  if (!database) throw UsageError("--mysql-database (or IDEM_MYSQL_DATABASE) is required");
-  c.database = *database;
+  if (!database && !option_file) {
+    throw UsageError("--mysql-database (or IDEM_MYSQL_DATABASE, or an option file) is required");
+  }
+  c.database = database.value_or("");
   c.password = env("IDEM_MYSQL_PASSWORD").value_or("");
   return std::make_unique<idem_admin::MysqlTarget>(c, table);
 }
@@ -360,8 +386,9 @@ int schema(idem_admin::Target& t, Args& args) {
   if (what == "print") {
     std::cout << t.ddl() << ";\n";
   } else if (what == "check") {
-    t.check_schema();
-    std::printf("%s: as this idem expects\n", t.describe().c_str());
+    const idem::TableLayout layout = t.check_schema();
+    std::printf("%s: as this idem expects; %s\n", t.describe().c_str(),
+                idem_admin::text(layout).c_str());
   } else if (what == "migrate") {
     std::printf("%s\n", t.migrate().c_str());
   } else {

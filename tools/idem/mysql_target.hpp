@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <idem/mysql.hpp>
 
+#include "record_text.hpp"
 #include "target.hpp"
 
 namespace idem_admin {
@@ -16,10 +17,8 @@ namespace idem_admin {
 class MysqlTarget final : public StoreTarget<idem::mysql::Store> {
  public:
   MysqlTarget(const idem::mysql::ConnectionParams& connection, const std::string& table)
-      : where_(connection.unix_socket.empty()
-                   ? fmt::format("{}:{}", connection.host, connection.port)
-                   : connection.unix_socket),
-        database_(connection.database),
+      : where_(where(connection)),
+        database_(connection.database.empty() ? "of the option file" : connection.database),
         table_(table),
         store_(std::make_shared<idem::mysql::Pool>(connection, idem::mysql::PoolParams{.size = 1}),
                {.table = table, .check_table = false}) {}
@@ -31,15 +30,26 @@ class MysqlTarget final : public StoreTarget<idem::mysql::Store> {
   std::string migrate() override {
     const idem::mysql::Migration done = store_.ensure_schema();
     mark_checked();
-    if (done.added.empty()) return fmt::format("{} is up to date: nothing to do", table_);
-    std::string columns;
+    if (done.algorithm.empty()) return fmt::format("{} is up to date: nothing to do", table_);
+    std::string changes;
     for (const std::string& c : done.added)
-      columns += (columns.empty() ? "" : ", ") + c;
-    return fmt::format("{}: added {} ({})", table_, columns, done.algorithm);
+      changes += (changes.empty() ? "added " : ", ") + c;
+    if (done.stamped) changes += changes.empty() ? "stamped its layout" : " and stamped its layout";
+    return fmt::format("{}: {} ({}); {}", table_, changes, done.algorithm,
+                       text(idem::mysql::record_table_stamp));
   }
 
  private:
   idem::mysql::Store& store() override { return store_; }
+
+  static std::string where(const idem::mysql::ConnectionParams& c) {
+    std::string at = !c.unix_socket.empty() ? c.unix_socket
+                     : !c.host.empty()      ? fmt::format("{}:{}", c.host, c.port)
+                                            : "";
+    if (c.option_file.empty()) return at;
+    const std::string file = fmt::format("option file {} [{}]", c.option_file, c.option_group);
+    return at.empty() ? file : fmt::format("{} ({})", at, file);
+  }
 
   std::string where_;
   std::string database_;

@@ -1,6 +1,6 @@
 #pragma once
-// A record (and a table's counts) as the admin program shows it: every field, times in UTC with
-// how long ago (or how far ahead) they are, for a person; or as JSON, for a script.
+// A record (and a table's counts and layout) as the admin program shows it: every field, times in
+// UTC with how long ago (or how far ahead) they are, for a person; or as JSON, for a script.
 
 #include <chrono>
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include <idem/record_stats.hpp>
 #include <idem/status.hpp>
 #include <idem/store/record_rules.hpp>
+#include <idem/table_layout.hpp>
 
 namespace idem_admin {
 
@@ -159,6 +160,18 @@ inline nlohmann::json json(const idem::RecordStats& s) {
                                      : nlohmann::json()},
           {"table_bytes", s.table_bytes ? nlohmann::json(*s.table_bytes) : nlohmann::json()},
           {"now", {{"utc", utc(s.now)}, {"unix_ms", ms(s.now)}}}};
+}
+
+// "layout 2 (stamped; idem of layout 2 or later may use it)", or, for a table of an idem
+// before stamps, what its columns show and how to stamp it.
+inline std::string text(const idem::TableLayout& t) {
+  if (!t.stamped)
+    return fmt::format(
+        "layout {} by its columns (not stamped: an idem before stamps made it; "
+        "`idem schema migrate` stamps it)",
+        t.layout);
+  return fmt::format("layout {} (stamped; an idem of layout {} or later may use it)", t.layout,
+                     t.oldest_reader);
 }
 
 }  // namespace idem_admin

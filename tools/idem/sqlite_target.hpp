@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <idem/sqlite.hpp>
 
+#include "record_text.hpp"
 #include "target.hpp"
 
 namespace idem_admin {
@@ -31,8 +32,8 @@ class SqliteTarget final : public StoreTarget<idem::sqlite::Store> {
   std::string migrate() override {
     store().ensure_schema();
     mark_checked();
-    return fmt::format("{} has every column this idem uses (created or added where missing)",
-                       table_);
+    return fmt::format("{} has every column this idem uses (created or added where missing); {}",
+                       table_, text(store().check_schema()));
   }
 
  private:

@@ -14,6 +14,7 @@
 #include <idem/record_query.hpp>
 #include <idem/record_stats.hpp>
 #include <idem/repair.hpp>
+#include <idem/table_layout.hpp>
 
 namespace idem_admin {
 
@@ -28,8 +29,8 @@ class Target {
   virtual idem::Record repair(const idem::Key& key, const idem::Repair& repair) = 0;
   virtual std::size_t purge(std::size_t batch, std::size_t max_batches) = 0;
   virtual idem::RecordStats stats() = 0;
-  // Throws idem::SchemaMismatch naming what differs and the fix.
-  virtual void check_schema() = 0;
+  // The table's layout; throws idem::SchemaMismatch naming what differs and the fix.
+  virtual idem::TableLayout check_schema() = 0;
   // The CREATE TABLE statement of the current layout, for this table.
   virtual std::string ddl() const = 0;
   // Brings a table an older idem created to the current layout (online); says what it did.
@@ -53,7 +54,7 @@ class StoreTarget : public Target {
     return checked().purge_expired(batch, max_batches);
   }
   idem::RecordStats stats() override { return checked().stats(); }
-  void check_schema() override { store().check_schema(); }
+  idem::TableLayout check_schema() override { return store().check_schema(); }
 
  protected:
   virtual S& store() = 0;

@@ -209,18 +209,17 @@ class AsyncConnection {
   net::awaitable<void> connect() {
     detail::library_init();
     detail::thread_init();
+    const detail::ConnectTarget to(params_);
     mysql_ = mysql_init(nullptr);
     if (mysql_ == nullptr) throw StoreError("idem::mysql: mysql_init failed (out of memory)", true);
     // Before any *_start call: without it Connector/C has no context to suspend in.
     mysql_options(mysql_, MYSQL_OPT_NONBLOCK, nullptr);
     detail::set_connect_options(mysql_, params_);
-    const detail::ConnectTarget to(params_);
     MYSQL* connected = nullptr;
     co_await drive(
         [&] {
-          return mysql_real_connect_start(&connected, mysql_, to.host, params_.user.c_str(),
-                                          params_.password.c_str(), to.database, to.port, to.socket,
-                                          0);
+          return mysql_real_connect_start(&connected, mysql_, to.host, to.user, to.password,
+                                          to.database, to.port, to.socket, 0);
         },
         [&](int s) { return mysql_real_connect_cont(&connected, mysql_, s); });
     if (connected == nullptr) throw detail::connect_error(mysql_, params_);

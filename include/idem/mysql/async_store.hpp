@@ -147,9 +147,10 @@ inline net::awaitable<Migration> migrate_record_table(AsyncConnection& c, std::s
   std::vector<std::string> present;
   for (const Row& row : co_await c.select(detail::present_columns_sql(), where))
     present.emplace_back(row.at(0).text().value_or(""));
-  Migration done{detail::missing_columns(present), {}};
-  const auto statements =
-      detail::migration_statements(quoted, done.added, detail::server_is_mariadb(c.native()));
+  const auto comment = co_await c.select(detail::table_comment_sql, where);
+  Migration done = detail::migration_plan(quoted, present, comment);
+  const auto statements = detail::migration_statements(quoted, done.added, done.stamped,
+                                                       detail::server_is_mariadb(c.native()));
   for (std::size_t i = 0; i < statements.size(); ++i) {
     std::optional<StoreError> refused;
     try {
@@ -166,13 +167,15 @@ inline net::awaitable<Migration> migrate_record_table(AsyncConnection& c, std::s
 }
 
 // check_record_table (idem/mysql/schema_check.hpp) on a coroutine connection: the same reads.
-inline net::awaitable<void> check_record_table(AsyncConnection& c, std::string_view table) {
+inline net::awaitable<TableLayout> check_record_table(AsyncConnection& c, std::string_view table) {
   const auto parts = idem::detail::split_identifier(table, "idem::mysql", "table name", true);
   const std::vector<Param> where = detail::present_columns_values(parts);
   const auto columns = co_await c.select(detail::live_columns_sql, where);
   const auto hiding = detail::index_hiding(co_await c.select(detail::index_hiding_sql, {}));
   const auto indexes = co_await c.select(detail::live_indexes_sql(hiding), where);
-  detail::require_expected_table(hiding, idem::detail::quote_parts(parts, '`'), columns, indexes);
+  const auto comment = co_await c.select(detail::table_comment_sql, where);
+  co_return detail::require_expected_table(hiding, idem::detail::quote_parts(parts, '`'), columns,
+                                           indexes, comment);
 }
 
 namespace detail {
@@ -196,9 +199,9 @@ class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
  public:
   // The store shares the pool. Same parameters as Store (bound_claim is not used).
   explicit AsyncStore(std::shared_ptr<AsyncPool> pool, StoreParams params = {})
-      : StoreSkeleton(detail::AsyncRecordOps(detail::RecordOps(params.table,
-                                                               params.insert_returning)),
-                      params.retry),
+      : StoreSkeleton(
+            detail::AsyncRecordOps(detail::RecordOps(params.table, params.insert_returning)),
+            params.retry),
         pool_(std::move(pool)),
         name_(params.table),
         table_(quote_identifier(params.table)) {
@@ -206,7 +209,7 @@ class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
     attach(pool_.get());
     if (params.check_table) {
       check_table_first([this](AsyncConnection& c) -> net::awaitable<void> {
-        return check_record_table(c, name_);
+        co_await check_record_table(c, name_);
       });
     }
   }
@@ -226,14 +229,13 @@ class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
     co_return done;
   }
 
-  // Store::check_schema's check: throws SchemaMismatch naming each problem and its fix.
-  net::awaitable<void> check_schema() {
-    co_await with_retries_unchecked<int>("check_schema",
-                                         [&](AsyncConnection& c, bool) -> net::awaitable<int> {
-                                           co_await check_record_table(c, name_);
-                                           co_return 0;
-                                         });
+  // Store::check_schema's check: throws SchemaMismatch naming each problem and its fix;
+  // returns the table's layout.
+  net::awaitable<TableLayout> check_schema() {
+    const TableLayout layout = co_await with_retries_unchecked<TableLayout>(
+        "check_schema", [&](AsyncConnection& c, bool) { return check_record_table(c, name_); });
     table_checked();
+    co_return layout;
   }
 
   // The store on a connection inside the transaction the caller began on it (in a

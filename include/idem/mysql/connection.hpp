@@ -175,12 +175,12 @@ class Connection {
     detail::thread_init();
     broken_ = false;
     autocommit_off_ = false;  // a new session starts as the server sets it up
+    const detail::ConnectTarget to(params_);
     mysql_ = mysql_init(nullptr);
     if (mysql_ == nullptr) throw StoreError("idem::mysql: mysql_init failed (out of memory)", true);
     detail::set_connect_options(mysql_, params_);
-    const detail::ConnectTarget to(params_);
-    if (mysql_real_connect(mysql_, to.host, params_.user.c_str(), params_.password.c_str(),
-                           to.database, to.port, to.socket, 0) == nullptr) {
+    if (mysql_real_connect(mysql_, to.host, to.user, to.password, to.database, to.port, to.socket,
+                           0) == nullptr) {
       const StoreError e = detail::connect_error(mysql_, params_);
       mysql_close(mysql_);
       mysql_ = nullptr;

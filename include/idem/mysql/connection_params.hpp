@@ -20,6 +20,13 @@ struct ConnectionParams {
   std::chrono::seconds connect_timeout{5};
   std::chrono::seconds read_timeout{60};
   std::chrono::seconds write_timeout{60};
+  // A MySQL option file (my.cnf syntax, as the mysql client reads ~/.my.cnf) that
+  // Connector/C reads when connecting: host, port, socket, user, password and database of
+  // option_group (and Connector/C's own client groups) apply to the fields left empty here
+  // (port 0); a field set here wins. Clear host, user and port to take them from the file
+  // (their in-class defaults count as set). A file that cannot be read fails the connect.
+  std::string option_file;
+  std::string option_group = "client";
 };
 
 }  // namespace idem::mysql

@@ -8,12 +8,15 @@
 //
 // Layouts: 1 is the table of idem before outcome_unknown, repairs and recovery points (13
 // columns); 2 adds recovery_points, repair_reason and repaired_at at the end, and status 3.
-// migrate_record_table() takes a layout-1 table to layout 2 in place.
+// migrate_record_table() takes a layout-1 table to layout 2 in place. The layout is stamped
+// in the table's comment (idem/table_layout.hpp); a table of an idem before stamps gets its
+// stamp from the migration.
 
 #include <mysql.h>
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +30,7 @@
 #include "idem/mysql/detail/server_features.hpp"
 #include "idem/mysql/errors.hpp"
 #include "idem/mysql/param.hpp"
+#include "idem/table_layout.hpp"
 
 namespace idem::mysql {
 
@@ -39,6 +43,11 @@ inline std::string quote_identifier(std::string_view name) {
 
 // The layout record_table_ddl() creates and migrate_record_table() brings older tables to.
 inline constexpr int record_table_layout = 2;
+
+// The stamp record_table_ddl() and migrate_record_table() write: layout 2, which an idem of
+// layout 1 would misread (status 3).
+inline constexpr TableLayout record_table_stamp{
+    .layout = record_table_layout, .oldest_reader = 2, .stamped = true};
 
 namespace detail {
 
@@ -92,17 +101,19 @@ inline std::string record_table_ddl(std::string_view quoted_table) {
   PRIMARY KEY (idempotent_key, biz_type),
   KEY idx_expire (expire_at),
   KEY idx_stale (status, lease_until)
-) ENGINE=InnoDB)",
+) ENGINE=InnoDB COMMENT='{}')",
                      quoted_table, detail::column_line(detail::status_column),
                      detail::column_line(detail::layout2_columns[0]),
                      detail::column_line(detail::layout2_columns[1]),
-                     detail::column_line(detail::layout2_columns[2]));
+                     detail::column_line(detail::layout2_columns[2]),
+                     idem::detail::layout_stamp(record_table_stamp));
 }
 
 // What migrate_record_table() did.
 struct Migration {
   std::vector<std::string> added;  // the columns it added (none: the table was up to date)
   std::string algorithm;           // the ALTER's algorithm ("INSTANT", ...); empty: no ALTER
+  bool stamped = false;            // it wrote the layout stamp (a table without one, or older)
 };
 
 namespace detail {
@@ -122,6 +133,16 @@ inline std::string present_columns_sql() {
       "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
       "IFNULL(?, DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME IN ({})",
       names);
+}
+
+// The table's comment, which holds the layout stamp (values: present_columns_values).
+inline constexpr const char* table_comment_sql =
+    "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = IFNULL(?, "
+    "DATABASE()) AND TABLE_NAME = ?";
+
+inline std::optional<TableLayout> stamp_in(const std::vector<Row>& comment_rows) {
+  if (comment_rows.empty()) return std::nullopt;
+  return idem::detail::parse_layout_stamp(comment_rows.front().at(0).text().value_or(""));
 }
 
 inline std::vector<Param> present_columns_values(const idem::detail::IdentifierParts& parts) {
@@ -146,16 +167,17 @@ struct MigrationStatement {
   std::string_view algorithm;
 };
 
-// The ALTERs that add `missing` to the table, to try in order: INSTANT (metadata only, no
-// copy of the rows), then an online rebuild (INPLACE, LOCK=NONE: claims go on meanwhile). A
-// server that can do neither refuses both; the migration never falls back to a copy that
-// locks the table. MariaDB gets IF NOT EXISTS (a concurrent migration may have added a
-// column in between), WAIT and the new status comment; MySQL has none of the first two, and
-// its comment is left alone there (a comment change may cost MySQL its INSTANT add).
+// The ALTERs that add `missing` to the table and, with `stamp`, write the layout stamp in its
+// comment, to try in order: INSTANT (metadata only, no copy of the rows), then an online
+// rebuild (INPLACE, LOCK=NONE: claims go on meanwhile). A server that can do neither refuses
+// both; the migration never falls back to a copy that locks the table. MariaDB gets IF NOT
+// EXISTS (a concurrent migration may have added a column in between), WAIT and the new status
+// comment; MySQL has none of the first two, and its status comment is left alone there (a
+// column's comment change may cost MySQL its INSTANT add).
 inline std::vector<MigrationStatement> migration_statements(std::string_view quoted_table,
                                                             const std::vector<std::string>& missing,
-                                                            bool mariadb) {
-  if (missing.empty()) return {};
+                                                            bool stamp, bool mariadb) {
+  if (missing.empty() && !stamp) return {};
   std::string changes;
   for (const auto& c : layout2_columns) {
     bool wanted = false;
@@ -165,8 +187,12 @@ inline std::vector<MigrationStatement> migration_statements(std::string_view quo
     changes += fmt::format("{}ADD COLUMN {}{} {}", changes.empty() ? "" : ", ",
                            mariadb ? "IF NOT EXISTS " : "", c.name, c.definition);
   }
-  if (mariadb) {
+  if (mariadb && !missing.empty()) {
     changes += fmt::format(", MODIFY COLUMN {} {}", status_column.name, status_column.definition);
+  }
+  if (stamp) {
+    changes += fmt::format("{}COMMENT='{}'", changes.empty() ? "" : ", ",
+                           idem::detail::layout_stamp(record_table_stamp));
   }
   const std::string head =
       mariadb ? fmt::format("ALTER TABLE {} WAIT {} ", quoted_table, migration_lock_wait_seconds)
@@ -185,31 +211,47 @@ inline bool algorithm_refused(const StoreError& e) noexcept {
 
 inline StoreError migration_refused(std::string_view quoted_table, const StoreError& last) {
   return StoreError(
-      fmt::format("idem::mysql: the server cannot add the columns of layout {} to {} online "
+      fmt::format("idem::mysql: the server cannot take {1} to layout {0} online "
                   "(neither INSTANT nor INPLACE, LOCK=NONE); run the ALTER of docs/mysql.md "
-                  "in a maintenance window: {}",
+                  "in a maintenance window: {2}",
                   record_table_layout, quoted_table, last.what()),
       false, last.diagnostics());
+}
+
+// What a migration does to a table that has the layout-2 columns `present` and the comment
+// `comment_rows` (none when there is no table): the columns to add and whether to stamp.
+// Refuses (SchemaMismatch) a table that a newer idem made unreadable for this one.
+inline Migration migration_plan(const std::string& quoted, const std::vector<std::string>& present,
+                                const std::vector<Row>& comment_rows) {
+  Migration plan{missing_columns(present), {}, false};
+  const TableLayout table =
+      idem::detail::table_layout(stamp_in(comment_rows), plan.added.empty(), record_table_stamp);
+  if (auto problem = idem::detail::layout_problem(table, record_table_layout))
+    throw SchemaMismatch(quoted, {std::move(*problem)});
+  plan.stamped = idem::detail::needs_stamp(table, record_table_stamp);
+  return plan;
 }
 
 }  // namespace detail
 
 // Brings the record table `table` (a name as StoreParams::table takes it) created by an older
 // idem to the current layout in place, online: ALTER TABLE ... ADD COLUMN of the columns it
-// lacks (see detail::migration_statements). A table already up to date costs one read of
-// information_schema and no ALTER (an ALTER, even an instant one, waits for the table's
-// metadata lock). Safe to run while other processes claim on the table, and to run twice.
-// store.ensure_schema() runs it; the account needs ALTER on the table then. Throws StoreError.
+// lacks and the layout stamp (see detail::migration_statements). A table already up to date
+// costs two reads of information_schema and no ALTER (an ALTER, even an instant one, waits
+// for the table's metadata lock). Safe to run while other processes claim on the table, and
+// to run twice. store.ensure_schema() runs it; the account needs ALTER on the table then.
+// Throws StoreError; SchemaMismatch for a table a newer idem migrated beyond this one.
 inline Migration migrate_record_table(Connection& c, std::string_view table) {
   const auto parts = idem::detail::split_identifier(table, "idem::mysql", "table name", true);
   const std::string quoted = idem::detail::quote_parts(parts, '`');
+  const auto where = detail::present_columns_values(parts);
   std::vector<std::string> present;
-  for (const Row& row :
-       c.select(detail::present_columns_sql(), detail::present_columns_values(parts)))
+  for (const Row& row : c.select(detail::present_columns_sql(), where))
     present.emplace_back(row.at(0).text().value_or(""));
-  Migration done{detail::missing_columns(present), {}};
-  const auto statements =
-      detail::migration_statements(quoted, done.added, detail::server_is_mariadb(c.native()));
+  Migration done =
+      detail::migration_plan(quoted, present, c.select(detail::table_comment_sql, where));
+  const auto statements = detail::migration_statements(quoted, done.added, done.stamped,
+                                                       detail::server_is_mariadb(c.native()));
   for (std::size_t i = 0; i < statements.size(); ++i) {
     try {
       c.query(statements[i].sql);

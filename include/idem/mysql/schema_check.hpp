@@ -152,28 +152,42 @@ inline std::vector<LiveIndexColumn> live_indexes(const std::vector<Row>& rows) {
   return keys;
 }
 
-// Throws SchemaMismatch when the answers show problems.
-inline void require_expected_table(IndexHiding hiding, const std::string& quoted,
-                                   const std::vector<Row>& columns,
-                                   const std::vector<Row>& indexes) {
-  auto problems =
-      idem::detail::schema_problems(schema_dialect(hiding), quoted, record_table_ddl(quoted),
-                                    live_columns(columns), live_indexes(indexes));
+// The table's layout; throws SchemaMismatch when the answers show problems.
+inline TableLayout require_expected_table(IndexHiding hiding, const std::string& quoted,
+                                          const std::vector<Row>& columns,
+                                          const std::vector<Row>& indexes,
+                                          const std::vector<Row>& comment) {
+  const auto live = live_columns(columns);
+  auto problems = idem::detail::schema_problems(
+      schema_dialect(hiding), quoted, record_table_ddl(quoted), live, live_indexes(indexes));
+  std::vector<std::string> present;
+  for (const auto& c : live)
+    present.push_back(c.name);
+  const TableLayout layout = idem::detail::table_layout(
+      stamp_in(comment), missing_columns(present).empty(), record_table_stamp);
+  if (!live.empty()) {
+    if (auto problem = idem::detail::layout_problem(layout, record_table_layout))
+      problems.insert(problems.begin(), std::move(*problem));
+  }
   if (!problems.empty()) throw SchemaMismatch(quoted, std::move(problems));
+  return layout;
 }
 
 }  // namespace detail
 
 // Checks that the record table `table` (a name as StoreParams::table takes it) is the one
-// idem expects; throws SchemaMismatch listing every problem with its fix, StoreError when the
-// server cannot be asked. Three reads of information_schema, nothing written.
-inline void check_record_table(Connection& c, std::string_view table) {
+// idem expects and returns its layout (the stamp in its comment, or what its columns show);
+// throws SchemaMismatch listing every problem with its fix (a table a newer idem migrated
+// beyond this one's reach among them), StoreError when the server cannot be asked. Four reads
+// of information_schema, nothing written.
+inline TableLayout check_record_table(Connection& c, std::string_view table) {
   const auto parts = idem::detail::split_identifier(table, "idem::mysql", "table name", true);
   const auto where = detail::present_columns_values(parts);
   const auto hiding = detail::index_hiding(c.select(detail::index_hiding_sql, {}));
-  detail::require_expected_table(hiding, idem::detail::quote_parts(parts, '`'),
-                                 c.select(detail::live_columns_sql, where),
-                                 c.select(detail::live_indexes_sql(hiding), where));
+  return detail::require_expected_table(hiding, idem::detail::quote_parts(parts, '`'),
+                                        c.select(detail::live_columns_sql, where),
+                                        c.select(detail::live_indexes_sql(hiding), where),
+                                        c.select(detail::table_comment_sql, where));
 }
 
 }  // namespace idem::mysql

@@ -413,17 +413,16 @@ class Store : public StoreSkeleton<detail::Backend> {
   // Checks that the table is the one idem expects (check_record_table: columns, types, byte
   // for byte keys, primary key, indexes) without changing anything; throws SchemaMismatch
   // naming each problem and its fix. For an account without DDL rights, whose table a DBA
-  // created: call it at start-up, before the first claim.
-  void check_schema() {
-    with_retries_unchecked("check_schema", [&](Connection& c, bool) {
-      check_record_table(c, name_);
-      return 0;
-    });
+  // created: call it at start-up, before the first claim. Returns the table's layout.
+  TableLayout check_schema() {
+    const TableLayout layout = with_retries_unchecked(
+        "check_schema", [&](Connection& c, bool) { return check_record_table(c, name_); });
     table_checked();
+    return layout;
   }
-  void check_schema(MYSQL* mysql) const {
+  TableLayout check_schema(MYSQL* mysql) const {
     Connection c(mysql);
-    check_record_table(c, name_);
+    return check_record_table(c, name_);
   }
 
   // The same store on a connection inside the transaction open on it: one of idem's (e.g.

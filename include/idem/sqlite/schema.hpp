@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
 #include "idem/sqlite/connection.hpp"
+#include "idem/table_layout.hpp"
 
 namespace idem::sqlite {
 
@@ -90,24 +92,81 @@ inline constexpr std::array<AddedColumn, 3> added_record_columns{{
     {"repaired_at", "repaired_at INTEGER"},
 }};
 
+// The layout record_table_ddl() creates and migrate_record_table() brings older tables to,
+// and its stamp (idem/table_layout.hpp): layout 2 (the added columns and status 3), which an
+// idem of the first layout would misread.
+inline constexpr TableLayout record_table_stamp{.layout = 2, .oldest_reader = 2, .stamped = true};
+
+namespace detail {
+
+// The table that keeps the layout stamp of each record table of a database (SQLite has no
+// table comments): one row per record table, written by migrate_record_table().
+inline std::string stamp_table(const TableName& t) {
+  return t.schema.empty() ? "\"idem_schema\"" : fmt::format("\"{}\".\"idem_schema\"", t.schema);
+}
+
+inline std::string stamp_table_ddl(const TableName& t) {
+  return fmt::format(R"(CREATE TABLE IF NOT EXISTS {} (
+  record_table  TEXT COLLATE BINARY PRIMARY KEY,  -- a record table of this database
+  layout        INTEGER NOT NULL,                 -- its layout (idem/table_layout.hpp)
+  oldest_reader INTEGER NOT NULL                  -- the oldest layout of idem that may use it
+))",
+                     stamp_table(t));
+}
+
+// The column names of a table (PRAGMA table_info); none when it does not exist.
+inline std::vector<std::string> column_names(Connection& c, const TableName& t) {
+  const std::string schema = t.schema.empty() ? "" : fmt::format("\"{}\".", t.schema);
+  std::vector<std::string> names;
+  Rows info = c.query(fmt::format("PRAGMA {}table_info(\"{}\")", schema, t.table));
+  while (info.next())
+    names.push_back(info.text(1));
+  return names;
+}
+
+// The stamp of the record table `t`; nullopt when it has none (an idem before stamps).
+inline std::optional<TableLayout> read_stamp(Connection& c, const TableName& t) {
+  if (column_names(c, {t.schema, "idem_schema"}).empty()) return std::nullopt;
+  Rows row = c.query(
+      fmt::format("SELECT layout, oldest_reader FROM {} WHERE record_table = ?", stamp_table(t)),
+      {t.table});
+  if (!row.next()) return std::nullopt;
+  const auto layout = row.integer(0);
+  const auto oldest_reader = row.integer(1);
+  if (layout < 1 || oldest_reader < 1 || oldest_reader > layout || layout > 1'000'000)
+    return std::nullopt;  // not a stamp idem wrote
+  return TableLayout{static_cast<int>(layout), static_cast<int>(oldest_reader), true};
+}
+
+// The layout of a table with the columns `present`.
+inline TableLayout layout_of(Connection& c, const TableName& t,
+                             const std::vector<std::string>& present) {
+  bool current_columns = true;
+  for (const AddedColumn& column : added_record_columns)
+    current_columns =
+        current_columns && std::find(present.begin(), present.end(), column.name) != present.end();
+  return idem::detail::table_layout(read_stamp(c, t), current_columns, record_table_stamp);
+}
+
+}  // namespace detail
+
 // Upgrades a record table of an earlier layout in place: adds the columns of
 // added_record_columns it lacks (PRAGMA table_info, then ALTER TABLE ADD COLUMN), in order, so
-// that a migrated table has the columns of a new one in the same order. Idempotent: a table
-// that has them is left alone. Safe when several connections or processes migrate at once: a
-// column that another migrator added first ("duplicate column name") counts as added. Returns
-// the number of columns this call added. Run it in a write transaction (BEGIN IMMEDIATE, as
-// Store::ensure_schema does) to add all of them or none.
+// that a migrated table has the columns of a new one in the same order, and writes its layout
+// stamp (in idem_schema, created if missing). Idempotent: a table that has them is left alone.
+// Safe when several connections or processes migrate at once: a column that another migrator
+// added first ("duplicate column name") counts as added. Returns the number of columns this
+// call added. Run it in a write transaction (BEGIN IMMEDIATE, as Store::ensure_schema does) to
+// add all of them and the stamp, or nothing. Throws SchemaMismatch for a table that a newer
+// idem migrated beyond this one's reach, and changes nothing then.
 inline int migrate_record_table(Connection& c, const TableName& t) {
-  const std::string schema = t.schema.empty() ? "" : fmt::format("\"{}\".", t.schema);
-  std::vector<std::string> present;
-  {
-    Rows info = c.query(fmt::format("PRAGMA {}table_info(\"{}\")", schema, t.table));
-    while (info.next())
-      present.push_back(info.text(1));
-  }
+  const std::vector<std::string> present = detail::column_names(c, t);
   if (present.empty()) {
     throw UsageError(fmt::format("idem::sqlite: there is no table {} to migrate", t.quoted()));
   }
+  const TableLayout layout = detail::layout_of(c, t, present);
+  if (auto problem = idem::detail::layout_problem(layout, record_table_stamp.layout))
+    throw SchemaMismatch(t.quoted(), {std::move(*problem)});
   int added = 0;
   for (const AddedColumn& column : added_record_columns) {
     if (std::find(present.begin(), present.end(), column.name) != present.end()) continue;
@@ -118,6 +177,14 @@ inline int migrate_record_table(Connection& c, const TableName& t) {
       // Another connection added it between our look and our ALTER: the table is as wanted.
       if (e.diagnostics().message.rfind("duplicate column name", 0) != 0) throw;
     }
+  }
+  if (idem::detail::needs_stamp(layout, record_table_stamp)) {
+    c.exec(detail::stamp_table_ddl(t));
+    c.execute(fmt::format("INSERT INTO {} (record_table, layout, oldest_reader) VALUES (?, ?, ?) "
+                          "ON CONFLICT (record_table) DO UPDATE SET layout = excluded.layout, "
+                          "oldest_reader = excluded.oldest_reader",
+                          detail::stamp_table(t)),
+              {t.table, record_table_stamp.layout, record_table_stamp.oldest_reader});
   }
   return added;
 }

@@ -78,9 +78,11 @@ inline const idem::detail::SchemaDialect& schema_dialect() {
 
 }  // namespace detail
 
-// Checks that the record table `t` is the one idem expects; throws SchemaMismatch listing every
-// problem with its fix, StoreError when the file cannot be read. Reads only.
-inline void check_record_table(Connection& c, const TableName& t) {
+// Checks that the record table `t` is the one idem expects and returns its layout (its stamp
+// in idem_schema, or what its columns show); throws SchemaMismatch listing every problem with
+// its fix (a table a newer idem migrated beyond this one's reach among them), StoreError when
+// the file cannot be read. Reads only.
+inline TableLayout check_record_table(Connection& c, const TableName& t) {
   const std::string schema = t.schema.empty() ? "" : fmt::format("\"{}\".", t.schema);
   std::vector<idem::detail::LiveColumn> live;
   {
@@ -123,7 +125,16 @@ inline void check_record_table(Connection& c, const TableName& t) {
   const std::string quoted = t.quoted();
   auto problems = idem::detail::schema_problems(detail::schema_dialect(), quoted,
                                                 record_table_ddl(t), live, keys);
+  std::vector<std::string> present;
+  for (const auto& col : live)
+    present.push_back(col.name);
+  const TableLayout layout = detail::layout_of(c, t, present);
+  if (!live.empty()) {
+    if (auto problem = idem::detail::layout_problem(layout, record_table_stamp.layout))
+      problems.insert(problems.begin(), std::move(*problem));
+  }
   if (!problems.empty()) throw SchemaMismatch(quoted, std::move(problems));
+  return layout;
 }
 
 }  // namespace idem::sqlite

@@ -312,13 +312,12 @@ class Store : public StoreSkeleton<detail::Backend> {
   // Checks that the table is the one idem expects (check_record_table: columns, types, the
   // primary key with byte-for-byte keys, indexes) without changing anything; throws
   // SchemaMismatch naming each problem and its fix. ensure_schema (so the constructor, unless
-  // create_schema is false) runs it.
-  void check_schema() {
-    with_retries_unchecked("check_schema", [&](Connection& c, bool) {
-      check_record_table(c, name_);
-      return 0;
-    });
+  // create_schema is false) runs it. Returns the table's layout.
+  TableLayout check_schema() {
+    const TableLayout layout = with_retries_unchecked(
+        "check_schema", [&](Connection& c, bool) { return check_record_table(c, name_); });
     table_checked();
+    return layout;
   }
 
   // The same store on a connection of yours (or of pool()), inside the transaction open on

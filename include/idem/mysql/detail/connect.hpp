@@ -4,6 +4,7 @@
 
 #include <mysql.h>
 
+#include <fstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -14,8 +15,12 @@
 
 namespace idem::mysql::detail {
 
-// Timeouts and character set, on a handle from mysql_init.
+// Timeouts, character set and the option file, on a handle from mysql_init.
 inline void set_connect_options(MYSQL* mysql, const ConnectionParams& p) {
+  if (!p.option_file.empty()) {
+    mysql_options(mysql, MYSQL_READ_DEFAULT_FILE, p.option_file.c_str());
+    mysql_options(mysql, MYSQL_READ_DEFAULT_GROUP, p.option_group.c_str());
+  }
   const unsigned connect_timeout = static_cast<unsigned>(p.connect_timeout.count());
   const unsigned read_timeout = static_cast<unsigned>(p.read_timeout.count());
   const unsigned write_timeout = static_cast<unsigned>(p.write_timeout.count());
@@ -25,27 +30,46 @@ inline void set_connect_options(MYSQL* mysql, const ConnectionParams& p) {
   mysql_options(mysql, MYSQL_SET_CHARSET_NAME, "utf8mb4");
 }
 
-// The arguments of mysql_real_connect: a unix socket, when set, wins over host and port.
+// The arguments of mysql_real_connect: a unix socket, when set, wins over host and port. With
+// an option file, an empty field is passed as NULL (port 0), which lets the file's value
+// apply. Throws StoreError when the option file cannot be read: Connector/C would connect
+// without it, and fail later with a misleading login error.
 struct ConnectTarget {
   const char* host;
   unsigned port;
   const char* socket;
   const char* database;
+  const char* user;
+  const char* password;
 
   explicit ConnectTarget(const ConnectionParams& p)
-      : host(p.unix_socket.empty() ? p.host.c_str() : "localhost"),
+      : host(p.unix_socket.empty() ? or_file(p, p.host) : "localhost"),
         port(p.unix_socket.empty() ? p.port : 0),
         socket(p.unix_socket.empty() ? nullptr : p.unix_socket.c_str()),
-        database(p.database.empty() ? nullptr : p.database.c_str()) {}
+        database(p.database.empty() ? nullptr : p.database.c_str()),
+        user(or_file(p, p.user)),
+        password(or_file(p, p.password)) {
+    if (!p.option_file.empty() && !std::ifstream(p.option_file)) {
+      throw StoreError(fmt::format("idem::mysql: cannot read the option file {}", p.option_file),
+                       false);
+    }
+  }
+
+ private:
+  static const char* or_file(const ConnectionParams& p, const std::string& value) {
+    return value.empty() && !p.option_file.empty() ? nullptr : value.c_str();
+  }
 };
 
 // The error of a failed connect. Refused logins and unknown databases will not heal by
 // retrying; lost links may.
 inline StoreError connect_error(MYSQL* mysql, const ConnectionParams& p) {
-  const StoreError e =
-      make_error(p.unix_socket.empty() ? fmt::format("connect to {}:{}", p.host, p.port)
-                                       : fmt::format("connect to {}", p.unix_socket),
-                 mysql_errno(mysql), mysql_sqlstate(mysql), mysql_error(mysql));
+  const std::string where = !p.unix_socket.empty() ? p.unix_socket
+                            : !p.host.empty()      ? fmt::format("{}:{}", p.host, p.port)
+                                              : fmt::format("the server of option file {} [{}]",
+                                                            p.option_file, p.option_group);
+  const StoreError e = make_error(fmt::format("connect to {}", where), mysql_errno(mysql),
+                                  mysql_sqlstate(mysql), mysql_error(mysql));
   return StoreError(e.what(), is_connection_lost(e.diagnostics().code), e.diagnostics());
 }
 
