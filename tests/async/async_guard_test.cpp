@@ -129,7 +129,7 @@ TEST_CASE_METHOD(Crash,
 
 TEST_CASE_METHOD(Crash,
                  "async guard: a resolver that says unknown, throws or overruns marks the "
-                 "record outcome_unknown; run_once answers that verdict with no value and "
+                 "record outcome_unknown - run_once answers that verdict with no value and "
                  "no error") {
   std::atomic<bool> released{false};
   std::atomic<bool> finished{false};

@@ -143,7 +143,7 @@ TEST_CASE_METHOD(Steps,
 }
 
 TEST_CASE_METHOD(Steps,
-                 "async attempt: a step that throws keeps nothing; the retry runs it again "
+                 "async attempt: a step that throws keeps nothing - the retry runs it again "
                  "and keeps the earlier steps") {
   const idem::Key key{"ORDER", "O-3"};
   bool fail = true;
@@ -170,7 +170,7 @@ TEST_CASE_METHOD(Steps,
 
 TEST_CASE_METHOD(Steps,
                  "async attempt: a kept result that does not decode as the step's type is "
-                 "CorruptRecord; a bad step name InvalidArgument; a closed guard UsageError") {
+                 "CorruptRecord - a bad step name InvalidArgument - a closed guard UsageError") {
   const idem::Key key{"ORDER", "O-4"};
   run([&]() -> net::awaitable<int> {
     auto guard = co_await idem::async::Guard<Store>::claim(store, key, "fp");

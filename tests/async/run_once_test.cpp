@@ -292,7 +292,7 @@ TEST_CASE_METHOD(Loop,
 
 TEST_CASE(
     "async run_once: cancelled while the resolver of a crashed attempt runs, it ends at "
-    "once; the resolver's thread finishes and its answer settles the key for the next "
+    "once - the resolver's thread finishes and its answer settles the key for the next "
     "duplicate") {
   struct Case {
     std::string id;

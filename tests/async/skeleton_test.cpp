@@ -231,7 +231,7 @@ using Statements = std::vector<std::string>;
 
 TEST_CASE_METHOD(Scripted,
                  "async skeleton: a repair reads, checks the fence and writes "
-                 "repaired(); a stale fence is refused with the current record") {
+                 "repaired() - a stale fence is refused with the current record") {
   table.seed(key);
   const idem::Record done = repair({.action = idem::RepairAction::complete,
                                     .fence = 1,
@@ -329,7 +329,7 @@ TEST_CASE_METHOD(Scripted,
 
 TEST_CASE_METHOD(Scripted,
                  "async skeleton: record_step with the points the caller knows writes "
-                 "at once; a stale guess, or a lost reply, reads") {
+                 "at once - a stale guess, or a lost reply, reads") {
   table.seed(key);
   const idem::Ticket held = table.rows.at(key).ticket;
   CHECK(step_known(held, "reserve", "1", "") == R"({"reserve":1})");

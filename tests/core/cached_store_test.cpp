@@ -248,7 +248,7 @@ TEST_CASE("cached_store: hits are reported to the observer and counted by Metric
   CHECK_THAT(metrics.render(), Catch::Contains("idem_cache_hits_total{biz_type=\"PAY\"} 2"));
 }
 
-TEST_CASE("cached_store: 16 threads on 50 keys execute each once; hits never run anything") {
+TEST_CASE("cached_store: 16 threads on 50 keys execute each once - hits never run anything") {
   idem::MemoryStore memory;
   idem::CachedStore<idem::MemoryStore> cached(memory, {.max_entries = 20});  // evicting too
   std::atomic<int> executions{0}, wrong{0};

@@ -95,7 +95,7 @@ struct Answers {
 
 TEST_CASE_METHOD(JanitorFixture,
                  "janitor with resolvers: stale claims are resolved, never released "
-                 "blindly; other biz_types are released by a fenced repair") {
+                 "blindly - other biz_types are released by a fenced repair") {
   Answers answers;
   answers.by_id.emplace("paid", idem::Resolution::happened(nlohmann::json{{"charge", "ch_1"}}));
   answers.by_id.emplace("free", idem::Resolution::not_happened());

@@ -80,7 +80,7 @@ TEST_CASE("resolvers: a resolver that throws is unknown, saying why") {
 }
 
 TEST_CASE(
-    "resolvers: an overrunning resolver is unknown at its time limit; the caller waits no "
+    "resolvers: an overrunning resolver is unknown at its time limit - the caller waits no "
     "longer") {
   Gate gate;
   std::atomic<bool> finished{false};

@@ -47,7 +47,7 @@ void report(idem::Observer& o, EventKind kind, std::string id,
 
 }  // namespace
 
-TEST_CASE("held_events: answers and results wait; failures go out at once") {
+TEST_CASE("held_events: answers and results wait - failures go out at once") {
   Seen seen;
   idem::detail::HeldEvents held(&seen);
   CHECK(held.target() == &seen);

@@ -63,7 +63,7 @@ TEST_CASE("a forgotten commit on the caller's sqlite3*: no row, UsageError, 3 ti
   CHECK(business_rows(store) == 1);
 }
 
-TEST_CASE("a 5xx after the business wrote is rolled back; the next try runs once") {
+TEST_CASE("a 5xx after the business wrote is rolled back - the next try runs once") {
   TempDir dir;
   idem::sqlite::Store store{dir / "5xx.db"};
   idem_test::create_business_table(store);

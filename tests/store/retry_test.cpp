@@ -25,7 +25,8 @@ TEST_CASE("RetryPolicy: validated once, the same way for every caller") {
   CHECK(idem::TransactionParams{}.retry.max_attempts == 5);
 }
 
-TEST_CASE("Backoff: each pause is the step plus up to as much again; the step doubles to the cap") {
+TEST_CASE(
+    "Backoff: each pause is the step plus up to as much again - the step doubles to the cap") {
   idem::Backoff b(4ms, 20ms);
   const std::vector<idem::Duration> steps{4ms, 8ms, 16ms, 20ms, 20ms};
   for (const idem::Duration step : steps) {

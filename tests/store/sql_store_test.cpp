@@ -240,7 +240,7 @@ std::vector<std::string> calls_of(Server& s) {
 
 }  // namespace
 
-TEST_CASE("sql_store: a fresh claim is one insert; a duplicate reads and replays") {
+TEST_CASE("sql_store: a fresh claim is one insert - a duplicate reads and replays") {
   Server server;
   FakeStore store(server);
   const auto first = store.claim(key, "fp", store_opts);
@@ -366,7 +366,7 @@ TEST_CASE("sql_store: a lost reply over a row that moved on is still LeaseLost")
   CHECK(server.rows.at(key).ticket == taken.record.ticket);
 }
 
-TEST_CASE("sql_store: fatal failures are not retried; transient ones are, up to the policy") {
+TEST_CASE("sql_store: fatal failures are not retried - transient ones are, up to the policy") {
   Server server;
   FakeStore store(server, {.max_attempts = 3, .backoff = 1ms, .max_backoff = 1ms});
   server.faults.push_back({"insert", fatal_code, false});
@@ -401,7 +401,7 @@ TEST_CASE("sql_store: a batch statement that fails is tried again at half its wi
   CHECK(server.chunk_sizes == expected);
 }
 
-TEST_CASE("sql_store: housekeeping runs in batches; a bound store needs a transaction") {
+TEST_CASE("sql_store: housekeeping runs in batches - a bound store needs a transaction") {
   Server server;
   FakeStore store(server);
   for (int i = 0; i < 5; ++i)
