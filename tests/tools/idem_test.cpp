@@ -19,6 +19,7 @@
 #include <idem/sqlite.hpp>
 
 #include "../mysql/layout1_table.hpp"
+#include "../support/admin_program.hpp"
 #include "../support/mysql_server.hpp"
 #include "../support/paths.hpp"
 #include "../support/run_program.hpp"
@@ -29,17 +30,10 @@ using namespace std::chrono_literals;
 namespace {
 
 using Ran = idem_test::ProgramRun;
+using idem_test::operator+;
 
-// Runs tools/idem with `args`.
 Ran idem_admin(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{idem_test::paths::admin};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return idem_test::run_program(argv);
-}
-
-std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
+  return idem_test::run_admin(args);
 }
 
 // A SQLite file with a claim whose worker died, a success and a permanent failure.
@@ -92,7 +86,7 @@ TEST_CASE("idem: --help, and usage errors exit 2 without touching a store") {
   CHECK_THAT(bad_table.err, Catch::Contains("table name"));
 }
 
-TEST_CASE("idem on SQLite: inspect and list show every field; a missing key exits 1") {
+TEST_CASE("idem on SQLite: inspect and list show every field - a missing key exits 1") {
   SqliteFile f;
   const Ran paid = idem_admin(f.where + std::vector<std::string>{"inspect", "PAY", "paid"});
   INFO(paid.err);
@@ -135,7 +129,7 @@ TEST_CASE("idem on SQLite: inspect and list show every field; a missing key exit
   CHECK(old.out.empty());
 }
 
-TEST_CASE("idem on SQLite: a repair needs the fence read and a reason; a stale fence is refused") {
+TEST_CASE("idem on SQLite: a repair needs the fence read and a reason - a stale fence is refused") {
   SqliteFile f;
   const std::vector<std::string> release{"release", "PAY", "dead", "--reason", "worker OOM-killed"};
   // Usage errors change nothing.
@@ -190,7 +184,7 @@ TEST_CASE("idem on SQLite: a repair needs the fence read and a reason; a stale f
   CHECK_FALSE(stored->retryable);
 }
 
-TEST_CASE("idem on SQLite: schema check, print and migrate; purge") {
+TEST_CASE("idem on SQLite: schema check, print and migrate - purge") {
   SqliteFile f;
   const Ran ok = idem_admin(f.where + std::vector<std::string>{"schema", "check"});
   CHECK(ok.status == 0);
@@ -241,7 +235,7 @@ TEST_CASE("idem on SQLite: schema check, print and migrate; purge") {
   CHECK(has_line("total +4"));
   CHECK_THAT(stats.out, Catch::Contains("purge backlog     1 expired record(s)") &&
                             Catch::Contains("stale claims      1, the oldest lease ran out at") &&
-                            Catch::Contains(" KiB (table and indexes)"));
+                            Catch::Contains(" KiB (records and indexes)"));
   const Ran json = idem_admin(f.where + std::vector<std::string>{"stats", "--json"});
   REQUIRE(json.status == 0);
   const auto j = nlohmann::json::parse(json.out);

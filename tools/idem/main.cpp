@@ -27,6 +27,7 @@
 
 #include "mysql_target.hpp"
 #include "record_text.hpp"
+#include "redis_target.hpp"
 #include "sqlite_target.hpp"
 #include "target.hpp"
 
@@ -59,11 +60,21 @@ WHERE (one store; flags win over the environment):
                              its host, port, socket, user, password and database apply
                              where no flag or variable gives one (env IDEM_MYSQL_OPTION_FILE)
   --mysql-option-group NAME  the file's group to read, default client
+  --redis-socket PATH        Redis over a unix socket                (env IDEM_REDIS_SOCKET)
+  --redis-host HOST          ... or over TCP                         (env IDEM_REDIS_HOST)
+  --redis-port N             default 6379                            (env IDEM_REDIS_PORT)
+  --redis-cluster NODES      a cluster: some of its nodes, host:port,host:port,...
+                                                                     (env IDEM_REDIS_CLUSTER)
+  --redis-user USER          an ACL user; the password only from env IDEM_REDIS_PASSWORD
+  --redis-prefix P           the services' StoreParams::prefix, default idem
+  --redis-buckets N          the services' StoreParams::buckets, default 1024: together
+                             they decide where a key's record lies
   --table NAME               the record table, default idempotent_record
 
 COMMANDS:
   inspect BIZ_TYPE ID [--json]
-      every field of one record; times in UTC and relative to now
+      every field of one record; times in UTC and relative to now; on Redis also the
+      record's key, bucket, cluster slot and the node that serves it
   list [--stale | --status STATUS | --unknown] [--biz-type T] [--older-than AGE]
        [--limit N] [--json]
       records by status (processing, succeeded, failed, outcome_unknown), claims whose
@@ -85,7 +96,7 @@ COMMANDS:
       one's lease, the table's size (reads the whole table: not for every minute)
   schema check | print | migrate
       check the table; print the CREATE TABLE of this idem; bring a table an older idem
-      created to this idem's layout (online)
+      created to this idem's layout (online). SQL stores only: Redis keeps no table
 
 EXIT STATUS:
   0 done   1 no such record   2 usage   3 refused: the record moved on, read it again
@@ -168,34 +179,61 @@ std::optional<std::string> env(const char* name) {
   return std::string(v);
 }
 
-std::unique_ptr<idem_admin::Target> open_target(Args& args) {
-  const std::string table = args.take("--table").value_or("idempotent_record");
-  const auto sqlite = args.take("--sqlite");
-  auto socket = args.take("--mysql-socket");
-  auto host = args.take("--mysql-host");
-  auto port = args.take("--mysql-port");
-  auto user = args.take("--mysql-user");
-  auto database = args.take("--mysql-database");
-  auto option_file = args.take("--mysql-option-file");
-  const auto option_group = args.take("--mysql-option-group");
-  if (sqlite) {
-    if (socket || host || port || user || database || option_file || option_group) {
-      throw UsageError("give either --sqlite or the --mysql-... options, not both");
-    }
-    return std::make_unique<idem_admin::SqliteTarget>(*sqlite, table);
+// The options that name a store, taken off the command line.
+struct StoreFlags {
+  std::optional<std::string> table, sqlite;
+  std::optional<std::string> mysql_socket, mysql_host, mysql_port, mysql_user, mysql_database,
+      mysql_option_file, mysql_option_group;
+  std::optional<std::string> redis_socket, redis_host, redis_port, redis_cluster, redis_user,
+      redis_prefix, redis_buckets;
+
+  explicit StoreFlags(Args& a)
+      : table(a.take("--table")),
+        sqlite(a.take("--sqlite")),
+        mysql_socket(a.take("--mysql-socket")),
+        mysql_host(a.take("--mysql-host")),
+        mysql_port(a.take("--mysql-port")),
+        mysql_user(a.take("--mysql-user")),
+        mysql_database(a.take("--mysql-database")),
+        mysql_option_file(a.take("--mysql-option-file")),
+        mysql_option_group(a.take("--mysql-option-group")),
+        redis_socket(a.take("--redis-socket")),
+        redis_host(a.take("--redis-host")),
+        redis_port(a.take("--redis-port")),
+        redis_cluster(a.take("--redis-cluster")),
+        redis_user(a.take("--redis-user")),
+        redis_prefix(a.take("--redis-prefix")),
+        redis_buckets(a.take("--redis-buckets")) {}
+
+  bool mysql() const {
+    return mysql_socket || mysql_host || mysql_port || mysql_user || mysql_database ||
+           mysql_option_file || mysql_option_group;
   }
+  bool redis() const {
+    return redis_socket || redis_host || redis_port || redis_cluster || redis_user ||
+           redis_prefix || redis_buckets;
+  }
+  std::string table_name() const { return table.value_or("idempotent_record"); }
+};
+
+std::unique_ptr<idem_admin::Target> mysql_target(StoreFlags& f) {
+  auto& socket = f.mysql_socket;
+  auto& host = f.mysql_host;
+  auto& port = f.mysql_port;
+  auto& user = f.mysql_user;
+  auto& database = f.mysql_database;
+  auto& option_file = f.mysql_option_file;
   if (!socket && !host) {
     socket = env("IDEM_MYSQL_SOCKET");
     host = env("IDEM_MYSQL_HOST");
   }
   if (!option_file) option_file = env("IDEM_MYSQL_OPTION_FILE");
-  if (option_group && !option_file) {
+  if (f.mysql_option_group && !option_file) {
     throw UsageError("--mysql-option-group needs --mysql-option-file");
   }
   if (!socket && !host && !option_file) {
     throw UsageError(
-        "no store: give --sqlite FILE, --mysql-socket PATH, --mysql-host HOST or "
-        "--mysql-option-file FILE");
+        "MySQL: give --mysql-socket PATH, --mysql-host HOST or --mysql-option-file FILE");
   }
   idem::mysql::ConnectionParams c;
   if (option_file) {
@@ -204,7 +242,7 @@ std::unique_ptr<idem_admin::Target> open_target(Args& args) {
       throw UsageError(fmt::format("cannot read the option file {}", *option_file));
     }
     c.option_file = *option_file;
-    if (option_group) c.option_group = *option_group;
+    if (f.mysql_option_group) c.option_group = *f.mysql_option_group;
     c.host.clear();
     c.user.clear();
     c.port = 0;
@@ -221,7 +259,77 @@ std::unique_ptr<idem_admin::Target> open_target(Args& args) {
   }
   c.database = database.value_or("");
   c.password = env("IDEM_MYSQL_PASSWORD").value_or("");
-  return std::make_unique<idem_admin::MysqlTarget>(c, table);
+  return std::make_unique<idem_admin::MysqlTarget>(c, f.table_name());
+}
+
+std::unique_ptr<idem_admin::Target> redis_target(StoreFlags& f) {
+  if (f.table) throw UsageError("--table is not for Redis: its records lie by --redis-prefix");
+  auto& socket = f.redis_socket;
+  auto& host = f.redis_host;
+  auto& cluster = f.redis_cluster;
+  if (!socket && !host && !cluster) {
+    socket = env("IDEM_REDIS_SOCKET");
+    host = env("IDEM_REDIS_HOST");
+    cluster = env("IDEM_REDIS_CLUSTER");
+  }
+  const int where = static_cast<int>(socket.has_value()) + static_cast<int>(host.has_value()) +
+                    static_cast<int>(cluster.has_value());
+  if (where != 1) {
+    throw UsageError(
+        "Redis: give one of --redis-socket PATH, --redis-host HOST and --redis-cluster NODES "
+        "(or one of their variables)");
+  }
+  idem::redis::ConnectionParams c;
+  if (socket) c.unix_socket = *socket;
+  if (host) c.host = *host;
+  auto& port = f.redis_port;
+  if (!port) port = env("IDEM_REDIS_PORT");
+  if (port) c.port = static_cast<unsigned>(Args::number(*port, "--redis-port"));
+  if (cluster) {
+    for (std::size_t from = 0; from <= cluster->size();) {
+      const std::size_t comma = std::min(cluster->find(',', from), cluster->size());
+      if (comma > from) c.cluster_nodes.push_back(cluster->substr(from, comma - from));
+      from = comma + 1;
+    }
+    if (c.cluster_nodes.empty()) throw UsageError("--redis-cluster names no node");
+  }
+  if (f.redis_user) c.user = *f.redis_user;
+  c.password = env("IDEM_REDIS_PASSWORD").value_or("");
+  c.client_name = "idem-admin";
+  idem::redis::StoreParams p;
+  if (f.redis_prefix) p.prefix = *f.redis_prefix;
+  if (f.redis_buckets) {
+    p.buckets = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(Args::number(*f.redis_buckets, "--redis-buckets"), 1u << 30));
+  }
+  return std::make_unique<idem_admin::RedisTarget>(c, std::move(p));
+}
+
+// The store a command works on: the one its options name (--sqlite, --mysql-... or
+// --redis-...), or else the one the environment names (IDEM_MYSQL_... or IDEM_REDIS_...).
+std::unique_ptr<idem_admin::Target> open_target(Args& args) {
+  StoreFlags f(args);
+  const int named = static_cast<int>(f.sqlite.has_value()) + static_cast<int>(f.mysql()) +
+                    static_cast<int>(f.redis());
+  if (named > 1) {
+    throw UsageError("give the options of one store: --sqlite, --mysql-... or --redis-...");
+  }
+  if (f.sqlite) return std::make_unique<idem_admin::SqliteTarget>(*f.sqlite, f.table_name());
+  if (f.mysql()) return mysql_target(f);
+  if (f.redis()) return redis_target(f);
+  const bool mysql_env =
+      env("IDEM_MYSQL_SOCKET") || env("IDEM_MYSQL_HOST") || env("IDEM_MYSQL_OPTION_FILE");
+  const bool redis_env =
+      env("IDEM_REDIS_SOCKET") || env("IDEM_REDIS_HOST") || env("IDEM_REDIS_CLUSTER");
+  if (mysql_env && redis_env) {
+    throw UsageError(
+        "both IDEM_MYSQL_... and IDEM_REDIS_... name a store: choose one with its options");
+  }
+  if (mysql_env) return mysql_target(f);
+  if (redis_env) return redis_target(f);
+  throw UsageError(
+      "no store: give --sqlite FILE, --mysql-socket PATH, --mysql-host HOST, "
+      "--mysql-option-file FILE, --redis-socket PATH, --redis-host HOST or --redis-cluster NODES");
 }
 
 idem::Key key_from(Args& args) {
@@ -271,7 +379,17 @@ int inspect(idem_admin::Target& t, Args& args) {
                  key.id().c_str(), t.describe().c_str());
     return not_found;
   }
-  std::cout << (as_json ? idem_admin::json(*r).dump(2) + "\n" : idem_admin::text(*r, now()));
+  const auto location = t.locate(key);
+  if (as_json) {
+    nlohmann::json j = idem_admin::json(*r);
+    for (const auto& [name, value] : location)
+      j["location"][name] = value;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << idem_admin::text(*r, now());
+    for (const auto& [name, value] : location)
+      std::cout << fmt::format("{:<16}{}\n", name, value);
+  }
   return done;
 }
 
@@ -431,6 +549,9 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {
+    std::fprintf(stderr, "idem: %s\n", e.what());
+    return usage;
+  } catch (const idem_admin::Unsupported& e) {
     std::fprintf(stderr, "idem: %s\n", e.what());
     return usage;
   } catch (const idem::InvalidArgument& e) {  // e.g. a --table name idem would not accept

@@ -136,7 +136,7 @@ inline std::string text(const idem::RecordStats& s) {
                          ? ", the oldest lease ran out at " + when(*s.oldest_stale_lease, s.now)
                          : std::string());
   out += fmt::format("table size        {}\n",
-                     s.table_bytes ? bytes(*s.table_bytes) + " (table and indexes)" : "unknown");
+                     s.table_bytes ? bytes(*s.table_bytes) + " (records and indexes)" : "unknown");
   out += fmt::format("counted at        {} (the store's clock)\n", utc(s.now));
   return out;
 }

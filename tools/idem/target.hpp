@@ -6,8 +6,12 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include <idem/key.hpp>
 #include <idem/record.hpp>
@@ -17,6 +21,12 @@
 #include <idem/table_layout.hpp>
 
 namespace idem_admin {
+
+// A command the store cannot do (the schema commands on Redis, which keeps no table): a usage
+// error, not a failure of the store.
+struct Unsupported : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class Target {
  public:
@@ -35,6 +45,9 @@ class Target {
   virtual std::string ddl() const = 0;
   // Brings a table an older idem created to the current layout (online); says what it did.
   virtual std::string migrate() = 0;
+  // Where the store keeps the key's record, beyond the table (Redis: its key, bucket, slot and
+  // node), as name/value pairs; empty where the table says it all.
+  virtual std::vector<std::pair<std::string, std::string>> locate(const idem::Key&) { return {}; }
 };
 
 // A Target over one of idem's stores: each command but the schema's checks the table first,
@@ -54,7 +67,13 @@ class StoreTarget : public Target {
     return checked().purge_expired(batch, max_batches);
   }
   idem::RecordStats stats() override { return checked().stats(); }
-  idem::TableLayout check_schema() override { return store().check_schema(); }
+  idem::TableLayout check_schema() override {
+    if constexpr (has_schema) {
+      return store().check_schema();
+    } else {
+      throw Unsupported(fmt::format("{} keeps no table schema to check", describe()));
+    }
+  }
 
  protected:
   virtual S& store() = 0;
@@ -62,9 +81,13 @@ class StoreTarget : public Target {
   void mark_checked() noexcept { checked_ = true; }
 
  private:
+  static constexpr bool has_schema = requires(S & s) { s.check_schema(); };
+
   S& checked() {
     S& s = store();
-    if (!checked_) s.check_schema();
+    if constexpr (has_schema) {
+      if (!checked_) s.check_schema();
+    }
     checked_ = true;
     return s;
   }

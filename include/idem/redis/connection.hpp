@@ -190,6 +190,13 @@ class Connection {
   bool cluster() const noexcept { return !seeds_.empty(); }
   const ConnectionParams& params() const noexcept { return params_; }
 
+  // The node that serves `key`: in a cluster the master of its slot, from the slot map (read
+  // first if there is none yet); otherwise the one server. For operators finding a key.
+  std::string node_of(std::string_view key) {
+    if (!cluster()) return where();
+    return nodes_[node_for(detail::key_slot(key))].text();
+  }
+
   // Where the session goes, for messages: the socket path or host:port, or the cluster's
   // seed nodes.
   std::string where() const {

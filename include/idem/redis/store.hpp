@@ -45,6 +45,7 @@
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
+#include "idem/record_stats.hpp"
 #include "idem/redis/connection.hpp"
 #include "idem/redis/detail/layout.hpp"
 #include "idem/redis/detail/record_scripts.hpp"
@@ -268,6 +269,79 @@ class RecordOps {
     return sweep(c, batch, [&](std::uint32_t b) { return layout_.leases(b); }, scripts_.release,
                  false,
                  {to_string(released_status), released_snapshot, released_retryable ? "1" : "0"});
+  }
+
+  // Every record once: the expiry and unknown indexes walked by ZSCAN pages as list() walks
+  // them (a member a page repeats is counted once), each record read and tallied by
+  // record_stats.hpp's rules at the server's now of the first read. table_bytes adds up what
+  // MEMORY USAGE says the records and every bucket's indexes take.
+  RecordStats stats(Connection& c) const {
+    RecordStats stats;
+    bool dated = false;
+    std::uint64_t bytes = 0;
+    std::vector<IndexCursor> open;
+    for (std::uint32_t b = 0; b < layout_.buckets(); ++b) {
+      open.push_back({b, layout_.expiry(b), "0"});
+      open.push_back({b, layout_.unknown(b), "0"});
+    }
+    {
+      std::vector<std::string> leases;  // the calls below hold views of these names
+      leases.reserve(layout_.buckets());
+      std::vector<ScriptCall> indexes;
+      for (std::uint32_t b = 0; b < layout_.buckets(); ++b) {
+        leases.push_back(layout_.leases(b));
+        indexes.push_back({{leases.back(), open[2 * b].index, open[2 * b + 1].index}, {}});
+      }
+      for (const Reply& r : c.eval_all(scripts_.sizes, indexes))
+        bytes += static_cast<std::uint64_t>(r.integer());
+    }
+    std::unordered_set<std::string> counted;
+    constexpr std::size_t cursors_per_round = 32;
+    while (!open.empty()) {
+      const std::size_t n = std::min(open.size(), cursors_per_round);
+      std::vector<ScriptCall> calls;
+      for (std::size_t i = 0; i < n; ++i)
+        calls.push_back({{open[i].index}, {open[i].from, "128"}});
+      const std::vector<Reply> pages = c.eval_all(scripts_.scan, calls);
+      std::vector<std::string> members;
+      std::vector<std::string> records_keys;
+      std::vector<IndexCursor> more(
+          std::make_move_iterator(open.begin() + static_cast<std::ptrdiff_t>(n)),
+          std::make_move_iterator(open.end()));
+      for (std::size_t i = 0; i < n; ++i) {
+        const ReplyView page = pages[i][1];
+        for (std::size_t j = 0; j < page.size(); j += 2) {
+          std::string member(page[j].text());
+          if (!counted.insert(member).second) continue;
+          records_keys.push_back(layout_.keys(open[i].bucket, member).record);
+          members.push_back(std::move(member));
+        }
+        open[i].from = std::string(pages[i][0].text());
+        if (open[i].from != "0") more.push_back(std::move(open[i]));
+      }
+      std::vector<ScriptCall> reads;
+      reads.reserve(records_keys.size());
+      for (const std::string& k : records_keys)
+        reads.push_back({{k}, {}});
+      const std::vector<Reply> records = c.eval_all(scripts_.sized_read, reads);
+      for (std::size_t i = 0; i < records.size(); ++i) {
+        const Reply& r = records[i];
+        if (!dated) stats.now = TimePoint{Duration{r[0].integer()}};
+        dated = true;
+        if (r.size() < 3) continue;  // gone since the index named it
+        tally(stats, decode_record(Layout::key_of(members[i]), r[1]));
+        bytes += static_cast<std::uint64_t>(r[2].integer());
+      }
+      open = std::move(more);
+    }
+    if (!dated) {
+      // No record to read the server's clock with: read one that cannot exist (a member
+      // without ':' names no key).
+      const std::string nowhere = layout_.keys(0, "now").record;
+      stats.now = TimePoint{Duration{c.eval(scripts_.read, {{nowhere}, {}})[0].integer()}};
+    }
+    stats.table_bytes = bytes;
+    return stats;
   }
 
   const Layout& layout() const noexcept { return layout_; }
@@ -554,6 +628,7 @@ class Store : public StoreSkeleton<detail::Backend> {
 };
 
 static_assert(idem::Store<Store>);
-static_assert(RepairingStore<Store> && ListingStore<Store> && RecoveryPointStore<Store>);
+static_assert(RepairingStore<Store> && ListingStore<Store> && RecoveryPointStore<Store> &&
+              StatsStore<Store>);
 
 }  // namespace idem::redis

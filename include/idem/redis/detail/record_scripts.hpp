@@ -18,17 +18,19 @@
 namespace idem::redis::detail {
 
 struct RecordScripts {
-  Script claim;      // insert a fresh claim, or answer with the record there
-  Script take_over;  // rewrite a record read earlier, guarded by takeover_holds
-  Script finish;     // complete or fail, guarded by holds
-  Script read;       // the record and the server's now
-  Script due;        // members of an index whose score has come
-  Script release;    // release one stale claim, guarded by is_stale
-  Script purge;      // delete one expired record, guarded by is_expired
-  Script repair;     // write a repaired record read earlier, guarded by the ticket read
-  Script points;     // write a claim's recovery points, guarded by holds and the points read
-  Script range;      // a page of an index in score order, up to a score
-  Script scan;       // a page of an index by ZSCAN
+  Script claim;       // insert a fresh claim, or answer with the record there
+  Script take_over;   // rewrite a record read earlier, guarded by takeover_holds
+  Script finish;      // complete or fail, guarded by holds
+  Script read;        // the record and the server's now
+  Script due;         // members of an index whose score has come
+  Script release;     // release one stale claim, guarded by is_stale
+  Script purge;       // delete one expired record, guarded by is_expired
+  Script repair;      // write a repaired record read earlier, guarded by the ticket read
+  Script points;      // write a claim's recovery points, guarded by holds and the points read
+  Script range;       // a page of an index in score order, up to a score
+  Script scan;        // a page of an index by ZSCAN
+  Script sized_read;  // read, and the memory the record takes (stats)
+  Script sizes;       // the memory some keys of one slot take (stats)
 };
 
 namespace script_text {
@@ -256,6 +258,23 @@ if ARGV[1] ~= '' then max = int(now_ms() - tonumber(ARGV[1])) end
 return redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], max, 'WITHSCORES', 'LIMIT', ARGV[3], ARGV[4])
 )";
 
+// KEYS: record. Answers {now} or {now, fields, bytes}: read's answer and what MEMORY USAGE
+// says the record takes.
+inline constexpr const char* sized_read = R"(
+local now = now_ms()
+if redis.call('EXISTS', KEYS[1]) == 0 then return {now} end
+return {now, redis.call('HMGET', KEYS[1], unpack(FIELDS)),
+        redis.call('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', '0')}
+)";
+
+// KEYS: any keys of one slot. Answers the bytes MEMORY USAGE says they take (a missing key
+// takes none).
+inline constexpr const char* sizes = R"(
+local bytes = 0
+for i = 1, #KEYS do bytes = bytes + (redis.call('MEMORY', 'USAGE', KEYS[i], 'SAMPLES', '0') or 0) end
+return bytes
+)";
+
 // KEYS: an index. ARGV: ZSCAN's cursor, its COUNT. Answers ZSCAN's reply: {cursor, {member,
 // score, ...}}.
 inline constexpr const char* scan = R"(
@@ -276,7 +295,8 @@ inline RecordScripts make_record_scripts() {
           make_script(reads + script_text::due),     make_script(writes + script_text::release),
           make_script(writes + script_text::purge),  make_script(writes + script_text::repair),
           make_script(writes + script_text::points), make_script(reads + script_text::range),
-          make_script(reads + script_text::scan)};
+          make_script(reads + script_text::scan),    make_script(reads + script_text::sized_read),
+          make_script(reads + script_text::sizes)};
 }
 
 }  // namespace idem::redis::detail

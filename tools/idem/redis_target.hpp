@@ -1,0 +1,65 @@
+#pragma once
+// The admin program on idem's records in Redis (a server, or a cluster through some of its
+// nodes). The prefix and the bucket count must be those of the services' StoreParams: they
+// decide where a key's record lies. Redis keeps no table, so the schema commands do not apply.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <idem/redis.hpp>
+
+#include "target.hpp"
+
+namespace idem_admin {
+
+class RedisTarget final : public StoreTarget<idem::redis::Store> {
+ public:
+  RedisTarget(const idem::redis::ConnectionParams& connection, idem::redis::StoreParams params)
+      : pool_(std::make_shared<idem::redis::Pool>(connection, idem::redis::PoolParams{.size = 1})),
+        prefix_(params.prefix),
+        buckets_(params.buckets),
+        layout_(params.prefix, params.buckets),
+        store_(pool_, std::move(params)) {}
+
+  std::string describe() const override {
+    const idem::redis::ConnectionParams& c = pool_->params();
+    std::string where = !c.cluster_nodes.empty() ? "cluster"
+                        : !c.unix_socket.empty() ? c.unix_socket
+                                                 : fmt::format("{}:{}", c.host, c.port);
+    for (const std::string& node : c.cluster_nodes)
+      where += " " + node;
+    return fmt::format("Redis {}, prefix {}, {} buckets", where, prefix_, buckets_);
+  }
+  std::string ddl() const override {
+    throw Unsupported(fmt::format("{} keeps no table: there is no DDL to print", describe()));
+  }
+  std::string migrate() override {
+    throw Unsupported(fmt::format("{} keeps no table: there is nothing to migrate", describe()));
+  }
+
+  // The record's key, its bucket, the cluster slot of the bucket and the node serving it.
+  std::vector<std::pair<std::string, std::string>> locate(const idem::Key& key) override {
+    const std::string member = idem::redis::detail::Layout::member(key);
+    const std::string record = layout_.keys(member).record;
+    const std::string node = pool_->acquire()->node_of(record);
+    return {{"redis key", record},
+            {"bucket", std::to_string(layout_.bucket(member))},
+            {"slot", std::to_string(idem::redis::detail::key_slot(record))},
+            {"node", node}};
+  }
+
+ private:
+  idem::redis::Store& store() override { return store_; }
+
+  std::shared_ptr<idem::redis::Pool> pool_;
+  std::string prefix_;
+  std::uint32_t buckets_;
+  idem::redis::detail::Layout layout_;
+  idem::redis::Store store_;
+};
+
+}  // namespace idem_admin
