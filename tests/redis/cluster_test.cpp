@@ -20,13 +20,16 @@
 
 #include <idem/redis.hpp>
 #include <idem/redis/detail/slot.hpp>
+#include <idem/run_once.hpp>
 
+#include "../support/admin_program.hpp"
 #include "../support/redis_server.hpp"
 #include "../support/threads.hpp"
 #include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
 using idem::redis::detail::key_slot;
+using idem_test::operator+;
 
 namespace {
 
@@ -233,6 +236,45 @@ TEST_CASE("list answers stale and outcome_unknown records from every master, in 
                          .reason = "test: released"});
   }
   CHECK(store.list({.stale = true}).empty());
+}
+
+TEST_CASE("the idem program finds each key's bucket, slot and master, and counts every master") {
+  idem_test::RedisCluster cl;
+  auto pool = std::make_shared<idem::redis::Pool>(cl.params(), idem::redis::PoolParams{.size = 2});
+  const idem::redis::StoreParams params = idem_test::fresh_params();
+  idem::redis::Store store(pool, params);
+  const auto nodes = cluster_nodes(cl, cl.ports()[0]);
+  std::set<unsigned> masters;
+  constexpr int keys = 30;
+  for (int i = 0; i < keys; ++i) {
+    const idem::Key key{"PAY", "k-" + std::to_string(i)};
+    idem::run_once(store, key, "", [] { return 1; });
+  }
+  // One seed is enough: the program reads the slot map from it.
+  const std::vector<std::string> where{"--redis-cluster",
+                                       "127.0.0.1:" + std::to_string(cl.ports()[1]),
+                                       "--redis-prefix", params.prefix};
+  for (int i = 0; i < keys; ++i) {
+    const std::string id = "k-" + std::to_string(i);
+    const std::string record = store.ops().layout().keys("PAY:" + id).record;
+    const auto ran =
+        idem_test::run_admin(where + std::vector<std::string>{"inspect", "PAY", id, "--json"});
+    INFO(ran.err);
+    REQUIRE(ran.status == 0);
+    const auto location = nlohmann::json::parse(ran.out).at("location");
+    CHECK(location.at("redis key") == record);
+    CHECK(location.at("slot") == std::to_string(key_slot(record)));
+    unsigned serving = 0;
+    for (const NodeInfo& n : nodes)
+      if (n.master && n.serves(key_slot(record))) serving = n.port;
+    CHECK(location.at("node") == "127.0.0.1:" + std::to_string(serving));
+    masters.insert(serving);
+  }
+  CHECK(masters.size() == 3);
+  const auto stats = idem_test::run_admin(where + std::vector<std::string>{"stats", "--json"});
+  INFO(stats.err);
+  REQUIRE(stats.status == 0);
+  CHECK(nlohmann::json::parse(stats.out).at("total") == keys);
 }
 
 TEST_CASE("slots migrating under load - the store follows MOVED and ASK, each key runs once") {
