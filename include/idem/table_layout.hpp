@@ -8,6 +8,8 @@
 // tests/core/table_layout_test.cpp pins them.
 
 #include <charconv>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,22 +33,29 @@ inline std::string layout_stamp(const TableLayout& t) {
   return fmt::format("idem layout={} oldest_reader={}", t.layout, t.oldest_reader);
 }
 
+// The stamp of two stored numbers; nullopt when they are not one idem writes (layouts count
+// from 1, and a table's oldest reader is at most its own layout).
+inline std::optional<TableLayout> stamp_from(std::int64_t layout, std::int64_t oldest_reader) {
+  if (oldest_reader < 1 || oldest_reader > layout || layout > std::numeric_limits<int>::max())
+    return std::nullopt;
+  return TableLayout{static_cast<int>(layout), static_cast<int>(oldest_reader), true};
+}
+
 // The stamp read back from its text; nullopt when the text is not a stamp (no comment, or a
 // DBA's own), which counts as a table without one.
 inline std::optional<TableLayout> parse_layout_stamp(std::string_view text) {
-  TableLayout t{.stamped = true};
-  const auto number = [&](std::string_view name, int& out) {
+  const auto number = [&](std::string_view name, std::int64_t& out) {
     if (!text.starts_with(name)) return false;
     text.remove_prefix(name.size());
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-    if (ec != std::errc{} || out < 1) return false;
     text.remove_prefix(static_cast<std::size_t>(end - text.data()));
-    return true;
+    return ec == std::errc{};
   };
-  if (!number("idem layout=", t.layout) || !number(" oldest_reader=", t.oldest_reader) ||
-      !text.empty() || t.oldest_reader > t.layout)
+  std::int64_t layout = 0;
+  std::int64_t oldest_reader = 0;
+  if (!number("idem layout=", layout) || !number(" oldest_reader=", oldest_reader) || !text.empty())
     return std::nullopt;
-  return t;
+  return stamp_from(layout, oldest_reader);
 }
 
 // What a table's layout is: its stamp, or, without one, what its columns show (`current` when

@@ -1,5 +1,6 @@
 // idem::TableLayout and the stamp rules of idem/table_layout.hpp, which every store with a schema
 // applies (the stores themselves: tests/mysql/migration_test.cpp, tests/sqlite/migration_test.cpp).
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -35,6 +36,15 @@ TEST_CASE("table layout: a text that is not idem's stamp is no stamp") {
     INFO(text);
     CHECK_FALSE(idem::detail::parse_layout_stamp(text).has_value());
   }
+}
+
+TEST_CASE("table layout: stored numbers are a stamp only as idem writes them") {
+  CHECK(same(*idem::detail::stamp_from(2, 2), current));
+  CHECK(same(*idem::detail::stamp_from(5, 1), {5, 1, true}));
+  CHECK_FALSE(idem::detail::stamp_from(0, 0).has_value());
+  CHECK_FALSE(idem::detail::stamp_from(2, 3).has_value());
+  CHECK_FALSE(idem::detail::stamp_from(-1, -1).has_value());
+  CHECK_FALSE(idem::detail::stamp_from(std::int64_t{1} << 40, 1).has_value());
 }
 
 TEST_CASE("table layout: without a stamp the columns tell the first layout from the current") {

@@ -131,11 +131,7 @@ inline std::optional<TableLayout> read_stamp(Connection& c, const TableName& t) 
       fmt::format("SELECT layout, oldest_reader FROM {} WHERE record_table = ?", stamp_table(t)),
       {t.table});
   if (!row.next()) return std::nullopt;
-  const auto layout = row.integer(0);
-  const auto oldest_reader = row.integer(1);
-  if (layout < 1 || oldest_reader < 1 || oldest_reader > layout || layout > 1'000'000)
-    return std::nullopt;  // not a stamp idem wrote
-  return TableLayout{static_cast<int>(layout), static_cast<int>(oldest_reader), true};
+  return idem::detail::stamp_from(row.integer(0), row.integer(1));
 }
 
 // The layout of a table with the columns `present`.
