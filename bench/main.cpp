@@ -154,6 +154,7 @@ int main(int argc, char** argv) {
   failed += bench::run_sqlite(config, selected);
   failed += bench::run_redis(config, selected);
   failed += bench::run_galera(config, selected);
+  failed += bench::run_footprint(config, selected);
   bench::progress(fmt::format("done in {:.1f} s; {}", bench::seconds_since(t0), bench::fmt_load()));
   return failed == 0 ? 0 : 1;
 }

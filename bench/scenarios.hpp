@@ -18,6 +18,7 @@ int run_mysql(const Config& config, const Selected& selected);
 int run_sqlite(const Config& config, const Selected& selected);
 int run_galera(const Config& config, const Selected& selected);
 int run_redis(const Config& config, const Selected& selected);
+int run_footprint(const Config& config, const Selected& selected);
 
 // Every scenario name, in the order they run.
 inline const std::vector<std::string>& scenario_names() {
@@ -34,7 +35,8 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "mysql.big_table",     "sqlite.cycle",
                                                  "redis.claim",         "redis.cycle",
                                                  "redis.mix",           "redis.cycle_setnx",
-                                                 "galera.cycle"};
+                                                 "galera.cycle",        "redis.footprint",
+                                                 "mysql.footprint"};
   return names;
 }
 
