@@ -198,7 +198,8 @@ class RecordOps {
       if (!totals.is_null(2)) stats.oldest_stale_lease = TimePoint{Duration{totals.integer(2)}};
     }
     try {
-      const std::string_view schema = table_.schema.empty() ? "main" : table_.schema;
+      const std::string_view schema =
+          table_.schema.empty() ? std::string_view("main") : std::string_view(table_.schema);
       Rows size = c.query(size_sql(table_), {schema, std::string_view(table_.table)});
       if (size.next() && !size.is_null(0))
         stats.table_bytes = static_cast<std::uint64_t>(size.integer(0));
