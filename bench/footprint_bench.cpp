@@ -17,6 +17,7 @@
 #include <idem/redis.hpp>
 
 #include "common.hpp"
+#include "mysql/shared.hpp"
 #include "scenarios.hpp"
 
 namespace bench {
@@ -141,11 +142,7 @@ double table_bytes(idem::mysql::Connection& c, const std::string& table) {
 
 void mysql_footprint(const Config& config) {
   const std::size_t n = config.ops(50'000, 10'000);
-  idem::mysql::ConnectionParams params;
-  params.unix_socket = config.socket;
-  params.user = config.user;
-  params.password = config.password;
-  params.database = config.database;
+  const idem::mysql::ConnectionParams params = mysql_bench::connection_params(config);
   idem::mysql::Connection admin(params);
   const auto ids = random_ids(n, 11);
   const std::string lib_table = "bench_footprint_lib";

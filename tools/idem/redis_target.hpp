@@ -20,9 +20,6 @@ class RedisTarget final : public StoreTarget<idem::redis::Store> {
  public:
   RedisTarget(const idem::redis::ConnectionParams& connection, idem::redis::StoreParams params)
       : pool_(std::make_shared<idem::redis::Pool>(connection, idem::redis::PoolParams{.size = 1})),
-        prefix_(params.prefix),
-        buckets_(params.buckets),
-        layout_(params.prefix, params.buckets),
         store_(pool_, std::move(params)) {}
 
   std::string describe() const override {
@@ -32,7 +29,8 @@ class RedisTarget final : public StoreTarget<idem::redis::Store> {
                                                  : fmt::format("{}:{}", c.host, c.port);
     for (const std::string& node : c.cluster_nodes)
       where += " " + node;
-    return fmt::format("Redis {}, prefix {}, {} buckets", where, prefix_, buckets_);
+    return fmt::format("Redis {}, prefix {}, {} buckets", where, layout().prefix(),
+                       layout().buckets());
   }
   std::string ddl() const override {
     throw Unsupported(fmt::format("{} keeps no table: there is no DDL to print", describe()));
@@ -44,21 +42,19 @@ class RedisTarget final : public StoreTarget<idem::redis::Store> {
   // The record's key, its bucket, the cluster slot of the bucket and the node serving it.
   std::vector<std::pair<std::string, std::string>> locate(const idem::Key& key) override {
     const std::string member = idem::redis::detail::Layout::member(key);
-    const std::string record = layout_.keys(member).record;
+    const std::string record = layout().keys(member).record;
     const std::string node = pool_->acquire()->node_of(record);
     return {{"redis key", record},
-            {"bucket", std::to_string(layout_.bucket(member))},
+            {"bucket", std::to_string(layout().bucket(member))},
             {"slot", std::to_string(idem::redis::detail::key_slot(record))},
             {"node", node}};
   }
 
  private:
   idem::redis::Store& store() override { return store_; }
+  const idem::redis::detail::Layout& layout() const { return store_.ops().layout(); }
 
   std::shared_ptr<idem::redis::Pool> pool_;
-  std::string prefix_;
-  std::uint32_t buckets_;
-  idem::redis::detail::Layout layout_;
   idem::redis::Store store_;
 };
 

@@ -271,8 +271,8 @@ class RecordOps {
                  {to_string(released_status), released_snapshot, released_retryable ? "1" : "0"});
   }
 
-  // Every record once: the expiry and unknown indexes walked by ZSCAN pages as list() walks
-  // them (a member a page repeats is counted once), each record read and tallied by
+  // Every record once: the expiry and unknown indexes walked as list() walks them (walk(); a
+  // member a page repeats is counted once), each record read and tallied by
   // record_stats.hpp's rules at the server's now of the first read. table_bytes adds up what
   // MEMORY USAGE says the records and every bucket's indexes take.
   RecordStats stats(Connection& c) const {
@@ -296,44 +296,35 @@ class RecordOps {
         bytes += static_cast<std::uint64_t>(r.integer());
     }
     std::unordered_set<std::string> counted;
-    constexpr std::size_t cursors_per_round = 32;
-    while (!open.empty()) {
-      const std::size_t n = std::min(open.size(), cursors_per_round);
-      std::vector<ScriptCall> calls;
-      for (std::size_t i = 0; i < n; ++i)
-        calls.push_back({{open[i].index}, {open[i].from, "128"}});
-      const std::vector<Reply> pages = c.eval_all(scripts_.scan, calls);
-      std::vector<std::string> members;
-      std::vector<std::string> records_keys;
-      std::vector<IndexCursor> more(
-          std::make_move_iterator(open.begin() + static_cast<std::ptrdiff_t>(n)),
-          std::make_move_iterator(open.end()));
-      for (std::size_t i = 0; i < n; ++i) {
-        const ReplyView page = pages[i][1];
-        for (std::size_t j = 0; j < page.size(); j += 2) {
-          std::string member(page[j].text());
-          if (!counted.insert(member).second) continue;
-          records_keys.push_back(layout_.keys(open[i].bucket, member).record);
-          members.push_back(std::move(member));
-        }
-        open[i].from = std::string(pages[i][0].text());
-        if (open[i].from != "0") more.push_back(std::move(open[i]));
-      }
-      std::vector<ScriptCall> reads;
-      reads.reserve(records_keys.size());
-      for (const std::string& k : records_keys)
-        reads.push_back({{k}, {}});
-      const std::vector<Reply> records = c.eval_all(scripts_.sized_read, reads);
-      for (std::size_t i = 0; i < records.size(); ++i) {
-        const Reply& r = records[i];
-        if (!dated) stats.now = TimePoint{Duration{r[0].integer()}};
-        dated = true;
-        if (r.size() < 3) continue;  // gone since the index named it
-        tally(stats, decode_record(Layout::key_of(members[i]), r[1]));
-        bytes += static_cast<std::uint64_t>(r[2].integer());
-      }
-      open = std::move(more);
-    }
+    std::vector<std::string> members;
+    std::vector<std::string> records_keys;
+    walk(
+        c, std::move(open),
+        [&](std::uint32_t bucket, ReplyView page) {
+          for (std::size_t j = 0; j < page.size(); j += 2) {
+            std::string member(page[j].text());
+            if (!counted.insert(member).second) continue;
+            records_keys.push_back(layout_.keys(bucket, member).record);
+            members.push_back(std::move(member));
+          }
+        },
+        [&] {
+          std::vector<ScriptCall> reads;
+          reads.reserve(records_keys.size());
+          for (const std::string& k : records_keys)
+            reads.push_back({{k}, {}});
+          const std::vector<Reply> records = c.eval_all(scripts_.sized_read, reads);
+          for (std::size_t i = 0; i < records.size(); ++i) {
+            const Reply& r = records[i];
+            if (!dated) stats.now = TimePoint{Duration{r[0].integer()}};
+            dated = true;
+            if (r.size() < 3) continue;  // gone since the index named it
+            tally(stats, decode_record(Layout::key_of(members[i]), r[1]));
+            bytes += static_cast<std::uint64_t>(r[2].integer());
+          }
+          members.clear();
+          records_keys.clear();
+        });
     if (!dated) {
       // No record to read the server's clock with: read one that cannot exist (a member
       // without ':' names no key).
@@ -410,9 +401,24 @@ class RecordOps {
   // however large the index; a record may come twice), a few buckets per round.
   std::vector<Record> list_walk(Connection& c, const RecordQuery& q,
                                 std::vector<IndexCursor> open) const {
+    std::vector<Record> found;
+    Candidates got;
+    walk(
+        c, std::move(open),
+        [&](std::uint32_t bucket, ReplyView page) { take(got, q, bucket, page); },
+        [&] {
+          keep_best(c, q, got, found);
+          got = {};
+        });
+    return found;
+  }
+
+  // Walks the cursors' indexes by ZSCAN pages, a few buckets per round (pipelined): each page
+  // goes to on_page(bucket, page) (member, score, ...), and on_round() ends each round.
+  template <class OnPage, class OnRound>
+  void walk(Connection& c, std::vector<IndexCursor> open, OnPage on_page, OnRound on_round) const {
     constexpr std::size_t cursors_per_round = 32;
     const std::string count = "128";
-    std::vector<Record> found;
     while (!open.empty()) {
       const std::size_t n = std::min(open.size(), cursors_per_round);
       std::vector<ScriptCall> calls;
@@ -420,19 +426,17 @@ class RecordOps {
       for (std::size_t i = 0; i < n; ++i)
         calls.push_back({{open[i].index}, {open[i].from, count}});
       const std::vector<Reply> pages = c.eval_all(scripts_.scan, calls);
-      Candidates got;
       std::vector<IndexCursor> more(
           std::make_move_iterator(open.begin() + static_cast<std::ptrdiff_t>(n)),
           std::make_move_iterator(open.end()));
       for (std::size_t i = 0; i < n; ++i) {
-        take(got, q, open[i].bucket, pages[i][1]);
+        on_page(open[i].bucket, pages[i][1]);
         open[i].from = std::string(pages[i][0].text());
         if (open[i].from != "0") more.push_back(std::move(open[i]));
       }
-      keep_best(c, q, got, found);
+      on_round();
       open = std::move(more);
     }
-    return found;
   }
 
   // Members named by index pages, with their record keys.
