@@ -213,13 +213,20 @@ class RecordOps {
     const auto start = std::chrono::steady_clock::now();
     const bool won =
         c.eval(scripts_.points, {{k.record}, {fence, t.owner, before, after}}).integer() == 1;
-    if (!won) {
-      // Callers that write steps of one claim at once and lose a round meet again in the same
-      // order (the winner's next write arrives first, round after round), so a loser waits a
-      // random part of two round trips before it reads again.
+    // Callers that write steps of one claim at once and lose a round meet again in the same
+    // order (the winner's next write arrives first, round after round), so a loser waits a
+    // random part of a few round trips before it reads again, twice as many after each round
+    // it lost in a row (capped): a crowd of writers spreads out instead of colliding until a
+    // caller runs out of rounds.
+    thread_local int lost_in_a_row = 0;
+    if (won) {
+      lost_in_a_row = 0;
+    } else {
       thread_local std::minstd_rand jitter{std::random_device{}()};
+      lost_in_a_row = std::min(lost_in_a_row + 1, 6);
+      const int spread = 100 << lost_in_a_row;  // in hundredths of the round trip
       const auto took = std::chrono::steady_clock::now() - start;
-      std::this_thread::sleep_for(took * (std::uniform_int_distribution<int>(0, 200)(jitter)) /
+      std::this_thread::sleep_for(took * std::uniform_int_distribution<int>(0, spread)(jitter) /
                                   100);
     }
     return won;
