@@ -89,23 +89,27 @@ void redis_footprint(const Config& config) {
     const std::string text = response.dump();
     const std::string ttl = std::to_string(idem::Options{}.ttl.count());
 
-    admin.command({"FLUSHALL"});
-    std::int64_t before = used_memory(admin);
-    {
+    // idem's records, packed (a stamped prefix) or as layout 1's hashes. The stamps are written
+    // before the count starts: one small key per bucket, not a cost per record.
+    const auto idem_bytes = [&](bool packed) {
+      admin.command({"FLUSHALL"});
       auto pool = std::make_shared<idem::redis::Pool>(
           params, idem::redis::PoolParams{.size = static_cast<std::size_t>(writers)});
       idem::redis::Store store(pool);
+      if (packed) store.ensure_schema();
+      const std::int64_t start = used_memory(admin);
       write_all(ids, [&](int, const std::string& id) {
         auto out = idem::run_once(store, idem::Key{"PAY", id}, fixed_fingerprint(),
                                   [&] { return response; });
         if (!out.acquired()) throw std::runtime_error("a fresh key was not acquired");
       });
-    }
-    const double library =
-        static_cast<double>(used_memory(admin) - before) / static_cast<double>(n);
+      return static_cast<double>(used_memory(admin) - start) / static_cast<double>(n);
+    };
+    const double library = idem_bytes(true);
+    const double hashes = idem_bytes(false);
 
     admin.command({"FLUSHALL"});
-    before = used_memory(admin);
+    const std::int64_t before = used_memory(admin);
     {
       std::vector<std::unique_ptr<idem::redis::Connection>> raw(writers);
       write_all(ids, [&](int t, const std::string& id) {
@@ -120,9 +124,11 @@ void redis_footprint(const Config& config) {
     admin.command({"FLUSHALL"});
     auto j = footprint_json("redis.footprint", bytes, n, library, baseline,
                             "INFO used_memory after minus before, per record");
+    j["layout1_bytes_per_record"] = round_to(hashes, 1);
     j["library"] =
-        "finished records of idem::redis::Store (the record hash and its entry in the bucket's "
-        "expiry index), 64-character fingerprint, default prefix and buckets";
+        "finished records of idem::redis::Store on a stamped prefix (the packed record and its "
+        "entry in the bucket's expiry index), 64-character fingerprint, default prefix and "
+        "buckets; layout1_bytes_per_record: the same as layout 1's hashes (an unstamped prefix)";
     j["baseline"] =
         "SET dedup:PAY:<id> <response> PX <ttl>: the response a hand-written dedup keeps";
     emit(j);

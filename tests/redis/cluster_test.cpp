@@ -38,6 +38,8 @@ struct ClusterFixture {
   std::shared_ptr<idem::redis::Pool> pool =
       std::make_shared<idem::redis::Pool>(cluster.params(), idem::redis::PoolParams{.size = 8});
   idem::redis::Store s{pool, idem_test::fresh_params()};
+  // Stamped: every bucket's layout key, on every master, so records are packed.
+  ClusterFixture() { s.ensure_schema(); }
   idem::redis::Store& store() { return s; }
   void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
 };

@@ -8,13 +8,17 @@
 
 namespace {
 
+// Stamped (ensure_schema): records packed in one string, as a new deployment keeps them.
 struct RedisFixture {
   idem_test::RedisStore s;
+  RedisFixture() { s.store.ensure_schema(); }
   idem::redis::Store& store() { return s.store; }
   void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
 };
 
-// One bucket: every record and both indexes in one slot, as with a layout of few buckets.
+// One bucket: every record and both indexes in one slot, as with a layout of few buckets; not
+// stamped, so records are the hashes of layout 1, as a deployment upgraded from it keeps them
+// until it is stamped.
 struct RedisOneBucketFixture {
   idem_test::RedisStore s{8, idem::redis::StoreParams{.buckets = 1}};
   idem::redis::Store& store() { return s.store; }

@@ -95,13 +95,36 @@ TEST_CASE("idem on Redis: inspect shows where a key lies - release, list, stats 
   CHECK(store.find({"PAY", "paid"}));
 }
 
+TEST_CASE("idem on Redis: schema check reads the layout stamps and migrate writes them") {
+  const auto server = idem_test::redis_server();
+  const std::string prefix = idem_test::unique_prefix("admin");
+  auto pool = idem_test::make_redis_pool(1);
+  idem::redis::Store store{pool, {.prefix = prefix, .buckets = 8}};
+  const auto paid = idem::run_once(store, {"PAY", "before"}, "fp", [] { return 1; });
+  REQUIRE(paid);
+  const std::vector<std::string> where{"--redis-socket", server.unix_socket, "--redis-prefix",
+                                       prefix,           "--redis-buckets",  "8"};
+  const auto before = idem_test::run_admin(where + std::vector<std::string>{"schema", "check"});
+  CHECK(before.status == 0);
+  CHECK_THAT(before.out, Catch::Contains("layout 1") && Catch::Contains("not stamped"));
+  const auto migrate = idem_test::run_admin(where + std::vector<std::string>{"schema", "migrate"});
+  CHECK(migrate.status == 0);
+  CHECK_THAT(migrate.out, Catch::Contains("stamped 8 of 8 buckets; layout 2"));
+  const auto after = idem_test::run_admin(where + std::vector<std::string>{"schema", "check"});
+  CHECK_THAT(after.out, Catch::Contains("layout 2 (stamped"));
+  // The store writes packed records from then on, and reads the hash written before.
+  CHECK(store.check_schema().stamped);
+  CHECK(idem::run_once(store, {"PAY", "before"}, "fp", [] { return 2; }).value() == 1);
+  const auto again = idem_test::run_admin(where + std::vector<std::string>{"schema", "migrate"});
+  CHECK_THAT(again.out, Catch::Contains("stamped 0 of 8 buckets"));
+}
+
 TEST_CASE("idem on Redis: what does not apply to Redis is a usage error") {
   const auto server = idem_test::redis_server();
   const std::vector<std::string> where{"--redis-socket", server.unix_socket};
-  const auto schema = idem_test::run_admin(where + std::vector<std::string>{"schema", "check"});
-  CHECK(schema.status == 2);
-  CHECK_THAT(schema.err, Catch::Contains("keeps no table"));
-  CHECK(idem_test::run_admin(where + std::vector<std::string>{"schema", "print"}).status == 2);
+  const auto ddl = idem_test::run_admin(where + std::vector<std::string>{"schema", "print"});
+  CHECK(ddl.status == 2);
+  CHECK_THAT(ddl.err, Catch::Contains("keeps no table"));
   const auto table =
       idem_test::run_admin(where + std::vector<std::string>{"--table", "t", "stats"});
   CHECK(table.status == 2);

@@ -96,7 +96,8 @@ COMMANDS:
       one's lease, the table's size (reads the whole table: not for every minute)
   schema check | print | migrate
       check the table; print the CREATE TABLE of this idem; bring a table an older idem
-      created to this idem's layout (online). SQL stores only: Redis keeps no table
+      created to this idem's layout (online). Redis: check and migrate read and write
+      the buckets' layout stamps (migrate once no service runs an idem of layout 1)
 
 EXIT STATUS:
   0 done   1 no such record   2 usage   3 refused: the record moved on, read it again

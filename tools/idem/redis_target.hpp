@@ -1,7 +1,8 @@
 #pragma once
 // The admin program on idem's records in Redis (a server, or a cluster through some of its
 // nodes). The prefix and the bucket count must be those of the services' StoreParams: they
-// decide where a key's record lies. Redis keeps no table, so the schema commands do not apply.
+// decide where a key's record lies. Redis keeps no table: `schema check` and `schema migrate`
+// read and write the buckets' layout stamps; there is no DDL to print.
 
 #include <cstdint>
 #include <memory>
@@ -33,10 +34,15 @@ class RedisTarget final : public StoreTarget<idem::redis::Store> {
                        layout().buckets());
   }
   std::string ddl() const override {
-    throw Unsupported(fmt::format("{} keeps no table: there is no DDL to print", describe()));
+    throw Unsupported(fmt::format(
+        "{} keeps no table: there is no DDL to print (docs/redis.md, \"Layout\", names its keys)",
+        describe()));
   }
   std::string migrate() override {
-    throw Unsupported(fmt::format("{} keeps no table: there is nothing to migrate", describe()));
+    const idem::redis::Migration done = store_.ensure_schema();
+    mark_checked();
+    return fmt::format("{}: stamped {} of {} buckets; layout {}", describe(), done.stamped_buckets,
+                       layout().buckets(), done.layout.layout);
   }
 
   // The record's key, its bucket, the cluster slot of the bucket and the node serving it.

@@ -58,6 +58,7 @@
 #include "idem/store/record_rules.hpp"
 #include "idem/store/retry.hpp"
 #include "idem/store/skeleton.hpp"
+#include "idem/table_layout.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::redis {
@@ -76,6 +77,16 @@ struct StoreParams {
   // Tries per operation on transient failures (a lost connection, a server loading its data,
   // a failover), and the jittered backoff between them.
   RetryPolicy retry{};
+  // Check the records' layout (check_schema) once, on the first operation of this store: a
+  // prefix that a newer idem stamped with a layout this one cannot write fails with
+  // SchemaMismatch before any claim. false: the caller checks it at start-up.
+  bool check_layout = true;
+};
+
+// What ensure_schema() did.
+struct Migration {
+  TableLayout layout;               // the records' layout after it
+  std::size_t stamped_buckets = 0;  // the buckets it stamped (0: all were stamped already)
 };
 
 namespace detail {
@@ -159,8 +170,7 @@ class RecordOps {
     const RecordKeys k = layout_.keys(member);
     const std::string lease = decimal(o.lease.count());
     const std::string ttl = decimal(o.ttl.count());
-    const Reply r = c.eval(
-        scripts_.claim, {{k.record, k.leases, k.expiry}, {token, fp, lease, ttl, keep_, member}});
+    const Reply r = c.eval(scripts_.claim, {k.all(), {token, fp, lease, ttl, keep_, member}});
     const TimePoint now{Duration{r[1].integer()}};
     if (r[0].integer() == 1) return {claim_record(key, token, fp, now, o), std::nullopt};
     return {std::nullopt, RecordRead{decode_record(key, r[2]), now}};
@@ -181,7 +191,7 @@ class RecordOps {
     const RecordKeys k = layout_.keys(member);
     const std::string read_fence = decimal(static_cast<std::int64_t>(read.fence));
     const std::array<std::string, record_fields.size()> values = encode(next);
-    ScriptCall call{{k.record, k.leases, k.expiry, k.unknown},
+    ScriptCall call{k.all(),
                     {d == Decision::take_over_expired ? "expired" : "retry", read_fence, read.owner,
                      next.recovery_points, keep_, member}};
     call.args.insert(call.args.end(), values.begin(), values.end());
@@ -195,8 +205,7 @@ class RecordOps {
     const RecordKeys k = layout_.keys(member);
     const std::array<std::string, record_fields.size()> values = encode(next);
     const std::string read_fence = decimal(static_cast<std::int64_t>(read.fence));
-    ScriptCall call{{k.record, k.leases, k.expiry, k.unknown},
-                    {read_fence, read.owner, keep_, member}};
+    ScriptCall call{k.all(), {read_fence, read.owner, keep_, member}};
     for (const std::string_view field : repaired_fields) {
       call.args.push_back(field);
       call.args.push_back(values[field_index(field)]);
@@ -212,7 +221,7 @@ class RecordOps {
     const std::string fence = decimal(static_cast<std::int64_t>(t.fence));
     const auto start = std::chrono::steady_clock::now();
     const bool won =
-        c.eval(scripts_.points, {{k.record}, {fence, t.owner, before, after}}).integer() == 1;
+        c.eval(scripts_.points, {k.all(), {fence, t.owner, before, after}}).integer() == 1;
     // Callers that write steps of one claim at once and lose a round meet again in the same
     // order (the winner's next write arrives first, round after round), so a loser waits a
     // random part of a few round trips before it reads again, twice as many after each round
@@ -231,6 +240,58 @@ class RecordOps {
     }
     return won;
   }
+
+  // The layout of the prefix's records, from every bucket's layout key (pipelined reads):
+  // stamped when every bucket is, else layout 1 (a bucket without a stamp holds hashes).
+  // Throws SchemaMismatch when a bucket holds a layout this idem must not write, or a key that
+  // is not a stamp.
+  TableLayout layout_of(Connection& c) const {
+    const std::vector<std::string> keys = layout_keys();
+    std::vector<ScriptCall> calls;
+    calls.reserve(keys.size());
+    for (const std::string& k : keys)
+      calls.push_back({{k}, {}});
+    const std::vector<Reply> stamps = c.eval_all(scripts_.get, calls);
+    std::optional<TableLayout> oldest;
+    std::size_t stamped = 0;
+    for (std::size_t b = 0; b < stamps.size(); ++b) {
+      if (stamps[b].is_nil()) continue;
+      const auto stamp = idem::detail::parse_layout_stamp(stamps[b].text());
+      if (!stamp) {
+        throw SchemaMismatch(schema_name(),
+                             {{fmt::format("the key {} holds \"{}\", not a layout stamp", keys[b],
+                                           idem::detail::printable(stamps[b].text())),
+                               fmt::format("delete the key (its bucket then writes layout 1) and "
+                                           "run `idem schema migrate`")}});
+      }
+      if (auto problem = idem::detail::layout_problem(*stamp, record_layout.layout))
+        throw SchemaMismatch(schema_name(), {std::move(*problem)});
+      if (!oldest || stamp->layout < oldest->layout) oldest = stamp;
+      ++stamped;
+    }
+    if (stamped < keys.size()) return {.layout = 1, .oldest_reader = 1, .stamped = false};
+    return *oldest;
+  }
+
+  // Stamps every bucket that has no stamp with record_layout (never over a stamp there);
+  // answers how many it stamped.
+  std::size_t stamp_layout(Connection& c) const {
+    layout_of(c);  // refuses a newer idem's layout first
+    const std::vector<std::string> keys = layout_keys();
+    const std::string stamp = idem::detail::layout_stamp(record_layout);
+    std::vector<ScriptCall> calls;
+    calls.reserve(keys.size());
+    for (const std::string& k : keys)
+      calls.push_back({{k}, {stamp}});
+    std::size_t stamped = 0;
+    for (const Reply& r : c.eval_all(scripts_.stamp, calls)) {
+      if (r.integer() == 1) ++stamped;
+    }
+    return stamped;
+  }
+
+  // "of Redis prefix idem", for SchemaMismatch's message.
+  std::string schema_name() const { return "of Redis prefix " + layout_.prefix(); }
 
   // Stale claims come from the lease index (scored by lease_until) and outcome_unknown records
   // from the unknown index (scored by updated_at), each read in the order list() answers in,
@@ -261,20 +322,18 @@ class RecordOps {
     const std::string member = Layout::member(key);
     const RecordKeys k = layout_.keys(member);
     const std::string fence = decimal(static_cast<std::int64_t>(t.fence));
-    return c.eval(scripts_.finish, {{k.record, k.leases},
+    return c.eval(scripts_.finish, {k.all(),
                                     {fence, t.owner, to_string(to), snapshot,
                                      stored_retryable(to, retryable) ? "1" : "0", member}})
                .integer() == 1;
   }
 
   std::size_t purge(Connection& c, std::size_t batch) const {
-    return sweep(c, batch, [&](std::uint32_t b) { return layout_.expiry(b); }, scripts_.purge, true,
-                 {});
+    return sweep(c, batch, [&](std::uint32_t b) { return layout_.expiry(b); }, scripts_.purge, {});
   }
 
   std::size_t release(Connection& c, std::size_t batch) const {
     return sweep(c, batch, [&](std::uint32_t b) { return layout_.leases(b); }, scripts_.release,
-                 false,
                  {to_string(released_status), released_snapshot, released_retryable ? "1" : "0"});
   }
 
@@ -492,6 +551,14 @@ class RecordOps {
     found = std::move(best);
   }
 
+  std::vector<std::string> layout_keys() const {
+    std::vector<std::string> keys;
+    keys.reserve(layout_.buckets());
+    for (std::uint32_t b = 0; b < layout_.buckets(); ++b)
+      keys.push_back(layout_.layout(b));
+    return keys;
+  }
+
   // A sorted set's score as the server writes it (a time in milliseconds).
   static TimePoint score_of(std::string_view s) {
     double d = 0;
@@ -524,11 +591,11 @@ class RecordOps {
 
   // One batch of purge or release: the due members of every bucket's index (a few per
   // bucket, pipelined), then the guarded script on at most `batch` of them (pipelined), with
-  // the record's keys (and the expiry index's when `with_expiry`) and `extra` arguments.
+  // the record's keys and `extra` arguments.
   // Answers how many records the script changed.
   template <class IndexOf>
   std::size_t sweep(Connection& c, std::size_t batch, IndexOf index_of, const Script& act,
-                    bool with_expiry, std::vector<std::string_view> extra) const {
+                    std::vector<std::string_view> extra) const {
     if (batch == 0) return 0;
     const std::uint32_t buckets = layout_.buckets();
     // Records spread evenly over the buckets: twice the even share, so that one batch finds
@@ -556,8 +623,7 @@ class RecordOps {
     std::vector<ScriptCall> acts;
     acts.reserve(members.size());
     for (std::size_t i = 0; i < members.size(); ++i) {
-      ScriptCall call{{keys[i].record, keys[i].leases, keys[i].expiry}, {members[i]}};
-      if (!with_expiry) call.keys.pop_back();
+      ScriptCall call{keys[i].all(), {members[i]}};
       call.args.insert(call.args.end(), extra.begin(), extra.end());
       acts.push_back(std::move(call));
     }
@@ -625,9 +691,35 @@ class Store : public StoreSkeleton<detail::Backend> {
       : StoreSkeleton(checked_ops(params), params.retry), pool_(std::move(pool)) {
     if (!pool_) throw InvalidArgument("idem::redis::Store: pool must not be null");
     attach(pool_.get());
+    if (params.check_layout) {
+      check_table_first([this](Connection& c) { ops().layout_of(c); });
+    }
   }
 
   using StoreSkeleton::pool;
+
+  // Stamps every bucket of the prefix with this idem's layout, so that records are written
+  // packed from then on (detail/layout.hpp, "Layouts"; docs/redis.md, "Layouts and
+  // upgrades"). Run it (or `idem schema migrate`) once every process that shares the prefix
+  // runs an idem of layout 2 or later: an older one cannot read a packed record. Safe to run
+  // twice and while others claim.
+  Migration ensure_schema() {
+    const Migration done = with_retries_unchecked("ensure_schema", [&](Connection& c, bool) {
+      const std::size_t stamped = ops().stamp_layout(c);
+      return Migration{.layout = ops().layout_of(c), .stamped_buckets = stamped};
+    });
+    table_checked();
+    return done;
+  }
+
+  // The records' layout from the buckets' stamps, changing nothing; throws SchemaMismatch when a
+  // newer idem stamped a layout this one cannot write.
+  TableLayout check_schema() {
+    const TableLayout layout = with_retries_unchecked(
+        "check_schema", [&](Connection& c, bool) { return ops().layout_of(c); });
+    table_checked();
+    return layout;
+  }
 
  private:
   static detail::RecordOps checked_ops(const StoreParams& p) {

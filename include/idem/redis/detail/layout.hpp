@@ -5,7 +5,8 @@
 // carries the same hash tag, so that it lies in one cluster slot and one script may touch a
 // record and its bucket's indexes together:
 //
-//   <prefix>:{<bucket>}:r:<biz_type>:<id>   the record, a hash (fields: record_fields)
+//   <prefix>:{<bucket>}:r:<biz_type>:<id>   the record (fields: record_fields), packed in
+//                                           one string or a hash (see "Layouts" below)
 //   <prefix>:{<bucket>}:leases              sorted set of the bucket's processing records,
 //                                           scored by lease_until (release_stale reads it)
 //   <prefix>:{<bucket>}:expiry              sorted set of the bucket's records that may
@@ -13,6 +14,15 @@
 //                                           expire_at (purge_expired reads it)
 //   <prefix>:{<bucket>}:unknown             sorted set of the bucket's outcome_unknown
 //                                           records, scored by updated_at (list reads it)
+//   <prefix>:{<bucket>}:layout              the bucket's layout stamp (idem/table_layout.hpp's
+//                                           text), absent before `ensure_schema()` stamps it
+//
+// Layouts. Layout 1 (the first idem with Redis; no stamp) keeps each record as a hash. Layout 2
+// packs it in one string (cmsgpack), far less memory once a response is longer
+// than a hash keeps compact; an idem of layout 1 cannot read it (WRONGTYPE). Every idem of
+// layout 2 reads both, and writes a bucket's records packed once the bucket is stamped (and a
+// record that already is packed): stamping is the migration, run when no process of layout 1
+// is left. Hashes left from before turn packed when next written, or expire.
 //
 // An index member is "<biz_type>:<id>": biz_type has no ':', so the member names one key.
 // The id is stored byte for byte (hash tags stop at the first '}', which the prefix and the
@@ -23,15 +33,20 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
+#include "idem/table_layout.hpp"
 
 namespace idem::redis::detail {
 
-// The record hash's fields, in the order the scripts read them (HMGET) and write them.
+// The layout this idem writes once a bucket is stamped with it (see "Layouts" above).
+inline constexpr TableLayout record_layout{.layout = 2, .oldest_reader = 2, .stamped = true};
+
+// The record's fields, in the order the scripts answer and pack them.
 // Times are milliseconds since the Unix epoch (UTC), by the server's clock; status is
 // to_string(Status); retryable is 0 or 1. The last three (recovery points, repair reason,
 // repaired_at) may be missing or empty: none (records written before they existed lack them).
@@ -69,12 +84,16 @@ inline std::uint32_t bucket_of(std::string_view member, std::uint32_t buckets) n
   return h % buckets;
 }
 
-// The keys one script about one record touches (all in the bucket's slot).
+// The keys one script about one record touches (all in the bucket's slot), in the order the
+// writing scripts take them.
 struct RecordKeys {
   std::string record;
   std::string leases;
   std::string expiry;
   std::string unknown;
+  std::string layout;
+
+  std::vector<std::string_view> all() const { return {record, leases, expiry, unknown, layout}; }
 };
 
 class Layout {
@@ -115,7 +134,7 @@ class Layout {
     std::string record;
     record.reserve(tag.size() + 2 + member.size());
     record.append(tag).append("r:").append(member);
-    return {std::move(record), tag + "leases", tag + "expiry", tag + "unknown"};
+    return {std::move(record), tag + "leases", tag + "expiry", tag + "unknown", tag + "layout"};
   }
   std::string leases(std::uint32_t bucket) const {
     return fmt::format("{}:{{{}}}:leases", prefix_, bucket);
@@ -125,6 +144,9 @@ class Layout {
   }
   std::string unknown(std::uint32_t bucket) const {
     return fmt::format("{}:{{{}}}:unknown", prefix_, bucket);
+  }
+  std::string layout(std::uint32_t bucket) const {
+    return fmt::format("{}:{{{}}}:layout", prefix_, bucket);
   }
   const std::string& prefix() const noexcept { return prefix_; }
 

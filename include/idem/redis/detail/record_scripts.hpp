@@ -3,8 +3,9 @@
 // server, its `now` read inside it from the server's clock (TIME). Decisions are taken in
 // C++ by idem/store/record_rules.hpp; a script only re-checks, on the record as it is now,
 // the rule under which its write may happen, and each such check is named after that rule.
-// Every script touches one record and its bucket's indexes (detail/layout.hpp), all in one
-// hash slot, and every key it touches is declared in KEYS.
+// Every script touches one record and its bucket's indexes and layout key (detail/layout.hpp),
+// all in one hash slot, and every key it touches is declared in KEYS. A record is read with
+// load() and written with save() (the prelude), whichever of the two encodings it has.
 
 #include <cstddef>
 #include <string>
@@ -31,13 +32,15 @@ struct RecordScripts {
   Script scan;        // a page of an index by ZSCAN
   Script sized_read;  // read, and the memory the record takes (stats)
   Script sizes;       // the memory some keys of one slot take (stats)
+  Script get;         // a string key's value (a bucket's layout stamp)
+  Script stamp;       // stamp a bucket's layout key unless it has a stamp
 };
 
 namespace script_text {
 
 // The prelude of every script: the server's clock in milliseconds, integers written as
 // integers (Lua numbers are doubles, and would otherwise be written as 1.7e+12), the record's
-// fields in record_fields' order, and the status names.
+// fields in record_fields' order, the status names, and the record's two encodings (layout.hpp).
 inline std::string prelude() {
   std::string fields;
   for (std::size_t i = 0; i < record_fields.size(); ++i) {
@@ -54,16 +57,63 @@ local PROCESSING, FAILED, UNKNOWN = '{}', '{}', '{}'
 local function is_expired(status, expire_at, now)
   return tonumber(expire_at) <= now and status ~= UNKNOWN
 end
--- Writes field/value pairs; an empty optional field is deleted instead (missing means none).
+-- A record is a table of field = string value (a field it lacks is nil). Stored, it is a
+-- string packed by cmsgpack (an array in FIELDS' order, counts and times as integers, a missing
+-- field as ''), or a hash of FIELDS whose empty optional fields are left out.
 local OPTIONAL = {{recovery_points = true, repair_reason = true, repaired_at = true}}
-local function write(key, pairs)
+local NUMBER = {{fence = true, retryable = true, attempts = true, created_at = true,
+  updated_at = true, lease_until = true, expire_at = true, repaired_at = true}}
+-- The record at key, or nil; and whether it is packed. A packed value that does not unpack
+-- answers a record without fields (which the caller reports as corrupt, and no guard holds).
+local function load(key)
+  local v = redis.pcall('GET', key)
+  if not v then return nil, false end
+  if type(v) == 'table' then
+    local h = redis.call('HMGET', key, unpack(FIELDS))
+    local rec = {{}}
+    for i, f in ipairs(FIELDS) do
+      if h[i] then rec[f] = h[i] end
+    end
+    return rec, false
+  end
+  local ok, values = pcall(cmsgpack.unpack, v)
+  local rec = {{}}
+  if not ok or type(values) ~= 'table' then return rec, true end
+  for i, f in ipairs(FIELDS) do
+    local x = values[i]
+    if type(x) == 'number' then x = int(x) end
+    if type(x) == 'string' then rec[f] = x end
+  end
+  return rec, true
+end
+-- The record's values in FIELDS' order, a missing one as false (a nil reply).
+local function fields(rec)
+  local out = {{}}
+  for i, f in ipairs(FIELDS) do out[i] = rec[f] or false end
+  return out
+end
+-- Writes the record at key, keeping the key's time to live. Packed once the bucket's layout key
+-- is stamped or when the record already was; else a hash, the only encoding an idem before
+-- layout 2 reads.
+local function save(key, layout, rec, packed)
+  if packed or redis.call('EXISTS', layout) == 1 then
+    local values = {{}}
+    for i, f in ipairs(FIELDS) do
+      local x = rec[f] or ''
+      if NUMBER[f] and x ~= '' then x = tonumber(x) or x end
+      values[i] = x
+    end
+    redis.call('SET', key, cmsgpack.pack(values), 'KEEPTTL')
+    return
+  end
   local set, del = {{}}, {{}}
-  for i = 1, #pairs, 2 do
-    if pairs[i + 1] == '' and OPTIONAL[pairs[i]] then
-      del[#del + 1] = pairs[i]
-    else
-      set[#set + 1] = pairs[i]
-      set[#set + 1] = pairs[i + 1]
+  for _, f in ipairs(FIELDS) do
+    local x = rec[f]
+    if OPTIONAL[f] and (x == nil or x == '') then
+      del[#del + 1] = f
+    elseif x ~= nil then
+      set[#set + 1] = f
+      set[#set + 1] = x
     end
   end
   redis.call('HSET', key, unpack(set))
@@ -87,72 +137,70 @@ end
                      to_string(Status::outcome_unknown));
 }
 
-// KEYS: record, leases, expiry. ARGV: owner, fingerprint, lease ms, ttl ms, keep ms, member.
-// Answers {1, now} after writing record_rules' claim_record, or {0, now, fields} with the
-// record that is there. Also drops the expiry index's entries of records Redis has already
-// deleted by itself (their expire_at + keep has passed), so that the index stays bounded
-// without a janitor.
+// The writing scripts take the record's keys (RecordKeys) in one order: KEYS[1] the record,
+// KEYS[2] leases, KEYS[3] expiry, KEYS[4] unknown, KEYS[5] the bucket's layout key.
+
+// ARGV: owner, fingerprint, lease ms, ttl ms, keep ms, member. Answers {1, now} after writing
+// record_rules' claim_record, or {0, now, fields} with the record that is there. Also drops the
+// expiry index's entries of records Redis has already deleted by itself (their expire_at + keep
+// has passed), so that the index stays bounded without a janitor.
 inline constexpr const char* claim = R"(
 local now = now_ms()
 local keep = tonumber(ARGV[5])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. int(now - keep))
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, now, redis.call('HMGET', KEYS[1], unpack(FIELDS))}
-end
+local rec = load(KEYS[1])
+if rec then return {0, now, fields(rec)} end
 local lease_until = now + tonumber(ARGV[3])
 local expire_at = now + tonumber(ARGV[4])
-redis.call('HSET', KEYS[1], 'status', PROCESSING, 'fence', '1', 'owner', ARGV[1],
-  'fingerprint', ARGV[2], 'snapshot', '', 'retryable', '0', 'attempts', '1',
-  'created_at', int(now), 'updated_at', int(now), 'lease_until', int(lease_until),
-  'expire_at', int(expire_at))
+save(KEYS[1], KEYS[5], {status = PROCESSING, fence = '1', owner = ARGV[1],
+  fingerprint = ARGV[2], snapshot = '', retryable = '0', attempts = '1', created_at = int(now),
+  updated_at = int(now), lease_until = int(lease_until), expire_at = int(expire_at)}, false)
 redis.call('PEXPIREAT', KEYS[1], int(expire_at + keep))
 redis.call('ZADD', KEYS[2], int(lease_until), ARGV[6])
 redis.call('ZADD', KEYS[3], int(expire_at), ARGV[6])
 return {1, now}
 )";
 
-// KEYS: record, leases, expiry, unknown. ARGV: decision ("expired" or "retry"), the fence,
-// owner and recovery points read, keep ms, member, then the new record's values in FIELDS'
-// order (take_over()'s). Answers 1 when written, 0 when the record moved on since it was
-// read. A retry or stale takeover keeps the points read, so it is also guarded by them: a
-// step the old claim recorded since the read must not be lost.
+// ARGV: decision ("expired" or "retry"), the fence, owner and recovery points read, keep ms,
+// member, then the new record's values in FIELDS' order (take_over()'s). Answers 1 when
+// written, 0 when the record moved on since it was read. A retry or stale takeover keeps the
+// points read, so it is also guarded by them: a step the old claim recorded since the read must
+// not be lost.
 inline constexpr const char* take_over = R"(
 local now = now_ms()
-local s = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner', 'retryable', 'lease_until',
-  'expire_at', 'recovery_points')
-if not s[1] or s[2] ~= ARGV[2] or s[3] ~= ARGV[3] then return 0 end
-local expired = is_expired(s[1], s[6], now)
+local rec, packed = load(KEYS[1])
+if not rec or not rec.status or rec.fence ~= ARGV[2] or rec.owner ~= ARGV[3] then return 0 end
+local expired = is_expired(rec.status, rec.expire_at, now)
 local holds
 if ARGV[1] == 'expired' then
   holds = expired
 else
   -- record_rules: is_retry_due
-  holds = not expired and ((s[1] == PROCESSING and tonumber(s[5]) <= now) or
-                           (s[1] == FAILED and s[4] == '1')) and (s[7] or '') == ARGV[4]
+  holds = not expired and ((rec.status == PROCESSING and tonumber(rec.lease_until) <= now) or
+                           (rec.status == FAILED and rec.retryable == '1')) and
+          (rec.recovery_points or '') == ARGV[4]
 end
 if not holds then return 0 end
-local values = {}
 local new = {}
-for i, f in ipairs(FIELDS) do
-  values[#values + 1] = f
-  values[#values + 1] = ARGV[6 + i]
-  new[f] = ARGV[6 + i]
-end
-write(KEYS[1], values)
+for i, f in ipairs(FIELDS) do new[f] = ARGV[6 + i] end
+save(KEYS[1], KEYS[5], new, packed)
 redis.call('ZADD', KEYS[2], new.lease_until, ARGV[6])
 set_expiry(KEYS[1], KEYS[3], KEYS[4], ARGV[6], new.status, new.expire_at, new.updated_at,
   ARGV[5])
 return 1
 )";
 
-// KEYS: record, leases. ARGV: fence, owner, status, snapshot, retryable, member. Writes
-// record_rules' finished() when the claim is still held; answers 1, or 0 (nothing written).
+// ARGV: fence, owner, status, snapshot, retryable, member. Writes record_rules' finished()
+// when the claim is still held; answers 1, or 0 (nothing written).
 inline constexpr const char* finish = R"(
-local s = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner')
+local rec, packed = load(KEYS[1])
 -- record_rules: holds
-if s[1] ~= PROCESSING or s[2] ~= ARGV[1] or s[3] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[3], 'snapshot', ARGV[4], 'retryable', ARGV[5],
-  'updated_at', int(now_ms()))
+if not rec or rec.status ~= PROCESSING or rec.fence ~= ARGV[1] or rec.owner ~= ARGV[2] then
+  return 0
+end
+rec.status, rec.snapshot, rec.retryable = ARGV[3], ARGV[4], ARGV[5]
+rec.updated_at = int(now_ms())
+save(KEYS[1], KEYS[5], rec, packed)
 redis.call('ZREM', KEYS[2], ARGV[6])
 return 1
 )";
@@ -160,8 +208,9 @@ return 1
 // KEYS: record. Answers {now} or {now, fields}.
 inline constexpr const char* read = R"(
 local now = now_ms()
-if redis.call('EXISTS', KEYS[1]) == 0 then return {now} end
-return {now, redis.call('HMGET', KEYS[1], unpack(FIELDS))}
+local rec = load(KEYS[1])
+if not rec then return {now} end
+return {now, fields(rec)}
 )";
 
 // KEYS: an index. ARGV: limit. The members whose score (a lease_until or an expire_at) has
@@ -170,37 +219,36 @@ inline constexpr const char* due = R"(
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', int(now_ms()), 'LIMIT', '0', ARGV[1])
 )";
 
-// KEYS: record, leases. ARGV: member, then record_rules' released(): status, snapshot,
-// retryable. Answers 1 when it released a stale claim. An entry that no longer names a
-// processing record (finished, purged, expired) leaves the index; one whose lease was renewed
-// by a takeover is scored anew.
+// ARGV: member, then record_rules' released(): status, snapshot, retryable. Answers 1 when it
+// released a stale claim. An entry that no longer names a processing record (finished, purged,
+// expired) leaves the index; one whose lease was renewed by a takeover is scored anew.
 inline constexpr const char* release = R"(
 local now = now_ms()
-local s = redis.call('HMGET', KEYS[1], 'status', 'lease_until', 'expire_at')
-if s[1] ~= PROCESSING or tonumber(s[3]) <= now then
+local rec, packed = load(KEYS[1])
+if not rec or rec.status ~= PROCESSING or tonumber(rec.expire_at) <= now then
   redis.call('ZREM', KEYS[2], ARGV[1])
   return 0
 end
-if tonumber(s[2]) > now then
-  redis.call('ZADD', KEYS[2], s[2], ARGV[1])
+if tonumber(rec.lease_until) > now then
+  redis.call('ZADD', KEYS[2], rec.lease_until, ARGV[1])
   return 0
 end
 -- record_rules: is_stale
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'snapshot', ARGV[3], 'retryable', ARGV[4],
-  'updated_at', int(now))
+rec.status, rec.snapshot, rec.retryable = ARGV[2], ARGV[3], ARGV[4]
+rec.updated_at = int(now)
+save(KEYS[1], KEYS[5], rec, packed)
 redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 )";
 
-// KEYS: record, leases, expiry. ARGV: member. Deletes the record when it has expired and
-// answers 1. An entry of a record that is gone leaves the indexes; one whose record was
-// renewed by a takeover is scored anew; an outcome_unknown record never expires (it has no
-// entry to meet unless one was left behind).
+// ARGV: member. Deletes the record when it has expired and answers 1. An entry of a record that
+// is gone leaves the indexes; one whose record was renewed by a takeover is scored anew; an
+// outcome_unknown record never expires (it has no entry to meet unless one was left behind).
 inline constexpr const char* purge = R"(
 local now = now_ms()
-local s = redis.call('HMGET', KEYS[1], 'status', 'expire_at')
-local e = s[2]
-if s[1] == UNKNOWN then
+local rec = load(KEYS[1])
+local e = rec and rec.expire_at
+if rec and rec.status == UNKNOWN then
   redis.call('ZREM', KEYS[3], ARGV[1])
   return 0
 end
@@ -216,36 +264,34 @@ redis.call('DEL', KEYS[1])
 return 1
 )";
 
-// KEYS: record, leases, expiry, unknown. ARGV: the fence and owner read, keep ms, member,
-// then field/value pairs: what repaired() computed for the fields it may change (the
-// recovery points are left as they are). Answers 1 when written, 0 when the record moved on
-// since it was read (or is gone).
+// ARGV: the fence and owner read, keep ms, member, then field/value pairs: what repaired()
+// computed for the fields it may change (the recovery points are left as they are). Answers 1
+// when written, 0 when the record moved on since it was read (or is gone).
 inline constexpr const char* repair = R"(
-local s = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner')
+local rec, packed = load(KEYS[1])
 -- record_rules: repair_holds, on the ticket read (the same fence under another owner is not
 -- the record the repair was decided on)
-if not s[1] or s[2] ~= ARGV[1] or s[3] ~= ARGV[2] then return 0 end
-local values, new = {}, {}
-for i = 5, #ARGV, 2 do
-  values[#values + 1] = ARGV[i]
-  values[#values + 1] = ARGV[i + 1]
-  new[ARGV[i]] = ARGV[i + 1]
-end
-write(KEYS[1], values)
+if not rec or not rec.status or rec.fence ~= ARGV[1] or rec.owner ~= ARGV[2] then return 0 end
+for i = 5, #ARGV, 2 do rec[ARGV[i]] = ARGV[i + 1] end
+save(KEYS[1], KEYS[5], rec, packed)
 -- repaired() never leaves a record processing
 redis.call('ZREM', KEYS[2], ARGV[4])
-set_expiry(KEYS[1], KEYS[3], KEYS[4], ARGV[4], new.status, new.expire_at, new.updated_at, ARGV[3])
+set_expiry(KEYS[1], KEYS[3], KEYS[4], ARGV[4], rec.status, rec.expire_at, rec.updated_at, ARGV[3])
 return 1
 )";
 
-// KEYS: record. ARGV: fence, owner, the recovery points read, the points to write. Writes them
-// while the claim is held and the stored points are still those read; answers 1, or 0.
+// ARGV: fence, owner, the recovery points read, the points to write. Writes them while the
+// claim is held and the stored points are still those read; answers 1, or 0.
 inline constexpr const char* points = R"(
-local s = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner', 'recovery_points')
+local rec, packed = load(KEYS[1])
 -- record_rules: holds
-if s[1] ~= PROCESSING or s[2] ~= ARGV[1] or s[3] ~= ARGV[2] then return 0 end
-if (s[4] or '') ~= ARGV[3] then return 0 end
-redis.call('HSET', KEYS[1], 'recovery_points', ARGV[4], 'updated_at', int(now_ms()))
+if not rec or rec.status ~= PROCESSING or rec.fence ~= ARGV[1] or rec.owner ~= ARGV[2] then
+  return 0
+end
+if (rec.recovery_points or '') ~= ARGV[3] then return 0 end
+rec.recovery_points = ARGV[4]
+rec.updated_at = int(now_ms())
+save(KEYS[1], KEYS[5], rec, packed)
 return 1
 )";
 
@@ -262,9 +308,9 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], max, 'WITHSCORES', 'LIMIT',
 // says the record takes.
 inline constexpr const char* sized_read = R"(
 local now = now_ms()
-if redis.call('EXISTS', KEYS[1]) == 0 then return {now} end
-return {now, redis.call('HMGET', KEYS[1], unpack(FIELDS)),
-        redis.call('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', '0')}
+local rec = load(KEYS[1])
+if not rec then return {now} end
+return {now, fields(rec), redis.call('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', '0')}
 )";
 
 // KEYS: any keys of one slot. Answers the bytes MEMORY USAGE says they take (a missing key
@@ -279,6 +325,19 @@ return bytes
 // score, ...}}.
 inline constexpr const char* scan = R"(
 return redis.call('ZSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
+)";
+
+// KEYS: a string key. Answers its value, or nil.
+inline constexpr const char* get = R"(
+return redis.call('GET', KEYS[1])
+)";
+
+// KEYS: a bucket's layout key. ARGV: the stamp. Writes it unless the key holds a stamp already
+// (never over a newer idem's); answers 1 when it wrote.
+inline constexpr const char* stamp = R"(
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
 )";
 
 }  // namespace script_text
@@ -296,7 +355,8 @@ inline RecordScripts make_record_scripts() {
           make_script(writes + script_text::purge),  make_script(writes + script_text::repair),
           make_script(writes + script_text::points), make_script(reads + script_text::range),
           make_script(reads + script_text::scan),    make_script(reads + script_text::sized_read),
-          make_script(reads + script_text::sizes)};
+          make_script(reads + script_text::sizes),   make_script(reads + script_text::get),
+          make_script(writes + script_text::stamp)};
 }
 
 }  // namespace idem::redis::detail
