@@ -163,12 +163,12 @@ inline nlohmann::json json(const idem::RecordStats& s) {
 }
 
 // "layout 2 (stamped; idem of layout 2 or later may use it)", or, for a table of an idem
-// before stamps, what its columns show and how to stamp it.
+// before stamps (its layout read from its columns, or a Redis prefix of hashes), how to stamp it.
 inline std::string text(const idem::TableLayout& t) {
   if (!t.stamped)
     return fmt::format(
-        "layout {} by its columns (not stamped: an idem before stamps made it; "
-        "`idem schema migrate` stamps it)",
+        "layout {}, not stamped (an idem before stamps made it; `idem schema migrate` "
+        "stamps it)",
         t.layout);
   return fmt::format("layout {} (stamped; an idem of layout {} or later may use it)", t.layout,
                      t.oldest_reader);

@@ -1,5 +1,5 @@
 #pragma once
-// idem::redis::Store: idempotency records in Redis, one hash per record (docs/redis.md).
+// idem::redis::Store: idempotency records in Redis, one key per record (docs/redis.md).
 //
 // Every write is one Lua script, atomic on the server, with `now` from the server's clock
 // (detail/record_scripts.hpp). A claim is one round trip: the script writes a fresh claim, or
