@@ -64,7 +64,8 @@ struct ScenarioShape {
 const idem::Options options{};
 
 // The library's side of a scenario: an emptied server, and the store on a pool of one
-// connection per thread.
+// connection per thread, stamped (records packed, as a new deployment keeps them); the
+// baseline's prefix is stamped too, so that its scripts pack as well.
 struct LibraryStore {
   idem::redis::ConnectionParams params;
   std::shared_ptr<idem::redis::Pool> pool;
@@ -73,7 +74,10 @@ struct LibraryStore {
       : params(flushed(config)),
         pool(std::make_shared<idem::redis::Pool>(
             params, idem::redis::PoolParams{.size = static_cast<std::size_t>(threads)})),
-        store(pool, {.prefix = "bench-lib"}) {}
+        store(pool, {.prefix = "bench-lib"}) {
+    store.ensure_schema();
+    idem::redis::Store(pool, {.prefix = "bench-raw"}).ensure_schema();
+  }
 
   static idem::redis::ConnectionParams flushed(const Config& config) {
     idem::redis::ConnectionParams p;
@@ -129,39 +133,39 @@ void redis_scenario(const Config& config, const ScenarioShape& shape) {
   const std::string lease = std::to_string(options.lease.count());
   const std::string ttl = std::to_string(options.ttl.count());
   const std::string keep = std::to_string(std::chrono::milliseconds{std::chrono::hours{1}}.count());
-  Side baseline{
-      {}, [&](int t, int r) {
-        auto& raw = raws[static_cast<std::size_t>(t)];
-        if (!raw) raw = std::make_unique<RawRedis>(config.redis_socket);
-        long runs = 0;
-        for (std::size_t i = 0; i < per; ++i) {
-          const std::string member = "BENCH:" + id_of(r, t, i);
-          const auto k = layout.keys(member);
-          const std::string token(32, 'f');
-          redisReply* claimed =
-              raw->run({"EVALSHA", scripts.claim.sha, "3", k.record, k.leases, k.expiry, token,
-                        fixed_fingerprint(), lease, ttl, keep, member});
-          const bool fresh = claimed->element[0]->integer == 1;
-          if (fresh) {
-            ++runs;
-          } else {
-            // A duplicate: its stored response is what the caller answers with.
-            const redisReply* fields = claimed->element[2];
-            if (fields->elements < 5 || fields->element[4]->type != REDIS_REPLY_STRING)
-              throw std::runtime_error("no stored response");
-            if (!nlohmann::json::parse(
-                     std::string_view(fields->element[4]->str, fields->element[4]->len))
-                     .is_object())
-              throw std::runtime_error("the stored response is no JSON object");
-          }
-          freeReplyObject(claimed);
-          if (!shape.complete || !fresh) continue;
-          const std::string snapshot = nlohmann::json{{"status", "paid"}}.dump();
-          freeReplyObject(raw->run({"EVALSHA", scripts.finish.sha, "2", k.record, k.leases, "1",
-                                    token, "succeeded", snapshot, "0", member}));
-        }
-        raw_runs += runs;
-      }};
+  Side baseline{{}, [&](int t, int r) {
+                  auto& raw = raws[static_cast<std::size_t>(t)];
+                  if (!raw) raw = std::make_unique<RawRedis>(config.redis_socket);
+                  long runs = 0;
+                  for (std::size_t i = 0; i < per; ++i) {
+                    const std::string member = "BENCH:" + id_of(r, t, i);
+                    const auto k = layout.keys(member);
+                    const std::string token(32, 'f');
+                    redisReply* claimed = raw->run({"EVALSHA", scripts.claim.sha, "5", k.record,
+                                                    k.leases, k.expiry, k.unknown, k.layout, token,
+                                                    fixed_fingerprint(), lease, ttl, keep, member});
+                    const bool fresh = claimed->element[0]->integer == 1;
+                    if (fresh) {
+                      ++runs;
+                    } else {
+                      // A duplicate: its stored response is what the caller answers with.
+                      const redisReply* fields = claimed->element[2];
+                      if (fields->elements < 5 || fields->element[4]->type != REDIS_REPLY_STRING)
+                        throw std::runtime_error("no stored response");
+                      if (!nlohmann::json::parse(
+                               std::string_view(fields->element[4]->str, fields->element[4]->len))
+                               .is_object())
+                        throw std::runtime_error("the stored response is no JSON object");
+                    }
+                    freeReplyObject(claimed);
+                    if (!shape.complete || !fresh) continue;
+                    const std::string snapshot = nlohmann::json{{"status", "paid"}}.dump();
+                    freeReplyObject(raw->run({"EVALSHA", scripts.finish.sha, "5", k.record,
+                                              k.leases, k.expiry, k.unknown, k.layout, "1", token,
+                                              "succeeded", snapshot, "0", member}));
+                  }
+                  raw_runs += runs;
+                }};
   const auto t = alternate(shape.name, config.rounds_per_side(), threads, total, library, baseline);
   auto j = throughput_json(shape.name, threads, total, t, ">= 0.9");
   j["connections"] = threads;
