@@ -217,7 +217,9 @@ int run(Backend& backend, const std::string& where, std::size_t batch, bool guar
       const auto acks = idem::consume_batch(
           tx, requests, [&](std::size_t i) { insert_order(polled[i].order_no); });
       for (const idem::Ack& ack : acks) {
-        commits.push_back(ack == idem::Ack::commit);
+        // commit, or dead_letter: off the queue either way (a real consumer publishes a dead
+        // letter to its dead-letter queue first); retry_later comes back.
+        commits.push_back(ack != idem::Ack::retry_later);
         if (ack.verdict == idem::Verdict::acquired) tally.created++;
         if (ack.verdict == idem::Verdict::replayed) tally.replayed++;
         if (ack == idem::Ack::retry_later) tally.retried++;

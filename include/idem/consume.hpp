@@ -6,23 +6,33 @@
 //   // retried may have sent the same business event twice under two ids.
 //   idem::Ack ack = idem::consume(store, idem::Key{"order.paid", msg.order_no},
 //                                 idem::fingerprint(msg.body), [&] { apply(msg); }, options);
-//   if (ack == idem::Ack::commit) consumer.commit(msg); else consumer.nack(msg);  // redeliver
+//   switch (ack.action) {
+//     case idem::Ack::commit: consumer.ack(msg); break;
+//     case idem::Ack::retry_later: consumer.redeliver(msg, ack.delay); break;
+//     case idem::Ack::dead_letter: consumer.dead_letter(msg, ack.reason); break;
+//   }
 //
-// The rules (ack.verdict and ack.reason say which one applied):
+// The rules (ack.verdict and ack.reason say which one applied; options.consumer is the
+// ConsumerPolicy that sets the delays and the attempts a key may have):
 //   acquired, fn returns         -> result recorded             -> commit
 //   acquired, fn throws PermanentFailure -> failure recorded    -> commit (duplicates replay it)
 //   acquired, fn throws EffectUnknown -> record outcome_unknown -> retry_later (as below)
-//   acquired, fn throws anything else -> retryable failure recorded -> retry_later
+//   acquired, fn throws anything else (or a non-retryable StoreError of its own SQL)
+//            -> retryable failure recorded -> retry_later, after the policy's delay; on the
+//               key's last attempt: permanent failure recorded -> dead_letter
 //   replayed (success or permanent failure)  -> fn not run      -> commit
 //   in_progress (another consumer holds it)  -> fn not run      -> retry_later
-//   conflict (same key, another payload)     -> fn not run      -> commit: redelivery can never
-//                                               succeed; send it to your dead-letter queue.
+//   conflict (same key, another payload)     -> fn not run      -> dead_letter: redelivery can
+//                                               never succeed.
 //   outcome_unknown (an earlier attempt died mid-effect) -> fn not run -> retry_later: the
 //                                               record waits for a resolver pass or a repair.
-// Store failures (idem::StoreError, also when the business's own SQL throws one) and a lost
-// lease (idem::LeaseLost) propagate as exceptions: do not acknowledge the message; its
-// redelivery is answered by the record. (In same-transaction mode this lets
-// with_transaction run the transaction again after a deadlock.)
+//   the message's check (the overload with `check`) throws InvalidMessage -> no claim, no
+//                                               record touched -> dead_letter
+// Transient store failures (a retryable idem::StoreError, also when the business's own SQL
+// throws one), any store failure outside the business, and a lost lease (idem::LeaseLost)
+// propagate as exceptions: do not acknowledge the message; its redelivery is answered by the
+// record. (In same-transaction mode this lets with_transaction run the transaction again
+// after a deadlock.)
 //
 // fn may return void or a value that nlohmann_json serialises; the value is stored as the
 // record's snapshot (void stores null).
@@ -34,6 +44,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -48,6 +59,7 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/batch.hpp"
+#include "idem/consumer_policy.hpp"
 #include "idem/errors.hpp"
 #include "idem/guard.hpp"
 #include "idem/key.hpp"
@@ -62,37 +74,65 @@
 
 namespace idem {
 
+// What to do with a message: acknowledge it, have it delivered again after `delay`, or send it
+// to the dead-letter queue (it can never succeed).
 struct Ack {
-  enum Action { commit, retry_later };
+  enum Action { commit, retry_later, dead_letter };
 
   Action action = retry_later;
-  Verdict verdict = Verdict::in_progress;  // what the claim answered
-  std::string reason;                      // empty for a plain success; else why
+  // What the claim answered; none when the message failed its check before the claim.
+  std::optional<Verdict> verdict = Verdict::in_progress;
+  std::string reason;  // empty for a plain success; else why
+  Duration delay{};    // retry_later: how long the redelivery should wait; else zero
 
   friend bool operator==(const Ack& ack, Action wanted) noexcept { return ack.action == wanted; }
 };
 
 constexpr std::string_view to_string(Ack::Action a) noexcept {
-  return a == Ack::commit ? "commit" : "retry_later";
+  switch (a) {
+    case Ack::commit:
+      return "commit";
+    case Ack::retry_later:
+      return "retry_later";
+    case Ack::dead_letter:
+      return "dead_letter";
+  }
+  return "?";
 }
+
+// Thrown by a message's check (consume's overload with `check`) when the message must not claim
+// its key: malformed, failing validation, or not authentic. The message is dead-lettered with
+// this reason and no record is touched.
+class InvalidMessage : public Error {
+ public:
+  using Error::Error;
+};
 
 namespace detail {
 
+inline const ConsumerPolicy& consumer_policy(const Options& options) {
+  static const ConsumerPolicy fallback{};
+  return options.consumer != nullptr ? *options.consumer : fallback;
+}
+
 // The answer to a message whose claim was not ours to run.
-inline Ack ack_without_running(Verdict verdict, const Record& stored) {
+inline Ack ack_without_running(Verdict verdict, const Record& stored,
+                               const ConsumerPolicy& policy) {
   switch (verdict) {
     case Verdict::replayed:
       return {Ack::commit, verdict,
               stored.status == Status::succeeded ? "" : "replayed a recorded permanent failure"};
     case Verdict::in_progress:
-      return {Ack::retry_later, verdict, "another consumer is processing this key"};
+      return {Ack::retry_later, verdict, "another consumer is processing this key",
+              policy.first_delay};
     case Verdict::conflict:
-      return {Ack::commit, verdict,
+      return {Ack::dead_letter, verdict,
               "the key was used before with another payload; redelivery cannot succeed"};
     case Verdict::outcome_unknown:
       return {Ack::retry_later, verdict,
               "an earlier attempt's outcome is unknown; a resolver pass or an operator's repair "
-              "settles it"};
+              "settles it",
+              policy.delay_after(stored.attempts)};
     case Verdict::acquired:
       break;
   }
@@ -110,12 +150,25 @@ struct Produced<void> {
 
 // Runs fn under an acquired guard and records its result.
 template <Store S, class F>
-Ack run_acquired(IdempotencyGuard<S>& guard, F& fn) {
+Ack run_acquired(IdempotencyGuard<S>& guard, F& fn, const ConsumerPolicy& policy) {
   using R = std::decay_t<std::invoke_result_t<F&>>;
   std::optional<Produced<R>> produced;
-  const auto retry_later = [&](const std::string& what) -> Ack {
+  const std::uint32_t attempts = guard.record().attempts;  // this one included
+  // A failed attempt: retryable, or on the key's last attempt a permanent failure with the
+  // last error. (On a store bound to a transaction the failed try rolls back with its claim,
+  // so the record counts no attempts there: the limit applies to standalone stores.)
+  const auto failed = [&](const std::string& what) -> Ack {
+    if constexpr (!RollbackOnlyStore<S>) {
+      const std::uint32_t limit = policy.max_attempts_for(guard.record().key.biz_type());
+      if (limit != 0 && attempts >= limit) {
+        guard.fail({{"error", "idem.attempts_exhausted"}, {"attempts", attempts}, {"detail", what}},
+                   false);
+        return {Ack::dead_letter, Verdict::acquired,
+                fmt::format("gave up after {} attempts: {}", attempts, what)};
+      }
+    }
     guard.fail({{"error", "idem.consumer_exception"}, {"detail", what}}, true);
-    return {Ack::retry_later, Verdict::acquired, what};
+    return {Ack::retry_later, Verdict::acquired, what, policy.delay_after(attempts)};
   };
   try {
     if constexpr (std::is_void_v<R>) {
@@ -131,19 +184,22 @@ Ack run_acquired(IdempotencyGuard<S>& guard, F& fn) {
     // Redelivered, the message meets an outcome_unknown record and waits for its resolver.
     if constexpr (detail::MarksUnknown<S>) {
       guard.mark_unknown(e.what());
-      return {Ack::retry_later, Verdict::acquired, e.what()};
+      return {Ack::retry_later, Verdict::acquired, e.what(), policy.delay_after(attempts)};
     } else {
-      return retry_later(e.what());
+      return failed(e.what());
     }
-  } catch (const StoreError&) {
-    // The database failed under the business (in same-transaction mode a deadlock has already
-    // rolled back the claim with it): propagate, so that with_transaction can run the
-    // transaction again. The guard's destructor records a retryable failure if it still can.
-    throw;
+  } catch (const StoreError& e) {
+    // A transient failure of the database under the business (in same-transaction mode a
+    // deadlock has already rolled back the claim with it): propagate, so that with_transaction
+    // can run the transaction again, or the message comes again. The guard's destructor
+    // records a retryable failure if it still can. A non-retryable one of the business's own
+    // SQL (a value out of range) fails again on every delivery: a failed attempt.
+    if (e.retryable()) throw;
+    return failed(fmt::format("the business's SQL failed: {}", e.what()));
   } catch (const std::exception& e) {
-    return retry_later(e.what());
+    return failed(e.what());
   } catch (...) {
-    return retry_later("a non-standard exception");
+    return failed("a non-standard exception");
   }
   try {
     guard.commit(produced->value);
@@ -168,8 +224,11 @@ void roll_back_batch(S& store, std::vector<std::optional<IdempotencyGuard<S>>>& 
     if (j > failed && guards[j]) {
       guards[j]->fail({{"error", "idem.batch_rolled_back"}, {"detail", why}}, true);
     }
-    if (j != failed)
-      acks[j] = {Ack::retry_later, guards[j] ? Verdict::acquired : acks[j].verdict, why};
+    // The batch comes back whole, when the failed message may run again.
+    if (j != failed) {
+      acks[j] = {Ack::retry_later, guards[j] ? Verdict::acquired : acks[j].verdict, why,
+                 acks[failed].delay};
+    }
   }
 }
 
@@ -181,9 +240,31 @@ Ack consume(S& store, const Key& key, std::string_view fingerprint, F&& fn,
   using R = std::decay_t<std::invoke_result_t<F&>>;
   static_assert(std::is_void_v<R> || Serializable<R>,
                 "idem::consume: fn must return void or a value nlohmann_json can serialise");
+  const ConsumerPolicy& policy = detail::consumer_policy(options);
+  validate(policy);
   IdempotencyGuard guard{store, key, fingerprint, options};
-  if (!guard.acquired()) return detail::ack_without_running(guard.verdict(), guard.record());
-  return detail::run_acquired(guard, fn);
+  if (!guard.acquired()) {
+    return detail::ack_without_running(guard.verdict(), guard.record(), policy);
+  }
+  return detail::run_acquired(guard, fn, policy);
+}
+
+// The same after `check()`, which runs first and may throw InvalidMessage: a malformed,
+// invalid or forged message is then dead-lettered without claiming its key, so it can neither
+// record a failure under the key nor hold it while the genuine message comes. Check there
+// what makes the message unusable whoever sends it (its schema, its signature, the amount
+// against the order); a business refusal of a well-formed message (insufficient funds) is a
+// PermanentFailure of fn, recorded for its duplicates.
+template <Store S, std::invocable C, std::invocable F>
+Ack consume(S& store, const Key& key, std::string_view fingerprint, C&& check, F&& fn,
+            const Options& options = {}) {
+  validate(detail::consumer_policy(options));
+  try {
+    std::invoke(check);
+  } catch (const InvalidMessage& e) {
+    return {Ack::dead_letter, std::nullopt, e.what()};
+  }
+  return consume(store, key, fingerprint, std::forward<F>(fn), options);
 }
 
 // The batch form: acks[i] answers messages[i] with exactly the rules of consume(), after one
@@ -201,6 +282,8 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
   using R = std::decay_t<std::invoke_result_t<F&, std::size_t>>;
   static_assert(std::is_void_v<R> || Serializable<R>,
                 "idem::consume_batch: fn must return void or a value nlohmann_json can serialise");
+  const ConsumerPolicy& policy = detail::consumer_policy(options);
+  validate(policy);
   const auto start = std::chrono::steady_clock::now();
   Observer* const observer = detail::observer_for(store, options.observer);
   std::vector<ClaimResult> claims;
@@ -229,13 +312,13 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
     if (claims[i].verdict == Verdict::acquired) {
       guards[i].emplace(store, std::move(claims[i]), observer, options.context);
     } else {
-      acks[i] = detail::ack_without_running(claims[i].verdict, claims[i].record);
+      acks[i] = detail::ack_without_running(claims[i].verdict, claims[i].record, policy);
     }
   }
   for (std::size_t i = 0; i < claims.size(); ++i) {
     if (!guards[i]) continue;
     auto run = [&fn, i]() -> decltype(auto) { return std::invoke(fn, i); };
-    acks[i] = detail::run_acquired(*guards[i], run);
+    acks[i] = detail::run_acquired(*guards[i], run, policy);
     if constexpr (RollbackOnlyStore<S>) {
       if (acks[i] == Ack::retry_later) {
         detail::roll_back_batch(store, guards, acks, i);

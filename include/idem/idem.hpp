@@ -5,6 +5,7 @@
 //   run_once.hpp       one call claims the key, runs the business once and records its result
 //   guard.hpp          IdempotencyGuard: the same steps by hand (commit, fail, replay)
 //   consume.hpp        message consumers: consume, consume_batch and the Ack they answer
+//   consumer_policy.hpp   the consumers' retry delays and the attempts a key may have
 //   batch.hpp          claim_batch: many keys at once
 //   memory_store.hpp   MemoryStore, the in-process store (unit tests, single-process services)
 //   cached_store.hpp   CachedStore: duplicates of finished keys answered from process memory
@@ -23,6 +24,7 @@
 // Running an action once
 #include "idem/batch.hpp"
 #include "idem/consume.hpp"
+#include "idem/consumer_policy.hpp"
 #include "idem/guard.hpp"
 #include "idem/run_once.hpp"
 

@@ -12,7 +12,8 @@
 
 namespace idem {
 
-class Resolvers;  // idem/resolver.hpp
+class Resolvers;        // idem/resolver.hpp
+struct ConsumerPolicy;  // idem/consumer_policy.hpp
 
 struct Options {
   // How long a processing claim is honoured. Past it, a duplicate takes the claim over
@@ -38,6 +39,10 @@ struct Options {
   // thread, so it follows a coroutine across threads. Not owned: it must outlive the call
   // (a guard keeps its own copy for the events after).
   std::string_view context{};
+  // Used by consume and consume_batch: how long a failed message's redelivery should wait and
+  // after how many attempts its key gives up (idem/consumer_policy.hpp). Not owned; must
+  // outlive the calls. Null: the default policy (no limit on attempts).
+  const ConsumerPolicy* consumer = nullptr;
 };
 
 // The longest ttl (and so lease) a claim may ask for: a century keeps every expiry far inside

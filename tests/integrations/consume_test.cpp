@@ -132,11 +132,11 @@ TEST_CASE_METHOD(ConsumeFixture,
 }
 
 TEST_CASE_METHOD(ConsumeFixture,
-                 "consume: the same key with another payload commits as a conflict") {
+                 "consume: the same key with another payload is dead-lettered as a conflict") {
   CHECK(idem::consume(store, order, "fp-a", [] {}) == Ack::commit);
   int runs = 0;
   const Ack ack = idem::consume(store, order, "fp-b", [&] { ++runs; });
-  CHECK(ack == Ack::commit);
+  CHECK(ack == Ack::dead_letter);
   CHECK(ack.verdict == Verdict::conflict);
   CHECK_FALSE(ack.reason.empty());
   CHECK(runs == 0);
@@ -231,7 +231,7 @@ TEST_CASE_METHOD(ConsumeFixture, "consume_batch: each message gets consume's ans
   CHECK(ran == std::vector<std::size_t>{3, 4, 5});
   CHECK((acks[0] == Ack::commit && acks[0].verdict == Verdict::replayed));
   CHECK((acks[1] == Ack::retry_later && acks[1].verdict == Verdict::in_progress));
-  CHECK((acks[2] == Ack::commit && acks[2].verdict == Verdict::conflict));
+  CHECK((acks[2] == Ack::dead_letter && acks[2].verdict == Verdict::conflict));
   CHECK((acks[3] == Ack::commit && acks[3].verdict == Verdict::acquired));
   CHECK((acks[4] == Ack::retry_later && acks[4].verdict == Verdict::acquired));
   CHECK((acks[5] == Ack::commit && acks[5].verdict == Verdict::acquired));
@@ -350,4 +350,174 @@ TEST_CASE_METHOD(ConsumeFixture,
   CHECK(stored->retryable);  // recorded by the guard: the redelivery runs again
   CHECK(idem::consume(store, order, "fp", [&] { ++runs; }) == Ack::commit);
   CHECK(runs == 2);
+}
+
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: a retryable failure asks for a redelivery later - longer each attempt") {
+  const idem::ConsumerPolicy policy{.first_delay = 1s, .max_delay = 5s};
+  const idem::Options options{.consumer = &policy};
+  std::vector<idem::Duration> delays;
+  for (int i = 0; i < 5; ++i) {
+    const Ack ack = idem::consume(
+        store, order, "fp", [] { throw std::runtime_error("ledger down"); }, options);
+    REQUIRE(ack == Ack::retry_later);
+    delays.push_back(ack.delay);
+  }
+  CHECK(delays == std::vector<idem::Duration>{1s, 2s, 4s, 5s, 5s});
+  CHECK(store.find(order)->attempts == 5);
+  // Another consumer's claim: wait the first delay; an unknown outcome: as for its attempts.
+  const idem::Key held{"order.paid", "held"};
+  REQUIRE(store.claim(held, "fp", {}).verdict == Verdict::acquired);
+  CHECK(idem::consume(
+            store, held, "fp", [] {}, options)
+            .delay == 1s);
+  const idem::Key unsure{"order.paid", "unsure"};
+  idem::consume(
+      store, unsure, "fp", [] { throw idem::EffectUnknown("timed out"); }, options);
+  const Ack waiting = idem::consume(
+      store, unsure, "fp", [] {}, options);
+  CHECK(waiting.verdict == Verdict::outcome_unknown);
+  CHECK(waiting.delay == 1s);
+  // Without a policy: the default one.
+  CHECK(idem::consume(store, order, "fp", [] { throw std::runtime_error("down"); }).delay ==
+        idem::ConsumerPolicy{}.delay_after(6));
+}
+
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: a poison message is dead-lettered on its last attempt - the key "
+                 "records a permanent failure") {
+  const idem::ConsumerPolicy policy{.max_attempts = 3, .max_attempts_by_biz_type = {{"refund", 5}}};
+  const idem::Options options{.consumer = &policy};
+  int runs = 0;
+  const auto poison = [&] {
+    ++runs;
+    throw std::runtime_error("cannot parse the ledger's answer");
+  };
+  CHECK(idem::consume(store, order, "fp", poison, options) == Ack::retry_later);
+  CHECK(idem::consume(store, order, "fp", poison, options) == Ack::retry_later);
+  const Ack last = idem::consume(store, order, "fp", poison, options);
+  CHECK(last == Ack::dead_letter);
+  CHECK(last.verdict == Verdict::acquired);
+  CHECK(last.reason == "gave up after 3 attempts: cannot parse the ledger's answer");
+  CHECK(runs == 3);
+  const auto stored = store.find(order);
+  CHECK(stored->status == idem::Status::failed);
+  CHECK_FALSE(stored->retryable);
+  CHECK(nlohmann::json::parse(stored->snapshot) ==
+        nlohmann::json{{"error", "idem.attempts_exhausted"},
+                       {"attempts", 3},
+                       {"detail", "cannot parse the ledger's answer"}});
+  // A copy delivered later replays the failure: nothing runs.
+  const Ack copy = idem::consume(store, order, "fp", poison, options);
+  CHECK(copy == Ack::commit);
+  CHECK(copy.verdict == Verdict::replayed);
+  CHECK(runs == 3);
+  // Another biz_type has its own limit.
+  const idem::Key refund{"refund", "R-1"};
+  int refund_runs = 0;
+  Ack a;
+  do {
+    a = idem::consume(
+        store, refund, "fp",
+        [&] {
+          ++refund_runs;
+          throw std::runtime_error("no");
+        },
+        options);
+  } while (a == Ack::retry_later);
+  CHECK(a == Ack::dead_letter);
+  CHECK(refund_runs == 5);
+}
+
+TEST_CASE("consume: consumers racing on a poison message run it exactly max_attempts times") {
+  idem::MemoryStore store;
+  const idem::ConsumerPolicy policy{.max_attempts = 4};
+  const idem::Options options{.consumer = &policy};
+  std::atomic<int> runs{0}, dead_letters{0}, replays{0};
+  std::vector<std::thread> consumers;
+  for (int t = 0; t < 8; ++t) {
+    consumers.emplace_back([&] {
+      // Each consumer gets the message redelivered until it is acknowledged one way or the
+      // other.
+      for (;;) {
+        const Ack ack = idem::consume(
+            store, order, "fp",
+            [&] {
+              ++runs;
+              std::this_thread::sleep_for(1ms);
+              throw std::runtime_error("poison");
+            },
+            options);
+        if (ack == Ack::dead_letter) ++dead_letters;
+        if (ack.verdict == Verdict::replayed) ++replays;
+        if (ack != Ack::retry_later) break;
+      }
+    });
+  }
+  for (auto& c : consumers)
+    c.join();
+  CHECK(runs.load() == 4);
+  CHECK(dead_letters.load() == 1);
+  CHECK(replays.load() == 7);
+  CHECK(store.find(order)->attempts == 4);
+}
+
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: a non-retryable error of the business's own SQL is a failed attempt") {
+  // A value out of range fails the same way on every delivery: counted and given up on, not
+  // thrown back at the consumer as if the store were down.
+  const idem::ConsumerPolicy policy{.max_attempts = 2};
+  const idem::Options options{.consumer = &policy};
+  const auto out_of_range = [] {
+    throw idem::StoreError("Out of range value for column 'amount' at row 1", false);
+  };
+  const Ack first = idem::consume(store, order, "fp", out_of_range, options);
+  CHECK(first == Ack::retry_later);
+  CHECK_THAT(first.reason, Catch::StartsWith("the business's SQL failed: Out of range"));
+  CHECK(idem::consume(store, order, "fp", out_of_range, options) == Ack::dead_letter);
+}
+
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: a message that fails its check is dead-lettered without touching "
+                 "the key - the genuine one runs") {
+  // A forged copy of a payment (same trade number, amount 1) must not record a failure under
+  // the key before the genuine payment comes.
+  struct Payment {
+    std::string trade_no;
+    int amount;
+    std::string signature;
+  };
+  const auto signed_by_gateway = [](const Payment& p) {
+    return p.signature == "sig:" + p.trade_no + ":" + std::to_string(p.amount);
+  };
+  int credited = 0;
+  const auto deliver = [&](const Payment& p) {
+    return idem::consume(
+        store, idem::Key{"payment.credit", p.trade_no},
+        idem::fingerprint(nlohmann::json{{"amount", p.amount}}),
+        [&] {
+          if (!signed_by_gateway(p)) throw idem::InvalidMessage("the signature does not match");
+        },
+        [&] { credited += p.amount; });
+  };
+  const Ack forged = deliver({"T-77", 1, "sig:forged"});
+  CHECK(forged == Ack::dead_letter);
+  CHECK_FALSE(forged.verdict.has_value());
+  CHECK(forged.reason == "the signature does not match");
+  CHECK_FALSE(store.find(idem::Key{"payment.credit", "T-77"}));
+  const Ack genuine = deliver({"T-77", 29900, "sig:T-77:29900"});
+  CHECK(genuine == Ack::commit);
+  CHECK(genuine.verdict == Verdict::acquired);
+  CHECK(credited == 29900);
+}
+
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: a bad consumer policy is a typed error and claims nothing") {
+  const idem::ConsumerPolicy negative{.first_delay = -1s};
+  CHECK_THROWS_AS(idem::consume(store, order, "fp", [] {}, {.consumer = &negative}),
+                  idem::InvalidArgument);
+  const idem::ConsumerPolicy inverted{.first_delay = 10s, .max_delay = 1s};
+  CHECK_THROWS_AS(idem::consume(store, order, "fp", [] {}, {.consumer = &inverted}),
+                  idem::InvalidArgument);
+  CHECK_FALSE(store.find(order));
 }
