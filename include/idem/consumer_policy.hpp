@@ -34,6 +34,11 @@ struct ConsumerPolicy {
   // first_delay.
   Duration first_delay = std::chrono::seconds{1};
   Duration max_delay = std::chrono::minutes{5};
+  // How long consume and consume_batch on a standalone store wait out a store that fails
+  // transiently before the claim (a retryable StoreError once the store's own retries are
+  // spent: a database restarting), trying the claim again with backoff, before they throw.
+  // A short outage then costs the message no delivery attempt. 0: throw at once.
+  Duration store_outage = Duration::zero();
 
   std::uint32_t max_attempts_for(std::string_view biz_type) const {
     const auto it = max_attempts_by_biz_type.find(biz_type);
@@ -54,6 +59,11 @@ inline void validate(const ConsumerPolicy& p) {
     throw InvalidArgument(
         fmt::format("idem::ConsumerPolicy: first_delay must not be negative, got {} ms",
                     p.first_delay.count()));
+  }
+  if (p.store_outage < Duration::zero()) {
+    throw InvalidArgument(
+        fmt::format("idem::ConsumerPolicy: store_outage must not be negative, got {} ms",
+                    p.store_outage.count()));
   }
   if (p.max_delay < p.first_delay) {
     throw InvalidArgument(

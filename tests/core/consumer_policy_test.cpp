@@ -34,6 +34,8 @@ TEST_CASE("consumer policy: a biz_type's own limit wins over max_attempts") {
 TEST_CASE("consumer policy: delays that break their rules are typed errors") {
   CHECK_NOTHROW(idem::validate(idem::ConsumerPolicy{}));
   CHECK_THROWS_AS(idem::validate(idem::ConsumerPolicy{.first_delay = -1ms}), idem::InvalidArgument);
+  CHECK_THROWS_AS(idem::validate(idem::ConsumerPolicy{.store_outage = -1ms}),
+                  idem::InvalidArgument);
   CHECK_THROWS_AS(idem::validate(idem::ConsumerPolicy{.first_delay = 2s, .max_delay = 1s}),
                   idem::InvalidArgument);
 }

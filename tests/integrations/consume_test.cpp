@@ -521,3 +521,76 @@ TEST_CASE_METHOD(ConsumeFixture,
                   idem::InvalidArgument);
   CHECK_FALSE(store.find(order));
 }
+
+namespace {
+
+// A MemoryStore behind a database that is down for its first `down_for` claims: each fails
+// with a retryable StoreError, as a store does once its own retries are spent.
+struct RestartingStore {
+  idem::MemoryStore& inner;
+  int down_for = 0;
+  bool retryable = true;
+  int claims = 0;
+  idem::ClaimResult claim(const idem::Key& k, std::string_view fp, const idem::Options& o) {
+    if (++claims <= down_for) throw idem::StoreError("the database is restarting", retryable);
+    return inner.claim(k, fp, o);
+  }
+  void complete(const idem::Key& k, const idem::Ticket& t, std::string_view s) {
+    inner.complete(k, t, s);
+  }
+  void fail(const idem::Key& k, const idem::Ticket& t, std::string_view s, bool r) {
+    inner.fail(k, t, s, r);
+  }
+  std::optional<idem::Record> find(const idem::Key& k) { return inner.find(k); }
+  std::size_t purge_expired(std::size_t b, std::size_t m) { return inner.purge_expired(b, m); }
+  std::size_t release_stale(std::size_t b) { return inner.release_stale(b); }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "consume: a store outage before the claim is waited out in process when the policy "
+    "allows") {
+  idem::MemoryStore memory;
+  int runs = 0;
+  SECTION("within store_outage: no delivery attempt lost") {
+    RestartingStore store{memory, 4};
+    const idem::ConsumerPolicy policy{.store_outage = 10s};
+    const Ack ack = idem::consume(store, order, "fp", [&] { ++runs; }, {.consumer = &policy});
+    CHECK(ack == Ack::commit);
+    CHECK(store.claims == 5);
+    CHECK(runs == 1);
+  }
+  SECTION("longer than store_outage: thrown, nothing ran") {
+    RestartingStore store{memory, 1'000'000};
+    const idem::ConsumerPolicy policy{.store_outage = 300ms};
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_AS(idem::consume(store, order, "fp", [&] { ++runs; }, {.consumer = &policy}),
+                    idem::StoreError);
+    CHECK(std::chrono::steady_clock::now() - start >= 300ms);
+    CHECK(store.claims > 1);
+    CHECK(runs == 0);
+  }
+  SECTION("without the policy, or for an error that will not pass: thrown at once") {
+    RestartingStore store{memory, 1};
+    CHECK_THROWS_AS(idem::consume(store, order, "fp", [&] { ++runs; }), idem::StoreError);
+    CHECK(store.claims == 1);
+    RestartingStore refusing{memory, 1, false};
+    const idem::ConsumerPolicy policy{.store_outage = 10s};
+    CHECK_THROWS_AS(idem::consume(refusing, order, "fp", [&] { ++runs; }, {.consumer = &policy}),
+                    idem::StoreError);
+    CHECK(refusing.claims == 1);
+    CHECK(runs == 0);
+  }
+  SECTION("a batch claim too") {
+    RestartingStore store{memory, 2};
+    const idem::ConsumerPolicy policy{.store_outage = 10s};
+    const std::vector<idem::ClaimRequest> messages{{order, "fp"},
+                                                   {idem::Key{"order.paid", "2"}, ""}};
+    const auto acks =
+        idem::consume_batch(store, messages, [&](std::size_t) { ++runs; }, {.consumer = &policy});
+    CHECK(acks[0] == Ack::commit);
+    CHECK(acks[1] == Ack::commit);
+    CHECK(runs == 2);
+  }
+}
