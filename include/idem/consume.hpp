@@ -41,7 +41,6 @@
 //   std::vector<idem::Ack> acks = idem::consume_batch(store, requests,
 //                                                     [&](std::size_t i) { apply(batch[i]); });
 
-#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -52,7 +51,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -115,30 +113,6 @@ namespace detail {
 inline const ConsumerPolicy& consumer_policy(const Options& options) {
   static const ConsumerPolicy fallback{};
   return options.consumer != nullptr ? *options.consumer : fallback;
-}
-
-// Runs claim() (a claim before anything of the message ran) again while it fails with a
-// retryable StoreError and policy.store_outage lasts, backing off between tries; then throws.
-// Only on a standalone store: a bound one's transaction is with_transaction's to run again.
-template <class S, class Claim>
-auto claim_outlasting_outage(const ConsumerPolicy& policy, Claim&& claim) -> decltype(claim()) {
-  if constexpr (RollbackOnlyStore<S>) {
-    return claim();
-  } else {
-    const auto deadline = std::chrono::steady_clock::now() + policy.store_outage;
-    Duration pause = std::chrono::milliseconds{50};
-    for (;;) {
-      try {
-        return claim();
-      } catch (const StoreError& e) {
-        const auto now = std::chrono::steady_clock::now();
-        if (!e.retryable() || now >= deadline) throw;
-        std::this_thread::sleep_for(
-            std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
-        pause = std::min<Duration>(pause * 2, std::chrono::seconds{2});
-      }
-    }
-  }
 }
 
 // The answer to a message whose claim was not ours to run.
@@ -269,8 +243,14 @@ Ack consume(S& store, const Key& key, std::string_view fingerprint, F&& fn,
   const ConsumerPolicy& policy = detail::consumer_policy(options);
   validate(policy);
   std::optional<IdempotencyGuard<S>> guard;
-  detail::claim_outlasting_outage<S>(policy,
-                                     [&] { guard.emplace(store, key, fingerprint, options); });
+  // A claim before anything of the message ran: waited out through an outage on a standalone
+  // store (a bound one's transaction is with_transaction's to run again).
+  const auto claim = [&] { guard.emplace(store, key, fingerprint, options); };
+  if constexpr (RollbackOnlyStore<S>) {
+    claim();
+  } else {
+    through_store_outage(policy, claim);
+  }
   if (!guard->acquired()) {
     return detail::ack_without_running(guard->verdict(), guard->record(), policy);
   }
@@ -316,8 +296,12 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
   Observer* const observer = detail::observer_for(store, options.observer);
   std::vector<ClaimResult> claims;
   try {
-    claims = detail::claim_outlasting_outage<S>(
-        policy, [&] { return claim_batch(store, messages, options); });
+    const auto claim = [&] { return claim_batch(store, messages, options); };
+    if constexpr (RollbackOnlyStore<S>) {
+      claims = claim();
+    } else {
+      claims = through_store_outage(policy, claim);
+    }
   } catch (const StoreError& e) {
     const auto latency = std::chrono::steady_clock::now() - start;
     for (const ClaimRequest& m : messages) {

@@ -6,13 +6,17 @@
 //   idem::ConsumerPolicy policy{.max_attempts = 5, .max_attempts_by_biz_type = {{"refund", 10}}};
 //   idem::Ack ack = idem::consume(store, key, fp, apply, {.consumer = &policy});
 //   // ack.action: commit, retry_later after ack.delay, or dead_letter
+//
+// through_store_outage(policy, f) runs f again while a database restarts (see below).
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -34,10 +38,10 @@ struct ConsumerPolicy {
   // first_delay.
   Duration first_delay = std::chrono::seconds{1};
   Duration max_delay = std::chrono::minutes{5};
-  // How long consume and consume_batch on a standalone store wait out a store that fails
-  // transiently before the claim (a retryable StoreError once the store's own retries are
-  // spent: a database restarting), trying the claim again with backoff, before they throw.
-  // A short outage then costs the message no delivery attempt. 0: throw at once.
+  // How long through_store_outage() (and consume and consume_batch on a standalone store,
+  // around their claim) wait out a store that fails transiently (a retryable StoreError once
+  // the store's own retries are spent: a database restarting), before they throw. A short
+  // outage then costs the message no delivery attempt. 0: throw at once.
   Duration store_outage = Duration::zero();
 
   std::uint32_t max_attempts_for(std::string_view biz_type) const {
@@ -69,6 +73,34 @@ inline void validate(const ConsumerPolicy& p) {
     throw InvalidArgument(
         fmt::format("idem::ConsumerPolicy: max_delay ({} ms) must be at least first_delay ({} ms)",
                     p.max_delay.count(), p.first_delay.count()));
+  }
+}
+
+// Runs f() and, while it throws a retryable StoreError, runs it again after a pause (50 ms,
+// doubling up to 2 s) until policy.store_outage has passed since the first try; then the error
+// propagates. For what may run again as a whole, like an immediate redelivery would run it:
+// a standalone consume's claim (consume does this itself), or a with_transaction whose body
+// consumes on a bound store:
+//   idem::Ack ack = idem::through_store_outage(policy, [&] {
+//     return idem::mysql::with_transaction(pool, [&](auto& c) {
+//       auto tx = store.bind(c);
+//       return idem::consume(tx, key, fp, [&] { credit(c, msg); }, {.consumer = &policy});
+//     });
+//   });
+template <class F>
+auto through_store_outage(const ConsumerPolicy& policy, F&& f) -> decltype(f()) {
+  const auto deadline = std::chrono::steady_clock::now() + policy.store_outage;
+  Duration pause = std::chrono::milliseconds{50};
+  for (;;) {
+    try {
+      return f();
+    } catch (const StoreError& e) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!e.retryable() || now >= deadline) throw;
+      std::this_thread::sleep_for(
+          std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+      pause = std::min<Duration>(pause * 2, std::chrono::seconds{2});
+    }
   }
 }
 

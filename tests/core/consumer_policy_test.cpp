@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 
 #include <catch2/catch.hpp>
 #include <idem/consumer_policy.hpp>
@@ -38,4 +39,51 @@ TEST_CASE("consumer policy: delays that break their rules are typed errors") {
                   idem::InvalidArgument);
   CHECK_THROWS_AS(idem::validate(idem::ConsumerPolicy{.first_delay = 2s, .max_delay = 1s}),
                   idem::InvalidArgument);
+}
+
+TEST_CASE("through_store_outage: runs again while the store fails transiently, within its time") {
+  const idem::ConsumerPolicy policy{.store_outage = 10s};
+  int tries = 0;
+  const int answer = idem::through_store_outage(policy, [&] {
+    if (++tries < 4) throw idem::StoreError("the database is restarting", true);
+    return 42;
+  });
+  CHECK(answer == 42);
+  CHECK(tries == 4);
+
+  // An error that will not pass by waiting, and anything else, propagate at once.
+  tries = 0;
+  CHECK_THROWS_AS(idem::through_store_outage(policy,
+                                             [&] {
+                                               ++tries;
+                                               throw idem::StoreError("access denied", false);
+                                             }),
+                  idem::StoreError);
+  CHECK_THROWS_AS(idem::through_store_outage(policy,
+                                             [&] {
+                                               ++tries;
+                                               throw std::runtime_error("not the store");
+                                             }),
+                  std::runtime_error);
+  CHECK(tries == 2);
+
+  // Past store_outage, the last error propagates; 0 tries once.
+  tries = 0;
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(idem::through_store_outage(idem::ConsumerPolicy{.store_outage = 200ms},
+                                             [&] {
+                                               ++tries;
+                                               throw idem::StoreError("down", true);
+                                             }),
+                  idem::StoreError);
+  CHECK(std::chrono::steady_clock::now() - start >= 200ms);
+  CHECK(tries > 1);
+  tries = 0;
+  CHECK_THROWS_AS(idem::through_store_outage(idem::ConsumerPolicy{},
+                                             [&] {
+                                               ++tries;
+                                               throw idem::StoreError("down", true);
+                                             }),
+                  idem::StoreError);
+  CHECK(tries == 1);
 }
