@@ -115,6 +115,17 @@ inline const ConsumerPolicy& consumer_policy(const Options& options) {
   return options.consumer != nullptr ? *options.consumer : fallback;
 }
 
+// A claim made before anything of the message ran: waited out through a store outage on a
+// standalone store (a bound store's transaction is with_transaction's to run again).
+template <class S, class Claim>
+auto claim_message(const ConsumerPolicy& policy, Claim&& claim) -> decltype(claim()) {
+  if constexpr (RollbackOnlyStore<S>) {
+    return claim();
+  } else {
+    return through_store_outage(policy, claim);
+  }
+}
+
 // The answer to a message whose claim was not ours to run.
 inline Ack ack_without_running(Verdict verdict, const Record& stored,
                                const ConsumerPolicy& policy) {
@@ -243,14 +254,7 @@ Ack consume(S& store, const Key& key, std::string_view fingerprint, F&& fn,
   const ConsumerPolicy& policy = detail::consumer_policy(options);
   validate(policy);
   std::optional<IdempotencyGuard<S>> guard;
-  // A claim before anything of the message ran: waited out through an outage on a standalone
-  // store (a bound one's transaction is with_transaction's to run again).
-  const auto claim = [&] { guard.emplace(store, key, fingerprint, options); };
-  if constexpr (RollbackOnlyStore<S>) {
-    claim();
-  } else {
-    through_store_outage(policy, claim);
-  }
+  detail::claim_message<S>(policy, [&] { guard.emplace(store, key, fingerprint, options); });
   if (!guard->acquired()) {
     return detail::ack_without_running(guard->verdict(), guard->record(), policy);
   }
@@ -296,12 +300,8 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
   Observer* const observer = detail::observer_for(store, options.observer);
   std::vector<ClaimResult> claims;
   try {
-    const auto claim = [&] { return claim_batch(store, messages, options); };
-    if constexpr (RollbackOnlyStore<S>) {
-      claims = claim();
-    } else {
-      claims = through_store_outage(policy, claim);
-    }
+    claims =
+        detail::claim_message<S>(policy, [&] { return claim_batch(store, messages, options); });
   } catch (const StoreError& e) {
     const auto latency = std::chrono::steady_clock::now() - start;
     for (const ClaimRequest& m : messages) {

@@ -12,6 +12,8 @@
 #include <idem/janitor.hpp>
 #include <idem/resolver.hpp>
 
+#include "../support/forwarding_store.hpp"
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -182,19 +184,8 @@ TEST_CASE_METHOD(JanitorFixture,
 namespace {
 
 // A store whose purge fails retryably and whose release fails permanently, while `broken`.
-struct BrokenJobs {
-  idem::MemoryStore& inner;
+struct BrokenJobs : idem_test::ForwardingStore {
   bool broken = true;
-  idem::ClaimResult claim(const idem::Key& k, std::string_view fp, const idem::Options& o) {
-    return inner.claim(k, fp, o);
-  }
-  void complete(const idem::Key& k, const idem::Ticket& t, std::string_view s) {
-    inner.complete(k, t, s);
-  }
-  void fail(const idem::Key& k, const idem::Ticket& t, std::string_view s, bool r) {
-    inner.fail(k, t, s, r);
-  }
-  std::optional<idem::Record> find(const idem::Key& k) { return inner.find(k); }
   std::size_t purge_expired(std::size_t b, std::size_t m) {
     if (broken) throw idem::StoreError("purge: the database went away", true);
     return inner.purge_expired(b, m);
@@ -252,7 +243,7 @@ TEST_CASE_METHOD(JanitorFixture,
 
 TEST_CASE_METHOD(JanitorFixture,
                  "janitor metrics: failures by job, retryable and permanent apart") {
-  BrokenJobs broken{store};
+  BrokenJobs broken{{store}};
   idem::Metrics metrics;
   idem::Janitor janitor(broken, {.interval = 1h, .metrics = &metrics});
   for (int i = 0; i < 5000 && janitor.stats().rounds == 0; ++i)

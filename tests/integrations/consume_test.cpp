@@ -17,6 +17,8 @@
 #include <idem/fingerprint.hpp>
 #include <idem/memory_store.hpp>
 
+#include "../support/forwarding_store.hpp"
+
 using namespace std::chrono_literals;
 using idem::Ack;
 using idem::Verdict;
@@ -526,8 +528,7 @@ namespace {
 
 // A MemoryStore behind a database that is down for its first `down_for` claims: each fails
 // with a retryable StoreError, as a store does once its own retries are spent.
-struct RestartingStore {
-  idem::MemoryStore& inner;
+struct RestartingStore : idem_test::ForwardingStore {
   int down_for = 0;
   bool retryable = true;
   int claims = 0;
@@ -535,15 +536,6 @@ struct RestartingStore {
     if (++claims <= down_for) throw idem::StoreError("the database is restarting", retryable);
     return inner.claim(k, fp, o);
   }
-  void complete(const idem::Key& k, const idem::Ticket& t, std::string_view s) {
-    inner.complete(k, t, s);
-  }
-  void fail(const idem::Key& k, const idem::Ticket& t, std::string_view s, bool r) {
-    inner.fail(k, t, s, r);
-  }
-  std::optional<idem::Record> find(const idem::Key& k) { return inner.find(k); }
-  std::size_t purge_expired(std::size_t b, std::size_t m) { return inner.purge_expired(b, m); }
-  std::size_t release_stale(std::size_t b) { return inner.release_stale(b); }
 };
 
 }  // namespace
@@ -554,7 +546,7 @@ TEST_CASE(
   idem::MemoryStore memory;
   int runs = 0;
   SECTION("within store_outage: no delivery attempt lost") {
-    RestartingStore store{memory, 4};
+    RestartingStore store{{memory}, 4};
     const idem::ConsumerPolicy policy{.store_outage = 10s};
     const Ack ack = idem::consume(store, order, "fp", [&] { ++runs; }, {.consumer = &policy});
     CHECK(ack == Ack::commit);
@@ -562,7 +554,7 @@ TEST_CASE(
     CHECK(runs == 1);
   }
   SECTION("longer than store_outage: thrown, nothing ran") {
-    RestartingStore store{memory, 1'000'000};
+    RestartingStore store{{memory}, 1'000'000};
     const idem::ConsumerPolicy policy{.store_outage = 300ms};
     const auto start = std::chrono::steady_clock::now();
     CHECK_THROWS_AS(idem::consume(store, order, "fp", [&] { ++runs; }, {.consumer = &policy}),
@@ -572,10 +564,10 @@ TEST_CASE(
     CHECK(runs == 0);
   }
   SECTION("without the policy, or for an error that will not pass: thrown at once") {
-    RestartingStore store{memory, 1};
+    RestartingStore store{{memory}, 1};
     CHECK_THROWS_AS(idem::consume(store, order, "fp", [&] { ++runs; }), idem::StoreError);
     CHECK(store.claims == 1);
-    RestartingStore refusing{memory, 1, false};
+    RestartingStore refusing{{memory}, 1, false};
     const idem::ConsumerPolicy policy{.store_outage = 10s};
     CHECK_THROWS_AS(idem::consume(refusing, order, "fp", [&] { ++runs; }, {.consumer = &policy}),
                     idem::StoreError);
@@ -583,7 +575,7 @@ TEST_CASE(
     CHECK(runs == 0);
   }
   SECTION("a batch claim too") {
-    RestartingStore store{memory, 2};
+    RestartingStore store{{memory}, 2};
     const idem::ConsumerPolicy policy{.store_outage = 10s};
     const std::vector<idem::ClaimRequest> messages{{order, "fp"},
                                                    {idem::Key{"order.paid", "2"}, ""}};

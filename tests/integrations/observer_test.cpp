@@ -19,6 +19,8 @@
 #include <idem/metrics.hpp>
 #include <idem/run_once.hpp>
 
+#include "../support/forwarding_store.hpp"
+
 using namespace std::chrono_literals;
 using idem::EventKind;
 
@@ -54,8 +56,7 @@ struct Recorder final : idem::Observer {
 };
 
 // A store whose every operation can be made to fail like a database that went away.
-struct FlakyStore {
-  idem::MemoryStore& inner;
+struct FlakyStore : idem_test::ForwardingStore {
   bool down = false;
   void check() const {
     if (down) throw idem::StoreError("flaky: the database went away", true);
@@ -72,9 +73,6 @@ struct FlakyStore {
     check();
     inner.fail(k, t, s, r);
   }
-  std::optional<idem::Record> find(const idem::Key& k) { return inner.find(k); }
-  std::size_t purge_expired(std::size_t b, std::size_t m) { return inner.purge_expired(b, m); }
-  std::size_t release_stale(std::size_t b) { return inner.release_stale(b); }
 };
 
 struct ObserverFixture {
@@ -198,7 +196,7 @@ TEST_CASE_METHOD(ObserverFixture, "observer: in progress, takeover, lease lost a
 }
 
 TEST_CASE_METHOD(ObserverFixture, "observer: store failures are reported with the exception") {
-  FlakyStore flaky{store};
+  FlakyStore flaky{{store}};
   flaky.down = true;
   CHECK_THROWS_AS(idem::run_once(
                       flaky, key, "fp", [] { return 1; }, options),
