@@ -161,24 +161,38 @@ struct Produced<void> {
 
 // Runs fn under an acquired guard and records its result.
 template <Store S, class F>
-Ack run_acquired(IdempotencyGuard<S>& guard, F& fn, const ConsumerPolicy& policy) {
+Ack run_acquired(S& store, IdempotencyGuard<S>& guard, F& fn, const ConsumerPolicy& policy,
+                 const Options& options) {
   using R = std::decay_t<std::invoke_result_t<F&>>;
   std::optional<Produced<R>> produced;
+  const Key key = guard.record().key;
+  const std::string fingerprint = guard.record().fingerprint;
   const std::uint32_t attempts = guard.record().attempts;  // this one included
   // A failed attempt: retryable, or on the key's last attempt a permanent failure with the
-  // last error. (On a store bound to a transaction the failed try rolls back with its claim,
-  // so the record counts no attempts there: the limit applies to standalone stores.)
+  // last error, and the message is dead-lettered.
   const auto failed = [&](const std::string& what) -> Ack {
-    if constexpr (!RollbackOnlyStore<S>) {
-      const std::uint32_t limit = policy.max_attempts_for(guard.record().key.biz_type());
-      if (limit != 0 && attempts >= limit) {
-        guard.fail({{"error", "idem.attempts_exhausted"}, {"attempts", attempts}, {"detail", what}},
-                   false);
-        return {Ack::dead_letter, Verdict::acquired,
-                fmt::format("gave up after {} attempts: {}", attempts, what)};
+    const std::uint32_t limit = policy.max_attempts_for(key.biz_type());
+    const bool last = limit != 0 && attempts >= limit;
+    const nlohmann::json retry = {{"error", "idem.consumer_exception"}, {"detail", what}};
+    const nlohmann::json exhausted = {
+        {"error", "idem.attempts_exhausted"}, {"attempts", attempts}, {"detail", what}};
+    bool counted = true;
+    if constexpr (RollbackOnlyStore<S>) {
+      // The try rolls back, this claim with the business's writes; the store writes the
+      // attempt once it has, or nobody counts it.
+      guard.fail(retry, true);
+      counted = false;
+      if constexpr (AttemptCountingStore<S>) {
+        counted = store.fail_after_rollback(key, fingerprint, options,
+                                            (last ? exhausted : retry).dump(), !last);
       }
+    } else {
+      guard.fail(last ? exhausted : retry, !last);
     }
-    guard.fail({{"error", "idem.consumer_exception"}, {"detail", what}}, true);
+    if (last && counted) {
+      return {Ack::dead_letter, Verdict::acquired,
+              fmt::format("gave up after {} attempts: {}", attempts, what)};
+    }
     return {Ack::retry_later, Verdict::acquired, what, policy.delay_after(attempts)};
   };
   try {
@@ -258,7 +272,7 @@ Ack consume(S& store, const Key& key, std::string_view fingerprint, F&& fn,
   if (!guard->acquired()) {
     return detail::ack_without_running(guard->verdict(), guard->record(), policy);
   }
-  return detail::run_acquired(*guard, fn, policy);
+  return detail::run_acquired(store, *guard, fn, policy, options);
 }
 
 // The same after `check()`, which runs first and may throw InvalidMessage: a malformed,
@@ -331,9 +345,11 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
   for (std::size_t i = 0; i < claims.size(); ++i) {
     if (!guards[i]) continue;
     auto run = [&fn, i]() -> decltype(auto) { return std::invoke(fn, i); };
-    acks[i] = detail::run_acquired(*guards[i], run, policy);
+    acks[i] = detail::run_acquired(store, *guards[i], run, policy, options);
     if constexpr (RollbackOnlyStore<S>) {
-      if (acks[i] == Ack::retry_later) {
+      // Bound, a message that failed (to run again, or dead-lettered on its last attempt)
+      // rolls back the transaction.
+      if (acks[i] != Ack::commit) {
         detail::roll_back_batch(store, guards, acks, i);
         break;
       }

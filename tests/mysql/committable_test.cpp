@@ -3,8 +3,10 @@
 // processing never commits together with the business rows of its transaction, so a
 // redelivery cannot run the business a second time on top of them.
 #include <atomic>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -149,11 +151,108 @@ TEST_CASE("a bound batch with one failing message rolls back whole and runs each
     CHECK(ack == idem::Ack::retry_later);
   CHECK(runs == std::vector<int>{1, 1, 1, 0});  // message 3 was not run in a doomed batch
   CHECK(biz.rows() == 0);
-  CHECK(t.count() == 0);
+  CHECK(t.count() == 1);  // message 2's failed attempt, counted after the rollback
+  CHECK(t.count("attempts = 1 AND retryable = 1") == 1);
   for (const idem::Ack& ack : deliver())
     CHECK(ack == idem::Ack::commit);
   CHECK(biz.rows() == 4);
   CHECK(biz.max_per_key() == 1);
+}
+
+TEST_CASE("a poison message in the business transaction: dead-lettered on its last attempt") {
+  const auto how = GENERATE(idem::BoundClaim::claim_first, idem::BoundClaim::record_last);
+  const bool own_handle = GENERATE(false, true);  // bind(MYSQL*) or bind(Connection&)
+  Table t(4, {.bound_claim = how});
+  BusinessTable biz(t.pool);
+  const idem::Key key{"order.paid", "poison"};
+  const idem::ConsumerPolicy policy{.max_attempts = 3};
+  int runs = 0;
+  auto deliver = [&] {
+    return idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+      auto apply = [&] {
+        ++runs;
+        biz.insert(c, key.id());
+        throw std::runtime_error("the ledger rejects this payment");
+      };
+      if (own_handle) {
+        auto tx = t.store.bind(c.native());
+        return idem::consume(tx, key, "fp", apply, {.consumer = &policy});
+      }
+      auto tx = t.store.bind(c);
+      return idem::consume(tx, key, "fp", apply, {.consumer = &policy});
+    });
+  };
+  for (std::uint32_t attempt = 1; attempt < 3; ++attempt) {
+    const idem::Ack ack = deliver();
+    CHECK(ack == idem::Ack::retry_later);
+    CHECK(ack.delay == policy.delay_after(attempt));
+    // Counted although the claim rolled back with the business's row.
+    CHECK(t.count("attempts = " + std::to_string(attempt) + " AND retryable = 1") == 1);
+    CHECK(biz.rows() == 0);
+  }
+  const idem::Ack last = deliver();
+  CHECK(last == idem::Ack::dead_letter);
+  CHECK_THAT(last.reason, Catch::Contains("gave up after 3 attempts"));
+  CHECK(deliver() == idem::Ack::commit);  // a copy replays the recorded failure
+  CHECK(runs == 3);
+  CHECK(biz.rows() == 0);
+  const auto record = t.store.find(key);
+  REQUIRE(record);
+  CHECK(record->status == idem::Status::failed);
+  CHECK_FALSE(record->retryable);
+  CHECK(record->attempts == 3);
+  CHECK(nlohmann::json::parse(record->snapshot)["error"] == "idem.attempts_exhausted");
+}
+
+TEST_CASE("copies of a poison message racing in business transactions stop at the limit") {
+  // A rolled-back claim does not hold the count while it runs: copies in flight at once may
+  // run at the same count, and each may use the key's last attempt. Every run is counted,
+  // so it ends: at most max_attempts + 2 * (copies - 1) runs (docs/consumers.md).
+  constexpr int copies = 8;
+  constexpr std::uint32_t limit = 4;
+  constexpr int deliveries_per_copy = 40;
+  Table t(copies);
+  BusinessTable biz(t.pool);
+  const idem::Key key{"order.paid", "poison-race"};
+  const idem::ConsumerPolicy policy{.max_attempts = limit, .first_delay = idem::Duration::zero()};
+  std::atomic<int> runs{0};
+  std::atomic<int> stopped{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < copies; ++i) {
+    threads.emplace_back([&] {
+      for (int d = 0; d < deliveries_per_copy; ++d) {
+        idem::Ack ack;
+        try {
+          ack = idem::mysql::with_transaction(*t.pool, [&](idem::mysql::Connection& c) {
+            auto tx = t.store.bind(c);
+            return idem::consume(tx, key, "fp",
+                                 [&] {
+                                   runs.fetch_add(1);
+                                   biz.insert(c, key.id());
+                                   throw std::runtime_error("poison");
+                                 },
+                                 {.consumer = &policy});
+          });
+        } catch (const idem::StoreError&) {
+          continue;  // not acknowledged: delivered again
+        }
+        if (ack != idem::Ack::retry_later) {
+          stopped.fetch_add(1);
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : threads)
+    th.join();
+  CHECK(stopped.load() == copies);  // every copy was dead-lettered or replayed the failure
+  CHECK(runs.load() >= static_cast<int>(limit));
+  CHECK(runs.load() <= static_cast<int>(limit) + 2 * (copies - 1));
+  CHECK(biz.rows() == 0);
+  const auto record = t.store.find(key);
+  REQUIRE(record);
+  CHECK(record->status == idem::Status::failed);
+  CHECK_FALSE(record->retryable);
 }
 
 TEST_CASE("a claim that finished beside a retryable one cannot commit: UsageError") {

@@ -3,10 +3,12 @@
 // threw) or left processing never commits with the business rows of its transaction.
 #include <sqlite3.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <idem/consume.hpp>
 #include <idem/http/handle.hpp>
@@ -114,6 +116,59 @@ TEST_CASE("a consumer that wrote and then threw: one row after the redelivery") 
   CHECK(deliver() == idem::Ack::commit);
   CHECK(runs == 2);
   CHECK(business_rows(store) == 1);
+}
+
+TEST_CASE("a poison message in the business transaction: dead-lettered on its last attempt") {
+  TempDir dir;
+  const auto file = dir / "poison.db";
+  idem::sqlite::Store store{file};
+  idem_test::create_business_table(store);
+  RawConnection app{file};
+  const bool own_handle = GENERATE(false, true);  // bind(sqlite3*) or bind(Connection&)
+  const idem::Key key{"order.paid", "poison"};
+  const idem::ConsumerPolicy policy{.max_attempts = 3};
+  int runs = 0;
+  auto apply = [&](sqlite3* db) {
+    ++runs;
+    insert_business_row(db, key.id());
+    throw std::runtime_error("the ledger rejects this payment");
+  };
+  auto deliver = [&] {
+    if (own_handle) {
+      return idem::sqlite::with_transaction(app.db, [&](sqlite3* db) {
+        auto tx = store.bind(db);
+        return idem::consume(tx, key, "fp", [&] { apply(db); }, {.consumer = &policy});
+      });
+    }
+    return idem::sqlite::with_transaction(store.pool(), [&](idem::sqlite::Connection& c) {
+      auto tx = store.bind(c);
+      return idem::consume(tx, key, "fp", [&] { apply(c.native()); }, {.consumer = &policy});
+    });
+  };
+  for (std::uint32_t attempt = 1; attempt < 3; ++attempt) {
+    const idem::Ack ack = deliver();
+    CHECK(ack == idem::Ack::retry_later);
+    CHECK(ack.delay == policy.delay_after(attempt));
+    // Counted although the claim rolled back with the business's row.
+    CHECK(idem_test::count(store, "attempts = " + std::to_string(attempt)) == 1);
+    CHECK(business_rows(store) == 0);
+  }
+  const idem::Ack last = deliver();
+  CHECK(last == idem::Ack::dead_letter);
+  CHECK_THAT(last.reason, Catch::Contains("gave up after 3 attempts") &&
+                              Catch::Contains("the ledger rejects this payment"));
+  CHECK(deliver() == idem::Ack::commit);  // a copy replays the recorded failure
+  CHECK(runs == 3);
+  CHECK(business_rows(store) == 0);
+  const auto record = store.find(key);
+  REQUIRE(record);
+  CHECK(record->status == idem::Status::failed);
+  CHECK_FALSE(record->retryable);
+  CHECK(record->attempts == 3);
+  const auto error = nlohmann::json::parse(record->snapshot);
+  CHECK(error["error"] == "idem.attempts_exhausted");
+  CHECK(error["attempts"] == 3);
+  CHECK(sqlite3_get_autocommit(app.db) != 0);  // nothing left open on the caller's handle
 }
 
 TEST_CASE("the caller's own transaction asks whether it may commit") {

@@ -105,6 +105,19 @@ class ClaimLedger {
   // its action inside it learns that its record is written. f must not throw.
   void after_commit(std::function<void()> f) { after_commit_.push_back(std::move(f)); }
 
+  // Runs f once this transaction rolled back as its claims asked (Ending::roll_back), in a
+  // transaction of its own on the same connection that the try's runner commits: a bound
+  // consumer's failed attempt, counted for its key although its claim rolled back with the
+  // business's writes (idem/consume.hpp). f writes and does not commit; it may run again
+  // after a transient StoreError, and one that stays leaves the try.
+  void after_rollback(std::function<void()> f) { after_rollback_.push_back(std::move(f)); }
+  bool writes_after_rollback() const noexcept { return !after_rollback_.empty(); }
+  // Runs them all; again when their transaction failed and is tried again.
+  void write_after_rollback() {
+    for (auto& f : after_rollback_)
+      f();
+  }
+
   // Set by with_transaction's try: the guards on its bound stores report through
   // held(observer), which keeps their claims' answers and results until the try ends, so
   // that a try rolled back and run again is counted once, as the try that ended.
@@ -252,6 +265,7 @@ class ClaimLedger {
   bool rollback_only_ = false;
   std::optional<Deferred> deferred_;  // dropped unsent when the try rolls back
   std::vector<std::function<void()>> after_commit_;
+  std::vector<std::function<void()>> after_rollback_;
   bool holding_ = false;
   std::deque<HeldEvents> held_;  // one per observer; a deque: the guards keep pointers
 };

@@ -85,6 +85,29 @@ inline std::exception_ptr try_failed(ClaimLedger& ledger, TryReport& report,
   return error;
 }
 
+// The writes that wait for the try's ROLLBACK (ClaimLedger::after_rollback), in one
+// transaction of their own on tx, tried again (as a store tries a statement) while they fail
+// transiently: a claim there can meet a deadlock among consumers of the same key. A failure
+// that stays rolls that transaction back and leaves the try, naming what was not recorded.
+template <class Tx>
+void write_after_rollback(Tx& tx, ClaimLedger& ledger, std::string_view who) {
+  constexpr std::string_view what = "recording the failed attempt after the rollback";
+  retry(
+      RetryPolicy{}, who, what,
+      [&](int) {
+        tx.begin();
+        ledger.write_after_rollback();
+        tx.commit();
+      },
+      [&](const StoreError& e, int) {
+        tx.roll_back_quietly();
+        if (!e.retryable()) {
+          throw StoreError(fmt::format("{}: {} failed: {}", who, what, e.what()), false,
+                           e.diagnostics());
+        }
+      });
+}
+
 // Runs fn as one try on tx, which provides handle(), begin(), commit(), roll_back() and
 // roll_back_quietly() noexcept: commits or rolls back as try_commits says, or rolls back and
 // throws what try_failed says, leaving in `report` whom to tell. A record-last claim's
@@ -105,6 +128,7 @@ std::invoke_result_t<Fn&> run_try(Tx& tx, std::string_view who, TryReport& repor
       } else {
         tx.roll_back();
         ledger.rolled_back();
+        if (ledger.writes_after_rollback()) write_after_rollback(tx, ledger, who);
       }
     };
     if constexpr (std::is_void_v<R>) {

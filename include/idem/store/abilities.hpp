@@ -7,6 +7,8 @@
 //   static constexpr bool in_caller_transaction = true;  in_caller_transaction_v<S> is true
 //   void abandon(const Key&, const Ticket&, std::string_view error)  AbandoningStore<S>
 //   void set_rollback_only()                                         RollbackOnlyStore<S>
+//   bool fail_after_rollback(const Key&, std::string_view fingerprint, const Options&,
+//                            std::string error, bool retryable)    AttemptCountingStore<S>
 //   std::vector<ClaimResult> claim_batch(std::span<const ClaimRequest>, const Options&)
 //                                                                    BatchClaimingStore<S>
 //   Record repair(const Key&, const Repair&)                         RepairingStore<S>
@@ -15,7 +17,7 @@
 //   std::string record_step(const Key&, const Ticket&, std::string_view step,
 //                           std::string_view result)                 RecoveryPointStore<S>
 //
-// idem::mysql::BoundStore (same-transaction mode) has the first four, idem::mysql::Store
+// idem::mysql::BoundStore (same-transaction mode) has the first five, idem::mysql::Store
 // claim_batch. Every store of idem's can repair, list and record steps; MemoryStore and the
 // standalone SQL stores can count (stats).
 
@@ -23,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "idem/key.hpp"
@@ -73,6 +76,18 @@ concept AbandoningStore = Store<S> &&
 template <class S>
 concept RollbackOnlyStore = Store<S> && requires(S& store) {
   store.set_rollback_only();
+};
+
+// A store whose failed claim rolls back with the caller's transaction, and that can still
+// count the attempt for its key: fail_after_rollback() records a failure of the key in a
+// transaction of its own once the caller's has rolled back (a claim then the failure), and
+// answers false when it cannot (nobody tells it of the rollback). A consumer's attempt limit
+// (idem/consumer_policy.hpp) counts with it.
+template <class S>
+concept AttemptCountingStore = RollbackOnlyStore<S> &&
+    requires(S& store, const Key& key, std::string_view fp, const Options& options,
+             std::string error) {
+  { store.fail_after_rollback(key, fp, options, std::move(error), true) } -> std::same_as<bool>;
 };
 
 // A store that claims many keys in fewer round trips than one claim() each. idem::claim_batch

@@ -285,6 +285,41 @@ class BoundSqlStore {
     return true;
   }
 
+  // Counts a failed attempt of `key` although its claim rolls back with the business's writes:
+  // once with_transaction's try has rolled back, a claim of the key and its failure (`error`,
+  // `retryable`) are written in a transaction of their own on the connection. Nothing is
+  // written when another request holds or finished the key by then (theirs to record).
+  // false, with nothing to come, in a transaction of the caller's own, whose rollback nobody
+  // reports.
+  bool fail_after_rollback(const Key& key, std::string_view fingerprint, const Options& options,
+                           std::string error, bool retryable) {
+    if (!ledger_commits()) return false;
+    validate(options);
+    detail::check_fingerprint(fingerprint);
+    detail::check_snapshot(error);
+    auto write = [ops = ops_, key, fp = std::string(fingerprint), options, error = std::move(error),
+                  retryable](Connection& c) {
+      const ClaimResult r = detail::claim_on(Backend::name, *ops, c, key, fp, options,
+                                             detail::new_owner_token(), true);
+      // The row stays locked by this transaction until it commits: the finish cannot be
+      // refused, and another request's claim or result is left as it is.
+      if (r.verdict == Verdict::acquired) {
+        (void)ops->finish(c, key, r.record.ticket, error, Status::failed, retryable);
+      }
+    };
+    if (borrowed_ != nullptr) {
+      // The Connection borrowing the caller's handle is this store's, which may be gone by
+      // then.
+      ledger_->after_rollback([write = std::move(write), native = connection_->native()] {
+        Connection c(native);
+        write(c);
+      });
+    } else {
+      ledger_->after_rollback([write = std::move(write), c = connection_] { write(*c); });
+    }
+    return true;
+  }
+
   // The observer a guard on this store reports to: in with_transaction's try, one that holds
   // the events until the try ends (ClaimLedger::held); otherwise `requested` itself.
   Observer* observer_for(Observer* requested) { return ledger_->held(requested); }

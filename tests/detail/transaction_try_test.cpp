@@ -1,0 +1,159 @@
+// One try of a with_transaction (idem/detail/transaction_try.hpp), on a transaction that only
+// writes down what it was asked: how the try ends as its ledger says, and the writes that
+// wait for its ROLLBACK.
+#include <catch2/catch.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <idem/detail/transaction_try.hpp>
+
+namespace {
+
+struct RecordingTx {
+  std::vector<std::string> calls;
+  bool fail_commit = false;
+  int handle_ = 0;
+
+  const void* handle() const noexcept { return &handle_; }
+  void begin() { calls.push_back("begin"); }
+  void commit() {
+    calls.push_back("commit");
+    if (fail_commit) throw idem::StoreError("commit failed", false);
+  }
+  void roll_back() { calls.push_back("roll_back"); }
+  void roll_back_quietly() noexcept { calls.push_back("roll_back_quietly"); }
+};
+
+const idem::Key claimed_key{"order.paid", "t-1"};
+const idem::Ticket claimed_ticket{7, "owner"};
+
+// The ledger of the try running on tx, as a bound store finds it.
+idem::detail::ClaimLedger& ledger(RecordingTx& tx) {
+  idem::detail::ClaimLedger* l = idem::detail::LedgerScope::find(tx.handle());
+  REQUIRE(l != nullptr);
+  return *l;
+}
+
+// A claim in the try that failed retryably: the try rolls back.
+void fail_retryably(RecordingTx& tx) {
+  ledger(tx).claimed(claimed_key, claimed_ticket);
+  ledger(tx).ended(claimed_key, claimed_ticket, idem::detail::ClaimLedger::State::retryable);
+}
+
+using TxCalls = std::vector<std::string>;
+
+}  // namespace
+
+TEST_CASE("transaction_try: a finished claim commits and a retryable one rolls back") {
+  RecordingTx tx;
+  idem::detail::TryReport report;
+  CHECK(idem::detail::run_try(tx, "test", report, [&] {
+          ledger(tx).claimed(claimed_key, claimed_ticket);
+          ledger(tx).ended(claimed_key, claimed_ticket,
+                           idem::detail::ClaimLedger::State::succeeded);
+          return 1;
+        }) == 1);
+  CHECK(tx.calls == TxCalls{"begin", "commit"});
+
+  RecordingTx rolled;
+  idem::detail::run_try(rolled, "test", report, [&] { fail_retryably(rolled); });
+  CHECK(rolled.calls == TxCalls{"begin", "roll_back"});
+}
+
+TEST_CASE("transaction_try: writes after the rollback run in a transaction of their own") {
+  RecordingTx tx;
+  idem::detail::TryReport report;
+  const int answer = idem::detail::run_try(tx, "test", report, [&] {
+    fail_retryably(tx);
+    ledger(tx).after_rollback([&] { tx.calls.push_back("write 1"); });
+    ledger(tx).after_rollback([&] { tx.calls.push_back("write 2"); });
+    return 5;
+  });
+  CHECK(answer == 5);  // the body's answer stands
+  CHECK(tx.calls == TxCalls{"begin", "roll_back", "begin", "write 1", "write 2", "commit"});
+}
+
+TEST_CASE("transaction_try: a try that commits or throws drops the writes after a rollback") {
+  idem::detail::TryReport report;
+  RecordingTx committed;
+  idem::detail::run_try(committed, "test", report, [&] {
+    ledger(committed).after_rollback([&] { committed.calls.push_back("write"); });
+  });
+  CHECK(committed.calls == TxCalls{"begin", "commit"});
+
+  RecordingTx thrown;
+  CHECK_THROWS_AS(idem::detail::run_try(thrown, "test", report,
+                                        [&] {
+                                          fail_retryably(thrown);
+                                          ledger(thrown).after_rollback(
+                                              [&] { thrown.calls.push_back("write"); });
+                                          throw std::runtime_error("the body failed");
+                                        }),
+                  std::runtime_error);
+  CHECK(thrown.calls == TxCalls{"begin", "roll_back_quietly"});
+}
+
+TEST_CASE("transaction_try: a write after the rollback that fails leaves the try, named") {
+  RecordingTx tx;
+  idem::detail::TryReport report;
+  int writes = 0;
+  try {
+    idem::detail::run_try(tx, "idem::test", report, [&] {
+      fail_retryably(tx);
+      ledger(tx).after_rollback([&] {
+        ++writes;
+        throw idem::StoreError("the disk is full", false);
+      });
+    });
+    FAIL("the try returned");
+  } catch (const idem::StoreError& e) {
+    CHECK_FALSE(e.retryable());
+    CHECK_THAT(e.what(),
+               Catch::StartsWith("idem::test: recording the failed attempt after the rollback "
+                                 "failed: the disk is full"));
+  }
+  CHECK(writes == 1);
+  // Its own transaction is rolled back; the try's ROLLBACK was already sent.
+  CHECK(tx.calls ==
+        TxCalls{"begin", "roll_back", "begin", "roll_back_quietly", "roll_back_quietly"});
+}
+
+TEST_CASE("transaction_try: a write after the rollback is tried again while it fails transiently") {
+  RecordingTx tx;
+  idem::detail::TryReport report;
+  int writes = 0;
+  idem::detail::run_try(tx, "idem::test", report, [&] {
+    fail_retryably(tx);
+    ledger(tx).after_rollback([&] {
+      if (++writes < 3) throw idem::StoreError("deadlock", true);
+    });
+  });
+  CHECK(writes == 3);
+  CHECK(tx.calls == TxCalls{"begin", "roll_back", "begin", "roll_back_quietly", "begin",
+                            "roll_back_quietly", "begin", "commit"});
+
+  RecordingTx stuck;
+  CHECK_THROWS_WITH(idem::detail::run_try(stuck, "idem::test", report,
+                                          [&] {
+                                            fail_retryably(stuck);
+                                            ledger(stuck).after_rollback(
+                                                [] { throw idem::StoreError("deadlock", true); });
+                                          }),
+                    Catch::Contains("recording the failed attempt after the rollback gave up"));
+}
+
+TEST_CASE("transaction_try: a failed COMMIT of the writes after the rollback leaves the try") {
+  RecordingTx tx;
+  tx.fail_commit = true;
+  idem::detail::TryReport report;
+  CHECK_THROWS_AS(idem::detail::run_try(tx, "test", report,
+                                        [&] {
+                                          fail_retryably(tx);
+                                          ledger(tx).after_rollback([] {});
+                                        }),
+                  idem::StoreError);
+  CHECK(tx.calls ==
+        TxCalls{"begin", "roll_back", "begin", "commit", "roll_back_quietly", "roll_back_quietly"});
+}
