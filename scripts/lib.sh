@@ -12,6 +12,8 @@ IDEM_DEPS=(
     libclang-rt-14-dev libcpp-httplib-dev ca-certificates
     # The Redis store (idem::redis) and its throwaway servers (scripts/redis).
     libhiredis-dev redis-server redis-tools
+    # The RabbitMQ consumer (idem::amqp) and its throwaway brokers (scripts/rabbitmq).
+    librabbitmq-dev rabbitmq-server
     # The coroutine API (idem::async) and the async HTTP example: Boost.Asio and Beast.
     libboost1.81-dev
     # promtool, which checks and unit-tests the alert rules in monitoring/ (the package's
