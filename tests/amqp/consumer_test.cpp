@@ -114,17 +114,6 @@ class Running {
   std::thread thread_;
 };
 
-// Waits until done() or the deadline; true when done.
-template <class Done>
-bool eventually(Done&& done, std::chrono::seconds deadline = 60s) {
-  const auto until = std::chrono::steady_clock::now() + deadline;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("consumers credit each payment once through connections the broker closes") {
@@ -149,13 +138,13 @@ TEST_CASE("consumers credit each payment once through connections the broker clo
   Running rb(b, handler);
 
   // The broker closes every connection twice while the queue drains.
-  REQUIRE(eventually([&] { return ledger.credits() >= payments / 4; }));
+  REQUIRE(idem_test::eventually([&] { return ledger.credits() >= payments / 4; }));
   idem_test::broker_ctl("close_all_connections 'idem test: closed by the broker'");
-  REQUIRE(eventually([&] { return ledger.credits() >= payments / 2; }));
+  REQUIRE(idem_test::eventually([&] { return ledger.credits() >= payments / 2; }));
   idem_test::broker_ctl("close_all_connections 'idem test: closed by the broker'");
 
-  CHECK(eventually([&] { return ledger.credits() >= payments; }));
-  CHECK(eventually(
+  CHECK(idem_test::eventually([&] { return ledger.credits() >= payments; }));
+  CHECK(idem_test::eventually(
       [&] { return a.stats().committed + b.stats().committed >= payments + duplicates; }));
   ra.stop();
   rb.stop();
@@ -167,11 +156,9 @@ TEST_CASE("consumers credit each payment once through connections the broker clo
   const auto sb = b.stats();
   CHECK(sa.reconnects + sb.reconnects >= 2);
   CHECK(sa.dead_lettered + sb.dead_lettered == 0);
-  CHECK(WorkQueue::ready(queue.dead_letters) == 0);
+  CHECK(queue.dead_lettered() == 0);
   // Nothing left behind: every delivery was settled on the broker.
-  CHECK(eventually(
-      [&] { return WorkQueue::ready(queue.name, {.dead_letter_exchange = queue.exchange}) == 0; },
-      10s));
+  CHECK(idem_test::eventually([&] { return queue.ready() == 0; }, 10s));
 }
 
 TEST_CASE("a poison payment is delivered max_attempts times, then dead-lettered, never again") {
@@ -202,7 +189,7 @@ TEST_CASE("a poison payment is delivered max_attempts times, then dead-lettered,
       }
     });
   });
-  REQUIRE(eventually([&] { return WorkQueue::ready(queue.dead_letters) == 1; }));
+  REQUIRE(idem_test::eventually([&] { return queue.dead_lettered() == 1; }));
   std::this_thread::sleep_for(300ms);  // time enough for another delivery, were there one
   running.stop();
   CHECK(running.error().empty());
@@ -241,8 +228,8 @@ TEST_CASE("malformed and keyless messages are dead-lettered with a reason and cl
     }
   };
   Running running(consumer, [&](const idem::amqp::Message& m) { return ledger.credit(m, policy); });
-  REQUIRE(eventually([&] { return WorkQueue::ready(queue.dead_letters) == 3; }));
-  REQUIRE(eventually([&] { return ledger.credits() == 1; }));
+  REQUIRE(idem_test::eventually([&] { return queue.dead_lettered() == 3; }));
+  REQUIRE(idem_test::eventually([&] { return ledger.credits() == 1; }));
   running.stop();
   CHECK(consumer.stats().delivered == 4);  // each once
   CHECK(consumer.stats().dead_lettered == 3);
@@ -275,7 +262,7 @@ TEST_CASE("a payment to retry waits for its delay without holding up the others"
       }
     });
   });
-  REQUIRE(eventually([&] { return ledger.credits() == 6; }));
+  REQUIRE(idem_test::eventually([&] { return ledger.credits() == 6; }));
   running.stop();
   std::lock_guard lock(mutex);
   REQUIRE(runs["flaky"].size() == 2);
@@ -298,14 +285,12 @@ TEST_CASE("stop returns promptly and gives the held deliveries back to the queue
       throw std::runtime_error("not yet");
     });
   });
-  REQUIRE(eventually([&] { return consumer.stats().retried == 1; }));
+  REQUIRE(idem_test::eventually([&] { return consumer.stats().retried == 1; }));
   const auto start = std::chrono::steady_clock::now();
   running.stop();
   CHECK(std::chrono::steady_clock::now() - start < 5s);
   CHECK(runs == 1);
-  CHECK(eventually(
-      [&] { return WorkQueue::ready(queue.name, {.dead_letter_exchange = queue.exchange}) == 1; },
-      10s));
+  CHECK(idem_test::eventually([&] { return queue.ready() == 1; }, 10s));
 }
 
 TEST_CASE("a consumer without a broker keeps trying and stops when asked") {
@@ -316,7 +301,7 @@ TEST_CASE("a consumer without a broker keeps trying and stops when asked") {
   std::atomic<int> failures{0};
   consumer.on_broker_error = [&](const idem::amqp::BrokerError&) { ++failures; };
   Running running(consumer, [](const idem::amqp::Message&) { return idem::Ack{}; });
-  CHECK(eventually([&] { return failures >= 3; }, 10s));
+  CHECK(idem_test::eventually([&] { return failures >= 3; }, 10s));
   running.stop();
   CHECK(consumer.stats().reconnects >= 2);
   CHECK(consumer.stats().delivered == 0);

@@ -14,5 +14,6 @@ extern const char* const fake_gateway;       // tests/recovery/fake_gateway.cpp
 extern const char* const payment_service;    // tests/recovery/payment_service.cpp
 extern const char* const redis_work_dir;     // where the Redis tests run servers of their own
 extern const char* const fault_mariadb_dir;  // the fault suite's own MariaDB server
+extern const char* const amqp_consumer;      // examples/amqp_consumer.cpp
 
 }  // namespace idem_test::paths

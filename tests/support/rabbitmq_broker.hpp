@@ -2,10 +2,13 @@
 // The RabbitMQ broker that the CTest fixture 'rabbitmq.start' started (scripts/rabbitmq, its
 // directory in IDEM_RABBITMQ_DIR), and queues no other test uses.
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include <unistd.h>
 
@@ -49,13 +52,25 @@ inline void broker_ctl(const std::string& args) {
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
 }
 
+// Waits until done() or the deadline; true when done.
+template <class Done>
+bool eventually(Done&& done, std::chrono::seconds deadline = std::chrono::seconds{60}) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds{20});
+  }
+  return true;
+}
+
 // A work queue whose rejected messages go to a dead-letter queue, both new.
 struct WorkQueue {
   std::string name = unique_queue("work");
   std::string dead_letters = name + ".dlq";
   std::string exchange = name + ".dlx";
+  idem::amqp::QueueParams params;
 
-  explicit WorkQueue(idem::amqp::QueueParams params = {}) {
+  explicit WorkQueue(idem::amqp::QueueParams p = {}) : params(std::move(p)) {
     idem::amqp::Channel c(broker());
     c.declare_exchange(exchange, "fanout");
     c.declare_queue(dead_letters);
@@ -78,10 +93,15 @@ struct WorkQueue {
     idem::amqp::Channel c(broker());
     c.publish("", name, body, message_id);
   }
-  // Ready messages of a queue (declared again passively-alike: same arguments).
-  static std::uint32_t ready(const std::string& queue, const idem::amqp::QueueParams& params = {}) {
+  // Messages ready in the work queue, and in its dead-letter queue (a queue.declare with the
+  // same arguments answers them).
+  std::uint32_t ready() const {
     idem::amqp::Channel c(broker());
-    return c.declare_queue(queue, params);
+    return c.declare_queue(name, params);
+  }
+  std::uint32_t dead_lettered() const {
+    idem::amqp::Channel c(broker());
+    return c.declare_queue(dead_letters);
   }
 };
 

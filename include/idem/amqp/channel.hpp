@@ -166,7 +166,16 @@ class Channel {
     check_status(amqp_basic_reject(conn_, number, tag, requeue), "basic.reject");
   }
 
-  // Publishes a persistent message (for producers and tests; no publisher confirms).
+  // Publisher confirms on this channel (confirm.select): publish() then returns once the
+  // broker has taken the message (persisted, for a durable queue), and throws BrokerError when
+  // it refused it. For a producer's channel: deliveries are not expected there.
+  void confirm_publishes() {
+    amqp_confirm_select(conn_, number);
+    check_reply("confirm.select");
+    confirming_ = true;
+  }
+
+  // Publishes a persistent message (for producers and tests).
   void publish(std::string_view exchange, std::string_view routing_key, std::string_view body,
                std::string_view message_id = {}) {
     amqp_basic_properties_t props{};
@@ -180,6 +189,7 @@ class Channel {
         amqp_basic_publish(conn_, number, detail::bytes(exchange), detail::bytes(routing_key),
                            false, false, &props, detail::bytes(body)),
         "basic.publish");
+    if (confirming_) wait_for_confirm();
   }
 
   // Declares `name` (idempotent when the arguments match); returns its ready messages.
@@ -246,6 +256,7 @@ class Channel {
       throw BrokerError(fmt::format("idem::amqp: cannot connect to {}:{}: {}", p.host, p.port,
                                     amqp_error_string2(s)));
     }
+    timeout_ = detail::to_timeval(p.timeout);
     amqp_set_rpc_timeout(conn_, &tv);
     const amqp_rpc_reply_t login = amqp_login(
         conn_, p.vhost.c_str(), 0, AMQP_DEFAULT_FRAME_SIZE, static_cast<int>(p.heartbeat.count()),
@@ -256,6 +267,36 @@ class Channel {
     }
     amqp_channel_open(conn_, number);
     check_reply("channel.open");
+  }
+
+  // The broker's basic.ack (or basic.nack) of the message just published.
+  void wait_for_confirm() {
+    for (;;) {
+      amqp_frame_t frame;
+      timeval tv = timeout_;
+      if (const int s = amqp_simple_wait_frame_noblock(conn_, &frame, &tv); s != AMQP_STATUS_OK) {
+        broken_ = true;
+        throw BrokerError(
+            fmt::format("idem::amqp: waiting for a publisher confirm: {}", amqp_error_string2(s)));
+      }
+      if (frame.frame_type != AMQP_FRAME_METHOD) continue;
+      switch (frame.payload.method.id) {
+        case AMQP_BASIC_ACK_METHOD:
+          return;
+        case AMQP_BASIC_NACK_METHOD:
+          throw BrokerError("idem::amqp: the broker refused a published message (basic.nack)");
+        case AMQP_CHANNEL_CLOSE_METHOD:
+        case AMQP_CONNECTION_CLOSE_METHOD:
+        case AMQP_BASIC_RETURN_METHOD:
+          broken_ = true;
+          throw BrokerError(fmt::format(
+              "idem::amqp: the broker closed the channel or returned the message (method {:#x}) "
+              "instead of confirming it",
+              frame.payload.method.id));
+        default:
+          break;
+      }
+    }
   }
 
   Message message_of(const amqp_envelope_t& e) {
@@ -355,7 +396,9 @@ class Channel {
   }
 
   amqp_connection_state_t conn_;
+  timeval timeout_{};
   bool broken_ = false;
+  bool confirming_ = false;
 };
 
 }  // namespace idem::amqp
