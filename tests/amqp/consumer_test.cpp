@@ -2,6 +2,7 @@
 // SQLite business table, in the same transaction as their records, counted where they land.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -270,6 +271,70 @@ TEST_CASE("a payment to retry waits for its delay without holding up the others"
   for (int i = 0; i < 5; ++i)  // the others went ahead while it was held
     CHECK(runs["steady-" + std::to_string(i)].at(0) < runs["flaky"][1]);
   CHECK(consumer.stats().retried == 1);
+}
+
+TEST_CASE("a batch consumer credits each payment once and dead-letters the malformed alone") {
+  WorkQueue queue;
+  Ledger ledger;
+  constexpr int payments = 300;
+  {
+    idem::amqp::Channel producer(broker());
+    for (int i = 0; i < payments; ++i) {
+      producer.publish("", queue.name, payment_body("B" + std::to_string(i)));
+      if (i % 8 == 7) producer.publish("", queue.name, payment_body("B" + std::to_string(i - 3)));
+      if (i == 100) producer.publish("", queue.name, "{broken");
+    }
+  }
+  const idem::ConsumerPolicy policy{.max_attempts = 5};
+  std::atomic<std::size_t> largest_batch{0};
+  idem::amqp::Consumer batch_consumer(broker(), {.queue = queue.name, .prefetch = 64});
+  std::thread thread([&] {
+    batch_consumer.run_batch(
+        [&](std::span<const idem::amqp::Message> batch) {
+          largest_batch = std::max(largest_batch.load(), batch.size());
+          // A message that cannot claim is answered on its own; the others claim together.
+          std::vector<idem::Ack> acks(batch.size());
+          std::vector<idem::ClaimRequest> requests;
+          std::vector<std::size_t> index;
+          for (std::size_t i = 0; i < batch.size(); ++i) {
+            try {
+              requests.push_back({{"payment.credit", parse_payment(batch[i]).trade_no},
+                                  idem::fingerprint(batch[i].body)});
+              index.push_back(i);
+            } catch (const idem::InvalidMessage& e) {
+              acks[i] = {idem::Ack::dead_letter, std::nullopt, e.what()};
+            }
+          }
+          const auto answered =
+              idem::sqlite::with_transaction(ledger.store.pool(), [&](idem::sqlite::Connection& c) {
+                auto tx = ledger.store.bind(c);
+                return idem::consume_batch(tx, requests,
+                                           [&](std::size_t j) {
+                                             idem_test::insert_business_row(c.native(),
+                                                                            requests[j].key.id());
+                                           },
+                                           {.consumer = &policy});
+              });
+          for (std::size_t j = 0; j < index.size(); ++j)
+            acks[index[j]] = answered[j];
+          return acks;
+        },
+        32);
+  });
+  constexpr std::uint64_t messages = payments + payments / 8 + 1;
+  const bool drained = idem_test::eventually([&] {
+    const auto s = batch_consumer.stats();
+    return s.committed + s.dead_lettered >= messages;
+  });
+  CHECK(idem_test::eventually([&] { return queue.dead_lettered() == 1; }));
+  batch_consumer.stop();
+  thread.join();
+  CHECK(drained);
+  CHECK(ledger.credits() == payments);
+  CHECK(ledger.credited_twice() == 0);
+  CHECK(largest_batch > 1);  // the deliveries at hand were taken together
+  CHECK(batch_consumer.stats().dead_lettered == 1);
+  CHECK(idem_test::eventually([&] { return queue.ready() == 0; }, 10s));
 }
 
 TEST_CASE("stop returns promptly and gives the held deliveries back to the queue") {
