@@ -2,7 +2,7 @@
 //
 //   idem-bench [--quick] [--only name[,name...]] [--socket PATH] [--database NAME]
 //              [--user NAME] [--password PW] [--work-dir DIR] [--rounds N] [--threads N]
-//              [--big-rows N] [--galera-sockets A,B,C] [--redis-socket PATH]
+//              [--big-rows N] [--galera-sockets A,B,C] [--redis-socket PATH] [--amqp HOST:PORT]
 //              [--list]
 //
 // Prints one JSON object per scenario per line on stdout; progress on stderr. Exits 0 when
@@ -43,7 +43,8 @@ namespace {
       "  --read-back  the library's MySQL claims read the new row back instead of\n"
       "               INSERT ... RETURNING (StoreParams::insert_returning = false)\n"
       "  --galera-sockets  unix sockets of the Galera nodes for galera.cycle\n"
-      "  --redis-socket  Redis unix socket for the redis.* scenarios\n");
+      "  --redis-socket  Redis unix socket for the redis.* scenarios\n"
+      "  --amqp          RabbitMQ HOST:PORT for amqp.consume\n");
   std::exit(code);
 }
 
@@ -112,6 +113,8 @@ int main(int argc, char** argv) {
       config.read_back = true;
     } else if (a == "--redis-socket") {
       config.redis_socket = value();
+    } else if (a == "--amqp") {
+      config.amqp = value();
     } else if (a == "--galera-sockets") {
       config.galera_sockets = split(value());
     } else if (a == "--list") {
@@ -155,6 +158,7 @@ int main(int argc, char** argv) {
   failed += bench::run_redis(config, selected);
   failed += bench::run_galera(config, selected);
   failed += bench::run_footprint(config, selected);
+  failed += bench::run_amqp(config, selected);
   bench::progress(fmt::format("done in {:.1f} s; {}", bench::seconds_since(t0), bench::fmt_load()));
   return failed == 0 ? 0 : 1;
 }

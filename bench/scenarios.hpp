@@ -19,6 +19,7 @@ int run_sqlite(const Config& config, const Selected& selected);
 int run_galera(const Config& config, const Selected& selected);
 int run_redis(const Config& config, const Selected& selected);
 int run_footprint(const Config& config, const Selected& selected);
+int run_amqp(const Config& config, const Selected& selected);
 
 // Every scenario name, in the order they run.
 inline const std::vector<std::string>& scenario_names() {
@@ -36,7 +37,7 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "redis.claim",         "redis.cycle",
                                                  "redis.mix",           "redis.cycle_setnx",
                                                  "galera.cycle",        "redis.footprint",
-                                                 "mysql.footprint"};
+                                                 "mysql.footprint",     "amqp.consume"};
   return names;
 }
 

@@ -6,6 +6,7 @@
 //   guard.hpp          IdempotencyGuard: the same steps by hand (commit, fail, replay)
 //   consume.hpp        message consumers: consume, consume_batch and the Ack they answer
 //   consumer_policy.hpp   the consumers' retry delays and the attempts a key may have
+//   partition_progress.hpp   the offset a Kafka-style consumer commits after a batch
 //   batch.hpp          claim_batch: many keys at once
 //   memory_store.hpp   MemoryStore, the in-process store (unit tests, single-process services)
 //   cached_store.hpp   CachedStore: duplicates of finished keys answered from process memory
@@ -26,6 +27,7 @@
 #include "idem/consume.hpp"
 #include "idem/consumer_policy.hpp"
 #include "idem/guard.hpp"
+#include "idem/partition_progress.hpp"
 #include "idem/run_once.hpp"
 
 // What a call takes

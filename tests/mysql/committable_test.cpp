@@ -26,6 +26,7 @@ using idem_test::Table;
 // silently fall back to the plain contract.
 static_assert(idem::AbandoningStore<idem::mysql::BoundStore>);
 static_assert(idem::RollbackOnlyStore<idem::mysql::BoundStore>);
+static_assert(idem::AttemptCountingStore<idem::mysql::BoundStore>);
 static_assert(idem::in_caller_transaction_v<idem::mysql::BoundStore>);
 static_assert(!idem::supports_wait_v<idem::mysql::BoundStore>);
 static_assert(idem::BatchClaimingStore<idem::mysql::Store>);

@@ -25,6 +25,7 @@ using idem_test::TempDir;
 // silently fall back to the plain contract.
 static_assert(idem::AbandoningStore<idem::sqlite::BoundStore>);
 static_assert(idem::RollbackOnlyStore<idem::sqlite::BoundStore>);
+static_assert(idem::AttemptCountingStore<idem::sqlite::BoundStore>);
 static_assert(idem::in_caller_transaction_v<idem::sqlite::BoundStore>);
 static_assert(!idem::in_caller_transaction_v<idem::sqlite::Store>);
 

@@ -112,6 +112,7 @@ static_assert(idem::supports_wait_v<idem::MemoryStore>);
 static_assert(!idem::in_caller_transaction_v<idem::MemoryStore>);
 static_assert(!idem::AbandoningStore<idem::MemoryStore>);
 static_assert(!idem::RollbackOnlyStore<idem::MemoryStore>);
+static_assert(!idem::AttemptCountingStore<idem::MemoryStore>);
 static_assert(!idem::BatchClaimingStore<idem::MemoryStore>);
 
 static_assert(idem::Store<PlainStore>);
