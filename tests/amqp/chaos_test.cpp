@@ -26,6 +26,7 @@
 #include <idem/amqp.hpp>
 #include <idem/mysql.hpp>
 
+#include "../sqlite/child_process.hpp"
 #include "../support/fault_server.hpp"
 #include "../support/rabbitmq_broker.hpp"
 #include "../support/temp_dir.hpp"
@@ -36,10 +37,12 @@ namespace {
 
 // One consumer process: the example program, its output in `log`.
 pid_t start_consumer(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
     // Dies with the test, however the test ends (an abort runs no destructor).
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);  // the test died before prctl
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
@@ -53,12 +56,6 @@ pid_t start_consumer(const std::vector<std::string>& args, const std::string& lo
     ::_exit(127);
   }
   return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 // The chaos fixture's own MariaDB server.
@@ -143,7 +140,7 @@ TEST_CASE("consumer processes killed, connections closed, database restarted: ea
   const std::unique_ptr<void, std::function<void(void*)>> cleanup(&pids, [&](void*) {
     if (producer_thread.joinable()) producer_thread.join();
     for (pid_t pid : pids) {
-      if (pid > 0 && ::kill(pid, SIGKILL) == 0) wait_exit(pid);
+      if (pid > 0 && ::kill(pid, SIGKILL) == 0) idem_test::wait_exit(pid);
     }
   });
   const auto broker = idem_test::broker();
@@ -189,7 +186,7 @@ TEST_CASE("consumer processes killed, connections closed, database restarted: ea
       case kill: {
         const std::size_t victim = rng() % pids.size();
         ::kill(pids[victim], SIGKILL);
-        wait_exit(pids[victim]);
+        idem_test::wait_exit(pids[victim]);
         pids[victim] = start();
         ++killed;
         break;
@@ -217,7 +214,7 @@ TEST_CASE("consumer processes killed, connections closed, database restarted: ea
   std::vector<int> exits;
   for (pid_t& pid : pids) {
     ::kill(pid, SIGTERM);
-    exits.push_back(wait_exit(pid));
+    exits.push_back(idem_test::wait_exit(pid));
     pid = -1;
   }
   INFO("the consumers' output:\n" << consumer_logs(logs, started));

@@ -287,12 +287,9 @@ class Channel {
           throw BrokerError("idem::amqp: the broker refused a published message (basic.nack)");
         case AMQP_CHANNEL_CLOSE_METHOD:
         case AMQP_CONNECTION_CLOSE_METHOD:
-        case AMQP_BASIC_RETURN_METHOD:
-          broken_ = true;
-          throw BrokerError(fmt::format(
-              "idem::amqp: the broker closed the channel or returned the message (method {:#x}) "
-              "instead of confirming it",
-              frame.payload.method.id));
+        case AMQP_BASIC_RETURN_METHOD:  // unroutable: never confirmed as taken
+          closed_by_broker("waiting for a publisher confirm", frame.payload.method.id,
+                           frame.payload.method.decoded);
         default:
           break;
       }
@@ -330,20 +327,10 @@ class Channel {
     }
     if (frame.frame_type != AMQP_FRAME_METHOD) return;
     switch (frame.payload.method.id) {
-      case AMQP_CHANNEL_CLOSE_METHOD: {
-        const auto* close = static_cast<amqp_channel_close_t*>(frame.payload.method.decoded);
-        broken_ = true;
-        throw BrokerError(fmt::format("idem::amqp: the broker closed the channel: {} {}",
-                                      close->reply_code, detail::text(close->reply_text)),
-                          close->reply_code);
-      }
-      case AMQP_CONNECTION_CLOSE_METHOD: {
-        const auto* close = static_cast<amqp_connection_close_t*>(frame.payload.method.decoded);
-        broken_ = true;
-        throw BrokerError(fmt::format("idem::amqp: the broker closed the connection: {} {}",
-                                      close->reply_code, detail::text(close->reply_text)),
-                          close->reply_code);
-      }
+      case AMQP_CHANNEL_CLOSE_METHOD:
+      case AMQP_CONNECTION_CLOSE_METHOD:
+        closed_by_broker("waiting for a delivery", frame.payload.method.id,
+                         frame.payload.method.decoded);
       case AMQP_BASIC_CANCEL_METHOD:
         broken_ = true;
         throw BrokerError("idem::amqp: the broker cancelled the consumer (queue deleted?)");
@@ -370,23 +357,30 @@ class Channel {
     if (r.reply_type != AMQP_RESPONSE_NORMAL) fail(r, what);
   }
 
+  // The broker's channel.close or connection.close (`id`, decoded), or another method where
+  // none was expected.
+  [[noreturn]] void closed_by_broker(std::string_view what, amqp_method_number_t id,
+                                     const void* decoded) {
+    broken_ = true;
+    if (id == AMQP_CHANNEL_CLOSE_METHOD) {
+      const auto* close = static_cast<const amqp_channel_close_t*>(decoded);
+      throw BrokerError(fmt::format("idem::amqp: {}: the broker closed the channel: {} {}", what,
+                                    close->reply_code, detail::text(close->reply_text)),
+                        close->reply_code);
+    }
+    if (id == AMQP_CONNECTION_CLOSE_METHOD) {
+      const auto* close = static_cast<const amqp_connection_close_t*>(decoded);
+      throw BrokerError(fmt::format("idem::amqp: {}: the broker closed the connection: {} {}", what,
+                                    close->reply_code, detail::text(close->reply_text)),
+                        close->reply_code);
+    }
+    throw BrokerError(fmt::format("idem::amqp: {}: the broker answered method {:#x}", what, id));
+  }
+
   [[noreturn]] void fail(const amqp_rpc_reply_t& r, std::string_view what) {
     broken_ = true;
     if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION) {
-      if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-        const auto* close = static_cast<const amqp_channel_close_t*>(r.reply.decoded);
-        throw BrokerError(fmt::format("idem::amqp: {}: the broker closed the channel: {} {}", what,
-                                      close->reply_code, detail::text(close->reply_text)),
-                          close->reply_code);
-      }
-      if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-        const auto* close = static_cast<const amqp_connection_close_t*>(r.reply.decoded);
-        throw BrokerError(fmt::format("idem::amqp: {}: the broker closed the connection: {} {}",
-                                      what, close->reply_code, detail::text(close->reply_text)),
-                          close->reply_code);
-      }
-      throw BrokerError(
-          fmt::format("idem::amqp: {}: the broker answered method {:#x}", what, r.reply.id));
+      closed_by_broker(what, r.reply.id, r.reply.decoded);
     }
     if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
       throw BrokerError(
