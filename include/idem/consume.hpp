@@ -21,6 +21,9 @@
 //            -> retryable failure recorded -> retry_later, after the policy's delay; on the
 //               key's last attempt: permanent failure recorded -> dead_letter
 //   replayed (success or permanent failure)  -> fn not run      -> commit
+//   replayed, the key's attempts exhausted   -> fn not run      -> dead_letter again: the
+//                                               consumer that gave up may have died before
+//                                               its dead letter went out
 //   in_progress (another consumer holds it)  -> fn not run      -> retry_later
 //   conflict (same key, another payload)     -> fn not run      -> dead_letter: redelivery can
 //                                               never succeed.
@@ -126,11 +129,27 @@ auto claim_message(const ConsumerPolicy& policy, Claim&& claim) -> decltype(clai
   }
 }
 
+// The error of the permanent failure a key's last attempt records.
+inline constexpr std::string_view attempts_exhausted = "idem.attempts_exhausted";
+
+// Whether a stored record is the permanent failure of a key that ran out of attempts.
+inline bool ran_out_of_attempts(const Record& stored) {
+  if (stored.status != Status::failed || stored.retryable) return false;
+  const auto error = nlohmann::json::parse(stored.snapshot, nullptr, false);
+  return error.is_object() && error.value("error", "") == attempts_exhausted;
+}
+
 // The answer to a message whose claim was not ours to run.
 inline Ack ack_without_running(Verdict verdict, const Record& stored,
                                const ConsumerPolicy& policy) {
   switch (verdict) {
     case Verdict::replayed:
+      // A consumer may die between recording the last attempt and dead-lettering the
+      // message: its redelivery is dead-lettered again (at least once, as everything else).
+      if (ran_out_of_attempts(stored)) {
+        return {Ack::dead_letter, verdict,
+                fmt::format("replayed: gave up after {} attempts", stored.attempts)};
+      }
       return {Ack::commit, verdict,
               stored.status == Status::succeeded ? "" : "replayed a recorded permanent failure"};
     case Verdict::in_progress:
@@ -175,7 +194,7 @@ Ack run_acquired(S& store, IdempotencyGuard<S>& guard, F& fn, const ConsumerPoli
     const bool last = limit != 0 && attempts >= limit;
     const nlohmann::json retry = {{"error", "idem.consumer_exception"}, {"detail", what}};
     const nlohmann::json exhausted = {
-        {"error", "idem.attempts_exhausted"}, {"attempts", attempts}, {"detail", what}};
+        {"error", detail::attempts_exhausted}, {"attempts", attempts}, {"detail", what}};
     bool counted = true;
     if constexpr (RollbackOnlyStore<S>) {
       // The try rolls back, this claim with the business's writes; the store writes the

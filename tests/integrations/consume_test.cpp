@@ -409,11 +409,25 @@ TEST_CASE_METHOD(ConsumeFixture,
         nlohmann::json{{"error", "idem.attempts_exhausted"},
                        {"attempts", 3},
                        {"detail", "cannot parse the ledger's answer"}});
-  // A copy delivered later replays the failure: nothing runs.
+  // A copy delivered later replays the failure: nothing runs, and it is dead-lettered again
+  // (the consumer that gave up may have died before its dead letter went out).
   const Ack copy = idem::consume(store, order, "fp", poison, options);
-  CHECK(copy == Ack::commit);
+  CHECK(copy == Ack::dead_letter);
   CHECK(copy.verdict == Verdict::replayed);
+  CHECK(copy.reason == "replayed: gave up after 3 attempts");
   CHECK(runs == 3);
+  // Another permanent failure (the business's own PermanentFailure) is acknowledged.
+  const idem::Key declined{"order.paid", "O-declined"};
+  CHECK(idem::consume(
+            store, declined, "fp",
+            [] {
+              throw idem::PermanentFailure({{"error", "declined"}});
+            },
+            options) == Ack::commit);
+  const Ack declined_copy = idem::consume(
+      store, declined, "fp", [] { return 1; }, options);
+  CHECK(declined_copy == Ack::commit);
+  CHECK(declined_copy.verdict == Verdict::replayed);
   // Another biz_type has its own limit.
   const idem::Key refund{"refund", "R-1"};
   int refund_runs = 0;
@@ -459,8 +473,8 @@ TEST_CASE("consume: consumers racing on a poison message run it exactly max_atte
   for (auto& c : consumers)
     c.join();
   CHECK(runs.load() == 4);
-  CHECK(dead_letters.load() == 1);
   CHECK(replays.load() == 7);
+  CHECK(dead_letters.load() == 8);  // the one that gave up, and every copy that replayed it
   CHECK(store.find(order)->attempts == 4);
 }
 
@@ -585,4 +599,29 @@ TEST_CASE(
     CHECK(acks[1] == Ack::commit);
     CHECK(runs == 2);
   }
+}
+
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume: a consumer that dies before its dead letter went out - the redelivery "
+                 "is dead-lettered") {
+  const idem::ConsumerPolicy policy{.max_attempts = 2};
+  const idem::Options options{.consumer = &policy};
+  int runs = 0;
+  const auto poison = [&] {
+    ++runs;
+    throw std::runtime_error("poison");
+  };
+  CHECK(idem::consume(store, order, "fp", poison, options) == Ack::retry_later);
+  // The last attempt records the permanent failure; the consumer dies before it publishes the
+  // dead letter and acknowledges, so the broker delivers the message again.
+  (void)idem::consume(store, order, "fp", poison, options);
+  const Ack redelivered = idem::consume(store, order, "fp", poison, options);
+  CHECK(redelivered == Ack::dead_letter);
+  CHECK(runs == 2);
+  // The same through consume_batch.
+  const std::vector<idem::ClaimRequest> batch{{order, "fp"}};
+  const std::vector<Ack> acks = idem::consume_batch(
+      store, batch, [&](std::size_t) { poison(); }, options);
+  CHECK(acks.at(0) == Ack::dead_letter);
+  CHECK(runs == 2);
 }
