@@ -8,8 +8,9 @@
 //    body binds the store to it and runs the service's SQL on c.native(); the service's
 //    errors become idem::StoreError through idem::mysql::check, so a deadlock in its own
 //    UPDATE runs the transaction again;
-//  - refund: the service drives the transaction itself and asks the bound store whether it
-//    may commit (check_committable()) before its mysql_commit().
+//  - refund: the service's own transaction as an object (idem::mysql::Transaction on a handle
+//    of its pool): it begins, the refund claims through it, and commit() commits only a
+//    finished refund, or rolls back; idem::retry runs it again after a deadlock.
 // Gateway threads deliver every callback several times; the program checks that each trade
 // was paid once and refunded once, and exits non-zero otherwise.
 //
@@ -172,32 +173,23 @@ int main(int argc, char** argv) {
       });
     };
 
-    // refund: the service's own transaction; idem says whether it may commit.
+    // refund: the service's own transaction, as an object: it begins, the refund's claim is
+    // made in it, and commit() commits only a finished refund. idem::retry runs it again after
+    // a deadlock.
     auto refund = [&](const std::string& trade) {
-      for (int attempt = 1;; ++attempt) {
+      return idem::retry(idem::RetryPolicy{.max_attempts = 5}, "refund", "", [&](int) {
         ServicePool::Lease lease(pool);
         MYSQL* m = lease.get();
-        try {
-          run(m, "START TRANSACTION");
-          auto tx = store.bind(m);
-          const auto out = idem::run_once(tx, idem::Key{"REFUND", trade}, "", [&] {
-            run(m, "UPDATE example_pay_order SET status = 'refunded' WHERE trade_no = '" + trade +
-                       "' AND status = 'paid'");
-            run(m,
-                "INSERT INTO example_payment (trade_no, kind) VALUES ('" + trade + "', 'refund')");
-            return std::string("refunded");
-          });
-          tx.check_committable();
-          idem::mysql::check(m, mysql_commit(m), "COMMIT");
-          return out.verdict();
-        } catch (const idem::StoreError& e) {
-          mysql_rollback(m);
-          if (!e.retryable() || attempt == 5) throw;
-        } catch (...) {
-          mysql_rollback(m);
-          throw;
-        }
-      }
+        idem::mysql::Transaction tx(store, m);
+        const auto out = idem::run_once(tx, idem::Key{"REFUND", trade}, "", [&] {
+          run(m, "UPDATE example_pay_order SET status = 'refunded' WHERE trade_no = '" + trade +
+                     "' AND status = 'paid'");
+          run(m, "INSERT INTO example_payment (trade_no, kind) VALUES ('" + trade + "', 'refund')");
+          return std::string("refunded");
+        });
+        tx.commit();
+        return out.verdict();
+      });
     };
 
     // 8 gateway threads deliver each payment callback three times; then each refund twice.

@@ -7,6 +7,8 @@ IDEM_DEPS=(
     g++ clang cmake make pkg-config git
     # A compiler cache: a fresh clone (CI's) recompiles only what changed.
     ccache
+    # scripts/test checks that every C++ file is formatted as the root .clang-format says.
+    clang-format
     nlohmann-json3-dev catch2 libfmt-dev libssl-dev
     default-libmysqlclient-dev mariadb-server libsqlite3-dev
     libclang-rt-14-dev libcpp-httplib-dev ca-certificates

@@ -33,6 +33,7 @@
 #include "idem/status.hpp"
 #include "idem/store.hpp"
 #include "idem/store/abilities.hpp"
+#include "idem/store/housekeeping.hpp"
 
 namespace idem {
 
@@ -282,16 +283,17 @@ class Janitor {
 
   void purge(const std::stop_token& stop) {
     // One DELETE at a time, pausing in between; a stop request ends the round early.
-    for (std::size_t i = 0; i < params_.purge_max_batches; ++i) {
-      if (i > 0 && pause(stop, params_.purge_pause)) return;
-      const std::size_t n = store_.purge_expired(params_.purge_batch, 1);
+    detail::HousekeepingBatches batches(params_.purge_batch, params_.purge_max_batches);
+    while (batches.more()) {
+      if (batches.started() && pause(stop, params_.purge_pause)) return;
+      const std::size_t n = store_.purge_expired(batches.batch(), 1);
+      batches.done(n);
       purged_ += n;
       if (params_.metrics != nullptr) params_.metrics->janitor().purged(n);
-      if (n == 0 || n < params_.purge_batch) return;
     }
     // Every batch was full: expired records are left for the next round. Round after round,
     // the purge falls behind (raise purge_max_batches or purge_batch, or shorten interval).
-    if (params_.purge_max_batches == 0) return;  // purging is off: nothing was left unfinished
+    if (!batches.unfinished()) return;
     ++purge_unfinished_;
     if (params_.metrics != nullptr) params_.metrics->janitor().purge_unfinished();
   }

@@ -157,3 +157,73 @@ TEST_CASE("transaction_try: a failed COMMIT of the writes after the rollback lea
   CHECK(tx.calls ==
         TxCalls{"begin", "roll_back", "begin", "commit", "roll_back_quietly", "roll_back_quietly"});
 }
+
+namespace {
+
+// The kinds and messages of the events a TransactionTries reported.
+struct TriesObserver final : idem::Observer {
+  std::vector<std::string> seen;
+  void on_event(const idem::Event& e) noexcept override {
+    seen.push_back(std::string(idem::to_string(e.kind)) + ": " + e.error->what());
+  }
+};
+
+// tries.failed(e) as a driver calls it, from the handler of the try's exception.
+idem::Duration fail_transaction_try(idem::detail::TransactionTries& tries,
+                                    const idem::StoreError& e) {
+  try {
+    throw e;
+  } catch (const idem::StoreError& thrown) {
+    return tries.failed(thrown);
+  }
+}
+
+const idem::TransactionParams three_tries{
+    .retry = {.max_attempts = 3, .backoff = idem::Duration{1}, .max_backoff = idem::Duration{1}}};
+
+}  // namespace
+
+TEST_CASE(
+    "TransactionTries: a retryable failure runs the body again - reported - until it gives up") {
+  TriesObserver observer;
+  idem::detail::TransactionTries tries(three_tries, "idem::test::with_transaction");
+  for (int n = 1; n <= 2; ++n) {
+    tries.next_try().observer = &observer;
+    CHECK(fail_transaction_try(tries, idem::StoreError("deadlock", true)) >= idem::Duration{1});
+  }
+  tries.next_try().observer = &observer;
+  CHECK_THROWS_WITH(fail_transaction_try(tries, idem::StoreError("deadlock", true)),
+                    "idem::test::with_transaction: gave up after 3 tries: deadlock");
+  CHECK(observer.seen == std::vector<std::string>{
+                             "transaction_retried: deadlock", "transaction_retried: deadlock",
+                             "store_error: idem::test::with_transaction: gave up after 3 tries: "
+                             "deadlock"});
+}
+
+TEST_CASE(
+    "TransactionTries: a failure that is not retryable leaves at once - reported - as it is") {
+  TriesObserver observer;
+  idem::detail::TransactionTries tries(three_tries, "idem::test::with_transaction");
+  tries.next_try().observer = &observer;
+  CHECK_THROWS_WITH(fail_transaction_try(tries, idem::StoreError("duplicate entry", false)),
+                    "duplicate entry");
+  CHECK(observer.seen == std::vector<std::string>{"store_error: duplicate entry"});
+}
+
+TEST_CASE("TransactionTries: each try reports to its own claims' observer") {
+  TriesObserver first;
+  idem::detail::TransactionTries tries(three_tries, "idem::test::with_transaction");
+  tries.next_try().observer = &first;
+  (void)fail_transaction_try(tries, idem::StoreError("deadlock", true));
+  // The next try made no claim before it failed: nobody to tell.
+  CHECK(tries.next_try().observer == nullptr);
+  (void)fail_transaction_try(tries, idem::StoreError("lock wait", true));
+  CHECK(first.seen == std::vector<std::string>{"transaction_retried: deadlock"});
+}
+
+TEST_CASE("TransactionTries: the retry budget is validated before the first try") {
+  CHECK_THROWS_WITH(
+      idem::detail::TransactionTries(idem::TransactionParams{.retry = {.max_attempts = 0}},
+                                     "idem::sqlite::with_transaction"),
+      Catch::StartsWith("idem::sqlite::with_transaction: max_attempts must be at least 1"));
+}

@@ -24,11 +24,11 @@ namespace {
 
 using idem_test::OrderStatus;
 using enum OrderStatus;
-using idem_test::order_moves;
-using idem_test::order_name;
 using idem::RejectReason;
 using idem::mysql::Connection;
 using idem_test::Errors;
+using idem_test::order_moves;
+using idem_test::order_name;
 using idem_test::run_threads;
 
 long long to_ll(const idem::mysql::Cell& v) {

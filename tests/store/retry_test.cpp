@@ -102,3 +102,73 @@ TEST_CASE("retry: tries until the call returns, judged by on_failure, then gives
     CHECK(tries == 1);
   }
 }
+
+TEST_CASE("RetryLoop: counts the tries - answers a pause after each but the last - then gives up") {
+  const idem::RetryPolicy policy{.max_attempts = 3, .backoff = 2ms, .max_backoff = 4ms};
+  idem::detail::RetryLoop loop(policy, "idem::test", "purge_expired");
+  const idem::StoreError deadlock("deadlock", true, {1213, {}, {}, false});
+  CHECK(loop.attempt() == 1);
+  CHECK_FALSE(loop.last());
+  const idem::Duration first = loop.failed(deadlock);
+  CHECK(first >= 2ms);
+  CHECK(first <= 4ms);
+  CHECK(loop.attempt() == 2);
+  const idem::Duration second = loop.failed(deadlock);
+  CHECK(second >= 4ms);
+  CHECK(second <= 8ms);
+  CHECK(loop.attempt() == 3);
+  CHECK(loop.last());
+  try {
+    (void)loop.failed(deadlock);
+    FAIL("no exception after the last try");
+  } catch (const idem::StoreError& e) {
+    CHECK(e.retryable());
+    CHECK(std::string(e.what()) == "idem::test: purge_expired gave up after 3 tries: deadlock");
+    CHECK(e.diagnostics().code == 1213);
+  }
+  CHECK(loop.attempt() == 3);
+}
+
+TEST_CASE("retrying: the blocking driver runs the try again for as long as failed answers") {
+  int tries = 0;
+  std::vector<std::string> seen;
+  const int v = idem::detail::retrying(
+      [&] {
+        if (++tries < 3) throw idem::StoreError("busy " + std::to_string(tries), true);
+        return 7;
+      },
+      [&](const idem::StoreError& e) {
+        seen.emplace_back(e.what());
+        return idem::Duration{1};
+      });
+  CHECK(v == 7);
+  CHECK(seen == std::vector<std::string>{"busy 1", "busy 2"});
+  SECTION("failed may rethrow the try's own error") {
+    CHECK_THROWS_WITH(
+        idem::detail::retrying([]() -> int { throw idem::StoreError("fatal", false); },
+                               [](const idem::StoreError&) -> idem::Duration { throw; }),
+        "fatal");
+  }
+}
+
+TEST_CASE("retry without a judge: retryable StoreErrors are tried again - nothing else") {
+  const idem::RetryPolicy fast{.max_attempts = 4, .backoff = 1ms, .max_backoff = 1ms};
+  int tries = 0;
+  CHECK(idem::retry(fast, "test", "op", [&](int n) {
+          ++tries;
+          if (n < 3) throw idem::StoreError("deadlock", true);
+          return n;
+        }) == 3);
+  CHECK(tries == 3);
+  tries = 0;
+  CHECK_THROWS_WITH(idem::retry(fast, "test", "op",
+                                [&](int) -> int {
+                                  ++tries;
+                                  throw idem::StoreError("syntax error", false);
+                                }),
+                    "syntax error");
+  CHECK(tries == 1);
+  CHECK_THROWS_AS(
+      idem::retry(idem::RetryPolicy{.max_attempts = 0}, "test", "op", [](int) { return 1; }),
+      idem::InvalidArgument);
+}

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "idem/clock.hpp"
+#include "idem/errors.hpp"
 
 namespace idem::async {
 
@@ -60,5 +61,26 @@ inline net::awaitable<void> sleep_for(Duration d) {
   net::steady_timer timer(co_await net::this_coro::executor, d);
   co_await timer.async_wait(net::use_awaitable);
 }
+
+namespace detail {
+
+// The coroutine driver of a retry loop (the blocking one is idem::detail::retrying,
+// idem/store/retry.hpp): co_awaits one_try() until it answers. When it throws a StoreError,
+// failed(error) (called in the handler, so it may rethrow with `throw;`) ends the loop by
+// throwing or answers the pause, waited on a timer.
+template <class R, class Try, class Failed>
+net::awaitable<R> retrying(Try one_try, Failed failed) {
+  for (;;) {
+    Duration pause{};
+    try {
+      co_return co_await one_try();
+    } catch (const StoreError& e) {
+      pause = failed(e);
+    }
+    co_await sleep_for(pause);
+  }
+}
+
+}  // namespace detail
 
 }  // namespace idem::async

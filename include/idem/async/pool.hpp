@@ -3,9 +3,9 @@
 // handles, for any backend with a non-blocking connection. The rules of idem::BasicPool
 // (idem/store/pool.hpp) hold: at most `size` connections, opened lazily, made ready before
 // they are handed out, dropped when returned unusable; running out is a retryable StoreError
-// after acquire_timeout. What differs: a coroutine waiting for a connection waits on its
-// executor (the loop serves other work), and the pool may be shared by coroutines on any
-// executors and threads.
+// after acquire_timeout (both pools check their bounds and say so with detail::PoolBounds). What
+// differs: a coroutine waiting for a connection waits on its executor (the loop serves other work),
+// and the pool may be shared by coroutines on any executors and threads.
 //
 //   struct Driver {
 //     using Connection = ...;
@@ -54,16 +54,10 @@ class BasicPool {
   // `who` names the pool in errors.
   BasicPool(Driver driver, std::size_t size, Duration acquire_timeout, std::string_view who)
       : driver_(std::move(driver)),
-        size_(size),
-        acquire_timeout_(acquire_timeout),
-        who_(who),
+        bounds_(size, acquire_timeout, who),
         // Every receive names its caller's executor; the channel's own is never used.
         slots_(net::system_executor(), size) {
-    if (size_ == 0) throw InvalidArgument(fmt::format("{}: size must be at least 1", who_));
-    if (acquire_timeout_ < Duration::zero()) {
-      throw InvalidArgument(fmt::format("{}: the acquire timeout must not be negative", who_));
-    }
-    for (std::size_t i = 0; i < size_; ++i)
+    for (std::size_t i = 0; i < size; ++i)
       slots_.try_send(error_code{}, Slot{});
   }
   BasicPool(const BasicPool&) = delete;
@@ -88,7 +82,7 @@ class BasicPool {
     co_return Handle(this, std::move(slot.conn));
   }
 
-  std::size_t size() const noexcept { return size_; }
+  std::size_t size() const noexcept { return bounds_.size; }
   const Driver& driver() const noexcept { return driver_; }
 
  private:
@@ -107,7 +101,7 @@ class BasicPool {
     // Both results come back, so a slot received as the timer fired is never dropped. The
     // receive completes on the caller's executor, not the channel's (which may not be run).
     const auto executor = co_await net::this_coro::executor;
-    net::steady_timer timer(executor, acquire_timeout_);
+    net::steady_timer timer(executor, bounds_.acquire_timeout);
     auto [order, received, got, timed] =
         co_await net::experimental::make_parallel_group(
             slots_.async_receive(net::bind_executor(executor, net::deferred)),
@@ -117,9 +111,7 @@ class BasicPool {
     if (!received) co_return std::move(got);
     // Both cancelled: the caller's coroutine was.
     if (timed) throw boost::system::system_error(received);
-    throw StoreError(fmt::format("{}: no connection{} free within {} ms (size {})", who_,
-                                 driver_.where(), acquire_timeout_.count(), size_),
-                     true);
+    throw bounds_.exhausted(driver_.where());
   }
 
   void release(std::unique_ptr<Connection> conn) noexcept {
@@ -128,9 +120,7 @@ class BasicPool {
   }
 
   Driver driver_;
-  std::size_t size_;
-  Duration acquire_timeout_;
-  std::string who_;
+  idem::detail::PoolBounds bounds_;
   Channel slots_;
 };
 

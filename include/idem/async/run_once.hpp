@@ -16,9 +16,9 @@
 // the Outcome is then a replay, or has the verdict outcome_unknown. An exception from fn
 // records a retryable failure before it propagates; idem::PermanentFailure records a
 // permanent one and comes back as a failed Outcome; idem::EffectUnknown marks the record
-// outcome_unknown and comes back with that verdict (as with idem::run_once). A coroutine cancelled while fn runs
-// records the retryable failure too (the cancellation reaches fn as an exception), so the
-// next duplicate runs again at once.
+// outcome_unknown and comes back with that verdict (as with idem::run_once). A coroutine cancelled
+// while fn runs records the retryable failure too (the cancellation reaches fn as an exception), so
+// the next duplicate runs again at once.
 
 #include <concepts>
 #include <exception>

@@ -43,6 +43,7 @@
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
+#include "idem/store/housekeeping.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/retry.hpp"
 #include "idem/store/steps.hpp"
@@ -178,20 +179,21 @@ class StoreSkeleton {
   }
 
   net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches) {
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < max_batches && batch > 0; ++i) {
-      const std::size_t n = co_await with_retries<std::size_t>(
-          "purge_expired", [&](Connection& c, bool) { return ops_.purge(c, batch); });
-      total += n;
-      if (n < batch) break;
+    idem::detail::HousekeepingBatches purge(batch, max_batches);
+    while (purge.more()) {
+      purge.done(co_await with_retries<std::size_t>(
+          "purge_expired", [&](Connection& c, bool) { return ops_.purge(c, batch); }));
     }
-    co_return total;
+    co_return purge.total();
   }
 
   net::awaitable<std::size_t> release_stale(std::size_t batch) {
-    if (batch == 0) co_return 0;
-    co_return co_await with_retries<std::size_t>(
-        "release_stale", [&](Connection& c, bool) { return ops_.release(c, batch); });
+    idem::detail::HousekeepingBatches release(batch, 1);
+    if (release.more()) {
+      release.done(co_await with_retries<std::size_t>(
+          "release_stale", [&](Connection& c, bool) { return ops_.release(c, batch); }));
+    }
+    co_return release.total();
   }
 
   // As the blocking skeleton's repair: RepairRefused with the current record when the fence
@@ -267,22 +269,17 @@ class StoreSkeleton {
  private:
   template <class R, class Op>
   net::awaitable<R> retry_on_pool(std::string_view what, bool check_table, Op op) {
-    idem::detail::TryJudge judge;
-    Backoff backoff(retry_);
-    for (int n = 1;; ++n) {
-      try {
-        auto handle = co_await pool().acquire();
-        if (check_table && check_table_ && !table_checked_.load(std::memory_order_acquire)) {
-          co_await check_table_(*handle);
-          table_checked();
-        }
-        co_return co_await op(*handle, judge.uncertain());
-      } catch (const StoreError& e) {
-        if (!judge.worth_retrying(Backend::classify(e))) throw;
-        if (n >= retry_.max_attempts) throw idem::detail::gave_up(Backend::name, what, n, e);
-      }
-      co_await sleep_for(backoff.next());
-    }
+    idem::detail::OperationTries tries(retry_, Backend::name, what, &Backend::classify);
+    co_return co_await detail::retrying<R>(
+        [&]() -> net::awaitable<R> {
+          auto handle = co_await pool().acquire();
+          if (check_table && check_table_ && !table_checked_.load(std::memory_order_acquire)) {
+            co_await check_table_(*handle);
+            table_checked();
+          }
+          co_return co_await op(*handle, tries.uncertain());
+        },
+        [&](const StoreError& e) { return tries.failed(e); });
   }
 
   net::awaitable<void> finish(const Key& key, const Ticket& ticket, std::string_view snapshot,

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -108,11 +109,36 @@ void write_after_rollback(Tx& tx, ClaimLedger& ledger, std::string_view who) {
       });
 }
 
+// Ends a try whose body returned, on tx (see run_try): COMMIT, or ROLLBACK and then the writes
+// that wait for it, as try_commits says. A record-last claim's finished record that a bound
+// store left waiting in the ledger is written together with the COMMIT; meeting another
+// request's row there supersedes the claim. true: committed.
+template <class Tx>
+bool end_try(Tx& tx, ClaimLedger& ledger, std::string_view who) {
+  if (try_commits(ledger, who)) {
+    if (!ledger.send_deferred(true, who)) tx.commit();
+    ledger.committed();
+    return true;
+  }
+  tx.roll_back();
+  ledger.rolled_back();
+  if (ledger.writes_after_rollback()) write_after_rollback(tx, ledger, who);
+  return false;
+}
+
+// Ends a try that threw `error` (its body, or end_try): rolls tx back and throws what
+// try_failed says, leaving in `report` whom to tell.
+template <class Tx>
+[[noreturn]] void abort_try(Tx& tx, ClaimLedger& ledger, TryReport& report,
+                            std::exception_ptr error, std::string_view who) {
+  const std::exception_ptr thrown = try_failed(ledger, report, std::move(error), who);
+  tx.roll_back_quietly();
+  std::rethrow_exception(thrown);
+}
+
 // Runs fn as one try on tx, which provides handle(), begin(), commit(), roll_back() and
-// roll_back_quietly() noexcept: commits or rolls back as try_commits says, or rolls back and
-// throws what try_failed says, leaving in `report` whom to tell. A record-last claim's
-// finished record that a bound store left waiting in the ledger is written together with the
-// COMMIT; meeting another request's row there supersedes the claim.
+// roll_back_quietly() noexcept: begins, and ends as end_try says, or as abort_try says when
+// fn or the ending throws.
 template <class Tx, class Fn>
 std::invoke_result_t<Fn&> run_try(Tx& tx, std::string_view who, TryReport& report, Fn&& fn) {
   using R = std::invoke_result_t<Fn&>;
@@ -121,67 +147,69 @@ std::invoke_result_t<Fn&> run_try(Tx& tx, std::string_view who, TryReport& repor
   const LedgerScope scope(tx.handle(), ledger);
   tx.begin();
   try {
-    auto end = [&] {
-      if (try_commits(ledger, who)) {
-        if (!ledger.send_deferred(true, who)) tx.commit();
-        ledger.committed();
-      } else {
-        tx.roll_back();
-        ledger.rolled_back();
-        if (ledger.writes_after_rollback()) write_after_rollback(tx, ledger, who);
-      }
-    };
     if constexpr (std::is_void_v<R>) {
       fn();
-      end();
+      end_try(tx, ledger, who);
     } else {
       R result = fn();
-      end();
+      end_try(tx, ledger, who);
       return result;
     }
   } catch (...) {
-    const std::exception_ptr error = try_failed(ledger, report, std::current_exception(), who);
-    tx.roll_back_quietly();
-    std::rethrow_exception(error);
+    abort_try(tx, ledger, report, std::current_exception(), who);
   }
 }
 
-// Called from the handler of a try's StoreError: rethrows it (not retryable), or throws the
-// "gave up" error after the last try, either reported as store_error; otherwise reports
-// transaction_retried and returns, and the caller backs off and runs the body again.
-inline void after_failed_try(const StoreError& e, int attempt, int max_attempts,
-                             std::string_view who, const TryReport& report,
-                             std::chrono::steady_clock::time_point start) {
-  if (!e.retryable()) {
-    report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, e);
-    throw;
-  }
-  if (attempt >= max_attempts) {
-    const StoreError last = gave_up(who, "", attempt, e);
-    report.send(EventKind::store_error, std::chrono::steady_clock::now() - start, last);
-    throw last;
-  }
-  report.send(EventKind::transaction_retried, std::chrono::nanoseconds{0}, e);
-}
+// The tries of a with_transaction, blocking or coroutine: a StoreError that is not retryable
+// ends the call, a retryable one runs the body again after the loop's pause, up to
+// params.retry.max_attempts tries; each retry, and the StoreError that leaves, is reported
+// to the observer of the try's claims. `who` names the caller, e.g.
+// "idem::mysql::with_transaction", and must outlive this.
+class TransactionTries {
+ public:
+  TransactionTries(const TransactionParams& params, std::string_view who)
+      : loop_(checked(params.retry, who), who, "") {}
 
-// Calls one_try(report) until it returns, rethrowing everything but a retryable StoreError,
-// and that too after params.retry.max_attempts tries; reports each retry and a StoreError
-// that leaves. `who` names the caller, e.g. "idem::mysql::with_transaction".
+  // The report of the try that starts now: whom its failures are told.
+  TryReport& next_try() noexcept {
+    report_ = TryReport{};
+    return report_;
+  }
+  // Called in the handler of the current try's StoreError `e`: rethrows it (not retryable) or
+  // throws the "gave up" error after the last try, either reported as store_error; otherwise
+  // reports transaction_retried and answers the pause before the next try.
+  Duration failed(const StoreError& e) {
+    if (!e.retryable()) {
+      report_.send(EventKind::store_error, std::chrono::steady_clock::now() - start_, e);
+      throw;
+    }
+    if (loop_.last()) {
+      const StoreError last = loop_.gave_up(e);
+      report_.send(EventKind::store_error, std::chrono::steady_clock::now() - start_, last);
+      throw last;
+    }
+    report_.send(EventKind::transaction_retried, std::chrono::nanoseconds{0}, e);
+    return loop_.failed(e);
+  }
+
+ private:
+  static const RetryPolicy& checked(const RetryPolicy& p, std::string_view who) {
+    validate(p, who);
+    return p;
+  }
+
+  RetryLoop loop_;
+  TryReport report_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// Calls one_try(report) until it returns, as TransactionTries says.
 template <class Try>
 auto retry_transaction(const TransactionParams& params, std::string_view who, Try&& one_try)
     -> std::invoke_result_t<Try&, TryReport&> {
-  validate(params.retry, who);
-  const auto start = std::chrono::steady_clock::now();
-  TryReport report;
-  return retry(
-      params.retry, who, "",
-      [&](int) -> decltype(auto) {
-        report = TryReport{};
-        return one_try(report);
-      },
-      [&](const StoreError& e, int n) {
-        after_failed_try(e, n, params.retry.max_attempts, who, report, start);
-      });
+  TransactionTries tries(params, who);
+  return retrying([&]() -> decltype(auto) { return one_try(tries.next_try()); },
+                  [&](const StoreError& e) { return tries.failed(e); });
 }
 
 }  // namespace idem::detail

@@ -36,6 +36,7 @@
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
+#include "idem/store/housekeeping.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/ticket.hpp"
 
@@ -142,17 +143,15 @@ class BasicAsyncBoundStore {
   }
 
   net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches) {
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < max_batches && batch > 0; ++i) {
-      const std::size_t n = co_await ops_->purge(*connection_, batch);
-      total += n;
-      if (n < batch) break;
-    }
-    co_return total;
+    idem::detail::HousekeepingBatches purge(batch, max_batches);
+    while (purge.more())
+      purge.done(co_await ops_->purge(*connection_, batch));
+    co_return purge.total();
   }
   net::awaitable<std::size_t> release_stale(std::size_t batch) {
-    if (batch == 0) co_return 0;
-    co_return co_await ops_->release(*connection_, batch);
+    idem::detail::HousekeepingBatches release(batch, 1);
+    if (release.more()) release.done(co_await ops_->release(*connection_, batch));
+    co_return release.total();
   }
 
   // As BoundStore's.

@@ -48,6 +48,7 @@
 #include "idem/mysql/detail/driver_init.hpp"
 #include "idem/mysql/detail/server_features.hpp"
 #include "idem/mysql/detail/statement_cache.hpp"
+#include "idem/mysql/detail/statement_run.hpp"
 #include "idem/mysql/errors.hpp"
 #include "idem/mysql/param.hpp"
 #include "idem/mysql/row.hpp"
@@ -143,9 +144,8 @@ class AsyncConnection {
       co_await drive([&] { return mysql_stmt_store_result_start(&rc, stmt); },
                      [&](int s) { return mysql_stmt_store_result_cont(&rc, stmt, s); });
       if (rc != 0) {
-        // As in Connection::select: a statement left mid-result must be reset before reuse.
         StoreError e = error_from(stmt, "store_result");
-        if (!is_connection_lost(e.diagnostics().code)) {
+        if (detail::reset_after_failed_result(e.diagnostics().code)) {
           my_bool failed = 0;
           co_await drive([&] { return mysql_stmt_reset_start(&failed, stmt); },
                          [&](int s) { return mysql_stmt_reset_cont(&failed, stmt, s); });
@@ -260,25 +260,25 @@ class AsyncConnection {
     }
   }
 
-  // Binds and executes; re-prepares once when the server says the table changed under it.
+  // Binds and executes, as detail::StatementRun says.
   net::awaitable<detail::Prepared*> run(const std::string& sql, const std::vector<Param>& params) {
-    for (int attempt = 0;; ++attempt) {
+    detail::StatementRun steps(sql, params.data(), params.size(), param_binds_);
+    for (;;) {
       detail::Prepared* p = co_await prepared(sql);
       MYSQL_STMT* stmt = p->stmt;
-      if (mysql_stmt_param_count(stmt) != params.size())
-        throw detail::wrong_param_count(mysql_stmt_param_count(stmt), params.size(), sql);
-      MYSQL_BIND* binds = param_binds_.bind(params.data(), params.size());
-      if (!params.empty() && mysql_stmt_bind_param(stmt, binds)) throw error_from(stmt, "bind");
+      steps.bind(stmt);
       int rc = 0;
       co_await drive([&] { return mysql_stmt_execute_start(&rc, stmt); },
                      [&](int s) { return mysql_stmt_execute_cont(&rc, stmt, s); });
-      if (rc == 0) co_return p;
-      constexpr unsigned need_reprepare = 1615;  // ER_NEED_REPREPARE
-      if (mysql_stmt_errno(stmt) == need_reprepare && attempt == 0) {
-        statements_.forget(sql);
-        continue;
+      switch (steps.executed(rc, mysql_stmt_errno(stmt))) {
+        case detail::StatementRun::Next::done:
+          co_return p;
+        case detail::StatementRun::Next::prepare_again:
+          statements_.forget(sql);
+          break;
+        case detail::StatementRun::Next::fail:
+          throw error_from(stmt, "execute");
       }
-      throw error_from(stmt, "execute");
     }
   }
 
@@ -344,7 +344,7 @@ class AsyncConnection {
   }
 
   void note_loss(const StoreError& e) noexcept {
-    if (is_connection_lost(e.diagnostics().code)) broken_ = true;
+    if (detail::breaks_connection(e)) broken_ = true;
   }
 
   void close() noexcept {

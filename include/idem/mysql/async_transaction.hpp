@@ -116,33 +116,13 @@ template <class F>
 net::awaitable<detail::transaction_result_t<F>> with_transaction(AsyncPool& pool, F body,
                                                                  TransactionParams params = {}) {
   using R = detail::transaction_result_t<F>;
-  constexpr std::string_view who = detail::async_transaction_who;
-  validate(params.retry, who);
-  const auto start = std::chrono::steady_clock::now();
-  Backoff backoff(params.retry);
-  for (int n = 1;; ++n) {
-    idem::detail::TryReport report;
-    std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> result;
-    try {
-      auto conn = co_await pool.acquire(PoolUse::transaction);
-      if constexpr (std::is_void_v<R>) {
-        co_await detail::run_async_try(*conn, body, report);
-        result.emplace(true);
-      } else {
-        result.emplace(co_await detail::run_async_try(*conn, body, report));
-      }
-    } catch (const StoreError& e) {
-      idem::detail::after_failed_try(e, n, params.retry.max_attempts, who, report, start);
-    }
-    if (result) {
-      if constexpr (std::is_void_v<R>) {
-        co_return;
-      } else {
-        co_return std::move(*result);
-      }
-    }
-    co_await idem::async::sleep_for(backoff.next());
-  }
+  idem::detail::TransactionTries tries(params, detail::async_transaction_who);
+  co_return co_await idem::async::detail::retrying<R>(
+      [&]() -> net::awaitable<R> {
+        auto conn = co_await pool.acquire(PoolUse::transaction);
+        co_return co_await detail::run_async_try(*conn, body, tries.next_try());
+      },
+      [&](const StoreError& e) { return tries.failed(e); });
 }
 
 }  // namespace idem::mysql

@@ -40,6 +40,7 @@
 #include "idem/mysql/detail/driver_init.hpp"
 #include "idem/mysql/detail/server_features.hpp"
 #include "idem/mysql/detail/statement_cache.hpp"
+#include "idem/mysql/detail/statement_run.hpp"
 #include "idem/mysql/detail/text_protocol.hpp"
 #include "idem/mysql/errors.hpp"
 #include "idem/mysql/param.hpp"
@@ -215,27 +216,27 @@ class Connection {
     try {
       return f();
     } catch (const StoreError& e) {
-      if (is_connection_lost(e.diagnostics().code)) broken_ = true;
+      if (detail::breaks_connection(e)) broken_ = true;
       throw;
     }
   }
 
-  // Binds and executes; re-prepares once when the server says the table changed under it.
+  // Binds and executes, as detail::StatementRun says.
   detail::Prepared& run(const std::string& sql, const Param* params, std::size_t n) {
-    for (int attempt = 0;; ++attempt) {
+    detail::StatementRun steps(sql, params, n, param_binds_);
+    for (;;) {
       detail::Prepared& p = statements_.get(mysql_, sql);
-      MYSQL_STMT* stmt = p.stmt;
-      if (mysql_stmt_param_count(stmt) != n)
-        throw detail::wrong_param_count(mysql_stmt_param_count(stmt), n, sql);
-      MYSQL_BIND* binds = param_binds_.bind(params, n);
-      if (n > 0 && mysql_stmt_bind_param(stmt, binds)) throw error_from(stmt, "bind");
-      if (mysql_stmt_execute(stmt) == 0) return p;
-      constexpr unsigned need_reprepare = 1615;  // ER_NEED_REPREPARE
-      if (mysql_stmt_errno(stmt) == need_reprepare && attempt == 0) {
-        statements_.forget(sql);
-        continue;
+      steps.bind(p.stmt);
+      const int rc = mysql_stmt_execute(p.stmt);
+      switch (steps.executed(rc, mysql_stmt_errno(p.stmt))) {
+        case detail::StatementRun::Next::done:
+          return p;
+        case detail::StatementRun::Next::prepare_again:
+          statements_.forget(sql);
+          break;
+        case detail::StatementRun::Next::fail:
+          throw error_from(p.stmt, "execute");
       }
-      throw error_from(stmt, "execute");
     }
   }
 
@@ -267,11 +268,8 @@ class Connection {
         ~FreeResult() { mysql_stmt_free_result(s); }
       } free_result{stmt};
       if (mysql_stmt_store_result(stmt) != 0) {
-        // An error after the result's metadata (a duplicate key of INSERT ... RETURNING)
-        // leaves the statement mid-result: without a reset, Connector/C's next execute waits
-        // forever for rows that never come.
         StoreError e = error_from(stmt, "store_result");
-        if (!is_connection_lost(e.diagnostics().code) && mysql_stmt_reset(stmt) != 0)
+        if (detail::reset_after_failed_result(e.diagnostics().code) && mysql_stmt_reset(stmt) != 0)
           broken_ = true;
         throw e;
       }

@@ -54,7 +54,9 @@
 #include "idem/key.hpp"
 #include "idem/mysql/connection.hpp"
 #include "idem/mysql/pool.hpp"
+#include "idem/mysql/store.hpp"
 #include "idem/observer.hpp"
+#include "idem/store/own_transaction.hpp"
 
 namespace idem::mysql {
 
@@ -104,6 +106,15 @@ std::invoke_result_t<F&, Connection&> run_try(Connection& c, F& body,
 }
 
 }  // namespace detail
+
+// One transaction on the service's own MYSQL*, as an object (idem/store/own_transaction.hpp):
+// made, it runs START TRANSACTION unless a transaction is open; commit() commits it or rolls
+// it back as its claims say; destroyed before, it rolls back.
+//
+//   idem::mysql::Transaction tx(store, mysql);
+//   const auto out = idem::run_once(tx, key, fp, [&] { ...business writes on mysql...; });
+//   tx.commit();
+using Transaction = OwnTransaction<detail::Backend, detail::ConnectionTry>;
 
 // On a connection of idem's pool, taken for each try.
 template <class F>

@@ -10,7 +10,8 @@
 //     return result;
 //   });
 //
-// On your own handle the body gets the sqlite3* back:
+// On your own handle the body gets the sqlite3* back (and idem::sqlite::Transaction, below, is
+// the same transaction as an object, without the runs again):
 //
 //   idem::sqlite::with_transaction(db, [&](sqlite3* db) {
 //     auto tx = store.bind(db);
@@ -47,6 +48,8 @@
 #include "idem/sqlite/connection.hpp"
 #include "idem/sqlite/errors.hpp"
 #include "idem/sqlite/pool.hpp"
+#include "idem/sqlite/store.hpp"
+#include "idem/store/own_transaction.hpp"
 
 namespace idem::sqlite {
 
@@ -74,6 +77,8 @@ inline void rollback_quietly(sqlite3* db) noexcept {
 // idem/detail/transaction_try.hpp).
 struct HandleTry {
   sqlite3* db;
+  explicit HandleTry(sqlite3* handle) noexcept : db(handle) {}
+  explicit HandleTry(Connection& c) noexcept : db(c.native()) {}
   const void* handle() const noexcept { return db; }
   void begin() { exec_raw(db, "BEGIN IMMEDIATE"); }
   void commit() { exec_raw(db, "COMMIT"); }
@@ -92,6 +97,15 @@ std::invoke_result_t<Fn&> in_transaction(sqlite3* db, idem::detail::TryReport& r
 }
 
 }  // namespace detail
+
+// One transaction on your own sqlite3*, as an object (idem/store/own_transaction.hpp): made,
+// it runs BEGIN IMMEDIATE unless a transaction is open; commit() commits it or rolls it back
+// as its claims say; destroyed before, it rolls back.
+//
+//   idem::sqlite::Transaction tx(store, db);
+//   const auto out = idem::run_once(tx, key, fp, [&] { ...business writes on db...; });
+//   tx.commit();
+using Transaction = OwnTransaction<detail::Backend, detail::HandleTry>;
 
 // On your own connection handle (give it a busy timeout: sqlite3_busy_timeout).
 template <class F>

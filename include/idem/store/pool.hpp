@@ -72,6 +72,34 @@ class PoolHandle {
   std::unique_ptr<Connection> conn_;
 };
 
+namespace detail {
+
+// The bounds of a pool, blocking or coroutine, checked when it is made, and the error it
+// throws when no connection frees up in time.
+struct PoolBounds {
+  std::size_t size;
+  Duration acquire_timeout;
+  std::string who;  // names the pool in errors, e.g. "idem::mysql::Pool"
+
+  PoolBounds(std::size_t size_, Duration acquire_timeout_, std::string_view who_)
+      : size(size_), acquire_timeout(acquire_timeout_), who(who_) {
+    if (size == 0) throw InvalidArgument(fmt::format("{}: size must be at least 1", who));
+    if (acquire_timeout < Duration::zero()) {
+      throw InvalidArgument(fmt::format("{}: the acquire timeout must not be negative", who));
+    }
+  }
+
+  // Retryable: the caller may try again once the load drops. `where`: the driver's words for
+  // what the pool connects to, if any.
+  StoreError exhausted(std::string_view where) const {
+    return StoreError(fmt::format("{}: no connection{} free within {} ms (size {})", who, where,
+                                  acquire_timeout.count(), size),
+                      true);
+  }
+};
+
+}  // namespace detail
+
 template <class Driver>
 class BasicPool {
  public:
@@ -81,12 +109,7 @@ class BasicPool {
 
   // `who` names the pool in errors, e.g. "idem::mysql::Pool".
   BasicPool(Driver driver, std::size_t size, Duration acquire_timeout, std::string_view who)
-      : driver_(std::move(driver)), size_(size), acquire_timeout_(acquire_timeout), who_(who) {
-    if (size_ == 0) throw InvalidArgument(fmt::format("{}: size must be at least 1", who_));
-    if (acquire_timeout_ < Duration::zero()) {
-      throw InvalidArgument(fmt::format("{}: the acquire timeout must not be negative", who_));
-    }
-  }
+      : driver_(std::move(driver)), bounds_(size, acquire_timeout, who) {}
   BasicPool(const BasicPool&) = delete;
   BasicPool& operator=(const BasicPool&) = delete;
 
@@ -97,10 +120,9 @@ class BasicPool {
     Clock::time_point idle_since{};
     {
       std::unique_lock lock(mutex_);
-      if (!cv_.wait_for(lock, acquire_timeout_, [&] { return !idle_.empty() || open_ < size_; })) {
-        throw StoreError(fmt::format("{}: no connection{} free within {} ms (size {})", who_,
-                                     driver_.where(), acquire_timeout_.count(), size_),
-                         true);
+      if (!cv_.wait_for(lock, bounds_.acquire_timeout,
+                        [&] { return !idle_.empty() || open_ < bounds_.size; })) {
+        throw bounds_.exhausted(driver_.where());
       }
       if (!idle_.empty()) {
         conn = std::move(idle_.back().conn);
@@ -127,7 +149,7 @@ class BasicPool {
     return Handle(this, std::move(conn));
   }
 
-  std::size_t size() const noexcept { return size_; }
+  std::size_t size() const noexcept { return bounds_.size; }
   const Driver& driver() const noexcept { return driver_; }
 
  private:
@@ -160,9 +182,7 @@ class BasicPool {
   }
 
   Driver driver_;
-  std::size_t size_;
-  Duration acquire_timeout_;
-  std::string who_;
+  detail::PoolBounds bounds_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<Idle> idle_;

@@ -8,18 +8,18 @@
 //
 // The decision table: what a claim does when a record for the key already exists.
 //
-//   stored record                        | decision           | the claim
-//   -------------------------------------+--------------------+---------------------------------
+//   stored record                         | decision           | the claim
+//   --------------------------------------+--------------------+--------------------------------
 //   expire_at <= now, not outcome_unknown | take_over_expired  | writes take_over(): brand new
-//   fingerprint differs                  | conflict           | answers conflict, writes nothing
-//   succeeded                            | replay             | answers replayed
-//   failed, not retryable                | replay (a failure) | answers replayed
-//   failed, retryable                    | take_over_retry    | writes take_over(): fence + 1,
-//                                        |                    | attempts + 1
-//   outcome_unknown                      | outcome_unknown    | answers outcome_unknown
-//   processing, lease_until > now        | in_progress        | answers in_progress
-//   processing, lease_until <= now       | take_over_stale    | as take_over_retry; the claim
-//                                        |                    | says after_crash (ClaimResult)
+//   fingerprint differs                   | conflict           | answers conflict, writes nothing
+//   succeeded                             | replay             | answers replayed
+//   failed, not retryable                 | replay (a failure) | answers replayed
+//   failed, retryable                     | take_over_retry    | writes take_over(): fence + 1,
+//                                         |                    | attempts + 1
+//   outcome_unknown                       | outcome_unknown    | answers outcome_unknown
+//   processing, lease_until > now         | in_progress        | answers in_progress
+//   processing, lease_until <= now        | take_over_stale    | as take_over_retry; the claim
+//                                         |                    | says after_crash (ClaimResult)
 //
 // (No record at all: write claim_record(), a processing claim with fence 1.)
 

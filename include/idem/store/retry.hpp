@@ -80,6 +80,54 @@ inline StoreError gave_up(std::string_view who, std::string_view what, int tries
                     true, last.diagnostics());
 }
 
+// The rule of every retry loop, without the waiting: which try runs, the pause before the
+// next one, and the error after the last. The drivers are a few lines each: retrying() below
+// sleeps, idem::async::detail::retrying (idem/async/net.hpp) waits on a timer. `who` and
+// `what` name the caller and its operation in the final error, and must outlive the loop.
+class RetryLoop {
+ public:
+  RetryLoop(const RetryPolicy& policy, std::string_view who, std::string_view what)
+      : max_attempts_(policy.max_attempts), backoff_(policy), who_(who), what_(what) {}
+
+  // The try that runs now, from 1.
+  int attempt() const noexcept { return attempt_; }
+  bool last() const noexcept { return attempt_ >= max_attempts_; }
+  // What the loop throws when the last try failed with `e`.
+  StoreError gave_up(const StoreError& e) const {
+    return detail::gave_up(who_, what_, attempt_, e);
+  }
+  // After the current try failed with `e`, judged worth another: the pause before the next
+  // try. After the last try, throws gave_up(e).
+  Duration failed(const StoreError& e) {
+    if (last()) throw gave_up(e);
+    ++attempt_;
+    return backoff_.next();
+  }
+
+ private:
+  int attempt_ = 1;
+  int max_attempts_;
+  Backoff backoff_;
+  std::string_view who_;
+  std::string_view what_;
+};
+
+// The blocking driver of a retry loop: one_try() until it returns. When it throws a
+// StoreError, failed(error) (called in the handler, so it may rethrow with `throw;`) ends
+// the loop by throwing or returns the pause before the next try.
+template <class Try, class Failed>
+auto retrying(Try&& one_try, Failed&& failed) -> decltype(one_try()) {
+  for (;;) {
+    Duration pause{};
+    try {
+      return one_try();
+    } catch (const StoreError& e) {
+      pause = failed(e);
+    }
+    std::this_thread::sleep_for(pause);
+  }
+}
+
 }  // namespace detail
 
 // Runs attempt(n) for n = 1, 2, ... until it returns. When it throws a StoreError,
@@ -89,16 +137,23 @@ inline StoreError gave_up(std::string_view who, std::string_view what, int tries
 template <class Attempt, class OnFailure>
 auto retry(const RetryPolicy& policy, std::string_view who, std::string_view what,
            Attempt&& attempt, OnFailure&& on_failure) -> decltype(attempt(1)) {
-  Backoff backoff(policy);
-  for (int n = 1;; ++n) {
-    try {
-      return attempt(n);
-    } catch (const StoreError& e) {
-      on_failure(e, n);
-      if (n >= policy.max_attempts) throw detail::gave_up(who, what, n, e);
-    }
-    backoff.sleep();
-  }
+  detail::RetryLoop loop(policy, who, what);
+  return detail::retrying([&]() -> decltype(auto) { return attempt(loop.attempt()); },
+                          [&](const StoreError& e) {
+                            on_failure(e, loop.attempt());
+                            return loop.failed(e);
+                          });
+}
+
+// The same, trying again after each retryable StoreError and after nothing else: e.g. a
+// service's own transaction (idem::mysql::Transaction), run again after a deadlock.
+template <class Attempt>
+auto retry(const RetryPolicy& policy, std::string_view who, std::string_view what,
+           Attempt&& attempt) -> decltype(attempt(1)) {
+  validate(policy, who);
+  return retry(policy, who, what, std::forward<Attempt>(attempt), [](const StoreError& e, int) {
+    if (!e.retryable()) throw;
+  });
 }
 
 }  // namespace idem

@@ -64,6 +64,7 @@
 #include "idem/record_stats.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
+#include "idem/store/housekeeping.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/retry.hpp"
 #include "idem/store/steps.hpp"
@@ -257,20 +258,21 @@ class StoreSkeleton {
   std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
     // One retried unit per batch, so that a deadlock in a later batch does not drop the count
     // of the batches already deleted (only a batch whose reply was lost goes uncounted).
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < max_batches && batch > 0; ++i) {
-      const std::size_t n =
-          with_retries("purge_expired", [&](Connection& c, bool) { return ops_.purge(c, batch); });
-      total += n;
-      if (n < batch) break;
+    detail::HousekeepingBatches purge(batch, max_batches);
+    while (purge.more()) {
+      purge.done(
+          with_retries("purge_expired", [&](Connection& c, bool) { return ops_.purge(c, batch); }));
     }
-    return total;
+    return purge.total();
   }
 
   std::size_t release_stale(std::size_t batch) {
-    if (batch == 0) return 0;
-    return with_retries("release_stale",
-                        [&](Connection& c, bool) { return ops_.release(c, batch); });
+    detail::HousekeepingBatches release(batch, 1);
+    if (release.more()) {
+      release.done(with_retries("release_stale",
+                                [&](Connection& c, bool) { return ops_.release(c, batch); }));
+    }
+    return release.total();
   }
 
   // A fenced repair (idem/repair.hpp): RepairRefused with the current record when the fence
@@ -374,20 +376,20 @@ class StoreSkeleton {
   template <class Op, class BeforeRetry>
   auto retry_on_pool(std::string_view what, bool check_table, Op&& op, BeforeRetry&& before_retry)
       -> decltype(op(std::declval<Connection&>(), false)) {
-    detail::TryJudge judge;
-    return retry(
-        retry_, Backend::name, what,
-        [&](int) {
+    detail::OperationTries tries(retry_, Backend::name, what, &Backend::classify);
+    return detail::retrying(
+        [&]() -> decltype(auto) {
           auto handle = pool().acquire();
           if (check_table && check_table_ && !table_checked_.load(std::memory_order_acquire)) {
             check_table_(*handle);
             table_checked();
           }
-          return op(*handle, judge.uncertain());
+          return op(*handle, tries.uncertain());
         },
-        [&](const StoreError& e, int n) {
-          if (!judge.worth_retrying(Backend::classify(e))) throw;
-          if (n < retry_.max_attempts) before_retry();
+        [&](const StoreError& e) {
+          const Duration pause = tries.failed(e);
+          before_retry();
+          return pause;
         });
   }
 

@@ -50,6 +50,7 @@
 #include "idem/record.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
+#include "idem/store/housekeeping.hpp"
 #include "idem/store/record_rules.hpp"
 #include "idem/store/skeleton.hpp"
 #include "idem/store/steps.hpp"
@@ -249,17 +250,16 @@ class BoundSqlStore {
 
   std::size_t purge_expired(std::size_t batch, std::size_t max_batches) {
     send_deferred();
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < max_batches && batch > 0; ++i) {
-      const std::size_t n = ops_->purge(*connection_, batch);
-      total += n;
-      if (n < batch) break;
-    }
-    return total;
+    detail::HousekeepingBatches purge(batch, max_batches);
+    while (purge.more())
+      purge.done(ops_->purge(*connection_, batch));
+    return purge.total();
   }
   std::size_t release_stale(std::size_t batch) {
     send_deferred();
-    return batch == 0 ? 0 : ops_->release(*connection_, batch);
+    detail::HousekeepingBatches release(batch, 1);
+    if (release.more()) release.done(ops_->release(*connection_, batch));
+    return release.total();
   }
 
   // Whether the transaction may commit now: every claim noted on this connection since the

@@ -1,6 +1,7 @@
 #pragma once
 // The store skeleton's algorithms as steps, without I/O: a claim's rounds, a finish that
-// reconciles a lost reply, and the judging of a failed try. Each is a small state machine that
+// reconciles a lost reply, and the tries of an operation (the loop's rule is RetryLoop,
+// idem/store/retry.hpp). Each is a small state machine that
 // says which statement to run next and takes that statement's answer; a driver runs the
 // statements. The blocking skeleton (idem/store/skeleton.hpp) and the coroutine one
 // (idem/async/skeleton.hpp) are two such drivers, so both take every decision from here.
@@ -21,6 +22,7 @@
 #include "idem/status.hpp"
 #include "idem/store.hpp"
 #include "idem/store/record_rules.hpp"
+#include "idem/store/retry.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
@@ -303,18 +305,31 @@ inline bool finished_by(const std::optional<RecordRead>& row, const Ticket& tick
   return row && finished_as(row->record, ticket, to, snapshot, retryable);
 }
 
-// The skeleton's judgement of a failed try: fatal errors end the call (rethrown by the
-// caller), a lost reply makes the next tries uncertain.
-class TryJudge {
+// The tries of one store operation on pooled connections (both skeletons): a fatal failure
+// ends the call, a transient one is tried again after the loop's pause, and a lost reply
+// also makes the later tries uncertain (they look at the row before they write).
+class OperationTries {
  public:
-  // False: not worth another try.
-  bool worth_retrying(FailureKind kind) noexcept {
-    if (kind == FailureKind::reply_lost) uncertain_ = true;
-    return kind != FailureKind::fatal;
-  }
+  using Classify = FailureKind (*)(const StoreError&);
+
+  OperationTries(const RetryPolicy& policy, std::string_view who, std::string_view what,
+                 Classify classify)
+      : loop_(policy, who, what), classify_(classify) {}
+
   bool uncertain() const noexcept { return uncertain_; }
+  int attempt() const noexcept { return loop_.attempt(); }
+  // Called in the handler of the current try's StoreError `e`: rethrows a fatal one, throws
+  // the loop's "gave up" after the last try, and otherwise answers the pause before the next.
+  Duration failed(const StoreError& e) {
+    const FailureKind kind = classify_(e);
+    if (kind == FailureKind::fatal) throw;
+    if (kind == FailureKind::reply_lost) uncertain_ = true;
+    return loop_.failed(e);
+  }
 
  private:
+  RetryLoop loop_;
+  Classify classify_;
   bool uncertain_ = false;
 };
 
