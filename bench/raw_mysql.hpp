@@ -59,7 +59,7 @@ class RawConn {
 class RawStmt {
  public:
   struct Slot {
-    enum Kind { text, blob, int64 } kind = text;
+    enum Kind { text, blob, int64, null } kind = text;
     std::string str;
     long long num = 0;
     unsigned long length = 0;
@@ -72,6 +72,14 @@ class RawStmt {
       const std::string e = mysql_stmt_error(stmt_);
       mysql_stmt_close(stmt_);
       throw std::runtime_error("raw prepare: " + e + ": " + sql.substr(0, 80));
+    }
+    // A statement that changed under the benchmark would read past the binds.
+    if (mysql_stmt_param_count(stmt_) != kinds.size()) {
+      const unsigned long takes = mysql_stmt_param_count(stmt_);
+      mysql_stmt_close(stmt_);
+      throw std::runtime_error(
+          fmt::format("raw prepare: the statement takes {} parameters, {} given: {}", takes,
+                      kinds.size(), sql.substr(0, 80)));
     }
     for (std::size_t i = 0; i < kinds.size(); ++i)
       slots_[i].kind = kinds[i];
@@ -123,7 +131,9 @@ class RawStmt {
       Slot& s = slots_[i];
       MYSQL_BIND& b = binds_[i];
       b = MYSQL_BIND{};
-      if (s.kind == Slot::int64) {
+      if (s.kind == Slot::null) {
+        b.buffer_type = MYSQL_TYPE_NULL;
+      } else if (s.kind == Slot::int64) {
         b.buffer_type = MYSQL_TYPE_LONGLONG;
         b.buffer = &s.num;
       } else {
