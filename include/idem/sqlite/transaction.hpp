@@ -10,8 +10,8 @@
 //     return result;
 //   });
 //
-// On your own handle the body gets the sqlite3* back (and idem::sqlite::Transaction, below, is
-// the same transaction as an object, without the runs again):
+// On your own handle the body gets the sqlite3* back (idem::sqlite::Transaction, below, is one
+// such transaction as an object, run once):
 //
 //   idem::sqlite::with_transaction(db, [&](sqlite3* db) {
 //     auto tx = store.bind(db);

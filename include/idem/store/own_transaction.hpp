@@ -21,8 +21,7 @@
 // StoreError, after the rollback, and the caller decides whether to run it all again
 // (idem::retry with a RetryPolicy does so; with_transaction is the form that runs the body
 // again by itself). Claim through the transaction itself, not through another store.bind()
-// of the same handle: that one keeps a ledger of its own. The object stays on the thread that
-// made it.
+// of the same handle: that one keeps a ledger of its own.
 
 #include <exception>
 #include <string>
