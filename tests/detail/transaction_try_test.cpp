@@ -9,6 +9,8 @@
 
 #include <idem/detail/transaction_try.hpp>
 
+#include "../support/failed_try.hpp"
+
 namespace {
 
 struct RecordingTx {
@@ -168,16 +170,6 @@ struct TriesObserver final : idem::Observer {
   }
 };
 
-// tries.failed(e) as a driver calls it, from the handler of the try's exception.
-idem::Duration fail_transaction_try(idem::detail::TransactionTries& tries,
-                                    const idem::StoreError& e) {
-  try {
-    throw e;
-  } catch (const idem::StoreError& thrown) {
-    return tries.failed(thrown);
-  }
-}
-
 const idem::TransactionParams three_tries{
     .retry = {.max_attempts = 3, .backoff = idem::Duration{1}, .max_backoff = idem::Duration{1}}};
 
@@ -189,10 +181,10 @@ TEST_CASE(
   idem::detail::TransactionTries tries(three_tries, "idem::test::with_transaction");
   for (int n = 1; n <= 2; ++n) {
     tries.next_try().observer = &observer;
-    CHECK(fail_transaction_try(tries, idem::StoreError("deadlock", true)) >= idem::Duration{1});
+    CHECK(idem_test::failed_try(tries, idem::StoreError("deadlock", true)) >= idem::Duration{1});
   }
   tries.next_try().observer = &observer;
-  CHECK_THROWS_WITH(fail_transaction_try(tries, idem::StoreError("deadlock", true)),
+  CHECK_THROWS_WITH(idem_test::failed_try(tries, idem::StoreError("deadlock", true)),
                     "idem::test::with_transaction: gave up after 3 tries: deadlock");
   CHECK(observer.seen == std::vector<std::string>{
                              "transaction_retried: deadlock", "transaction_retried: deadlock",
@@ -205,7 +197,7 @@ TEST_CASE(
   TriesObserver observer;
   idem::detail::TransactionTries tries(three_tries, "idem::test::with_transaction");
   tries.next_try().observer = &observer;
-  CHECK_THROWS_WITH(fail_transaction_try(tries, idem::StoreError("duplicate entry", false)),
+  CHECK_THROWS_WITH(idem_test::failed_try(tries, idem::StoreError("duplicate entry", false)),
                     "duplicate entry");
   CHECK(observer.seen == std::vector<std::string>{"store_error: duplicate entry"});
 }
@@ -214,10 +206,10 @@ TEST_CASE("TransactionTries: each try reports to its own claims' observer") {
   TriesObserver first;
   idem::detail::TransactionTries tries(three_tries, "idem::test::with_transaction");
   tries.next_try().observer = &first;
-  (void)fail_transaction_try(tries, idem::StoreError("deadlock", true));
+  (void)idem_test::failed_try(tries, idem::StoreError("deadlock", true));
   // The next try made no claim before it failed: nobody to tell.
   CHECK(tries.next_try().observer == nullptr);
-  (void)fail_transaction_try(tries, idem::StoreError("lock wait", true));
+  (void)idem_test::failed_try(tries, idem::StoreError("lock wait", true));
   CHECK(first.seen == std::vector<std::string>{"transaction_retried: deadlock"});
 }
 

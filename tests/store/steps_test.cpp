@@ -7,6 +7,8 @@
 
 #include <idem/store/steps.hpp>
 
+#include "../support/failed_try.hpp"
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -25,21 +27,12 @@ idem::FailureKind by_code(const idem::StoreError& e) {
 
 const idem::RetryPolicy three_quick{.max_attempts = 3, .backoff = 1ms, .max_backoff = 1ms};
 
-// tries.failed(e) as a driver calls it, from the handler of the try's exception.
-idem::Duration fail_try(idem::detail::OperationTries& tries, const idem::StoreError& e) {
-  try {
-    throw e;
-  } catch (const idem::StoreError& thrown) {
-    return tries.failed(thrown);
-  }
-}
-
 }  // namespace
 
 TEST_CASE("OperationTries: a fatal failure is rethrown as it is - at once") {
   idem::detail::OperationTries tries(three_quick, "idem::test", "claim", &by_code);
   try {
-    (void)fail_try(tries, idem::StoreError("syntax", false, {1, {}, {}, false}));
+    (void)idem_test::failed_try(tries, idem::StoreError("syntax", false, {1, {}, {}, false}));
     FAIL("no exception");
   } catch (const idem::StoreError& e) {
     CHECK(std::string(e.what()) == "syntax");
@@ -49,18 +42,21 @@ TEST_CASE("OperationTries: a fatal failure is rethrown as it is - at once") {
 
 TEST_CASE("OperationTries: a transient failure is tried again - certain - until the last try") {
   idem::detail::OperationTries tries(three_quick, "idem::test", "claim", &by_code);
-  CHECK(fail_try(tries, idem::StoreError("deadlock", true, {3, {}, {}, false})) >= 1ms);
-  CHECK(fail_try(tries, idem::StoreError("deadlock", true, {3, {}, {}, false})) >= 1ms);
+  CHECK(idem_test::failed_try(tries, idem::StoreError("deadlock", true, {3, {}, {}, false})) >=
+        1ms);
+  CHECK(idem_test::failed_try(tries, idem::StoreError("deadlock", true, {3, {}, {}, false})) >=
+        1ms);
   CHECK(tries.attempt() == 3);
   CHECK_FALSE(tries.uncertain());
-  CHECK_THROWS_WITH(fail_try(tries, idem::StoreError("deadlock", true, {3, {}, {}, false})),
-                    "idem::test: claim gave up after 3 tries: deadlock");
+  CHECK_THROWS_WITH(
+      idem_test::failed_try(tries, idem::StoreError("deadlock", true, {3, {}, {}, false})),
+      "idem::test: claim gave up after 3 tries: deadlock");
 }
 
 TEST_CASE("OperationTries: after a lost reply every later try is uncertain") {
   idem::detail::OperationTries tries(three_quick, "idem::test", "record", &by_code);
-  (void)fail_try(tries, idem::StoreError("gone away", true, {2, {}, {}, false}));
+  (void)idem_test::failed_try(tries, idem::StoreError("gone away", true, {2, {}, {}, false}));
   CHECK(tries.uncertain());
-  (void)fail_try(tries, idem::StoreError("deadlock", true, {3, {}, {}, false}));
+  (void)idem_test::failed_try(tries, idem::StoreError("deadlock", true, {3, {}, {}, false}));
   CHECK(tries.uncertain());
 }

@@ -18,7 +18,6 @@
 // The ledger travels with the try (AsyncTransaction::bind), not with the thread: a coroutine
 // may resume on another thread of the loop.
 
-#include <chrono>
 #include <exception>
 #include <optional>
 #include <string_view>

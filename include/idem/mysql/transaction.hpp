@@ -37,13 +37,10 @@
 
 #include <mysql.h>
 
-#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <optional>
-#include <random>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 

@@ -31,12 +31,8 @@
 
 #include <sqlite3.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
-#include <random>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 
