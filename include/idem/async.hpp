@@ -1,5 +1,5 @@
 #pragma once
-// idem's coroutine API on Boost.Asio (docs/async.md): AsyncStore, Guard, run_once, Attempt,
+// idem's coroutine API on Boost.Asio (docs/async.md): AwaitableStore, IdempotencyGuard, run_once, Attempt,
 // ResolverCall, and the adapters that make a Store usable from a coroutine. Link idem::async.
 // The non-blocking MariaDB store is idem/mysql/async.hpp.
 

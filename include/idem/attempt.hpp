@@ -29,16 +29,16 @@
 #include <type_traits>
 #include <utility>
 
+#include "idem/backend/record_rules.hpp"
 #include "idem/detail/guard_state.hpp"
 #include "idem/detail/recovery_points.hpp"
 #include "idem/detail/snapshot.hpp"
 #include "idem/fingerprint.hpp"
 #include "idem/key.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/record.hpp"
 #include "idem/serializable.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
-#include "idem/store/record_rules.hpp"
 
 namespace idem {
 
@@ -115,8 +115,8 @@ class Attempt {
             *detail::kept_result(state_.record().recovery_points, step));
       case detail::LocalStepStart::read:
         current = bound.find(state_.key());
-        if (!current || !holds(*current, state_.ticket())) {
-          throw lease_lost("idem::Attempt", state_.key(), state_.ticket());
+        if (!current || !backend::holds(*current, state_.ticket())) {
+          throw backend::lease_lost("idem::Attempt", state_.key(), state_.ticket());
         }
         if (auto kept = detail::kept_result(current->recovery_points, step)) {
           return detail::decode_snapshot<T>(*kept);
@@ -165,7 +165,7 @@ class Attempt {
 
  private:
   // store.record_step, telling a store that can use it which points this attempt knows of
-  // (one round trip instead of a read and a write; see idem::detail::StepSteps).
+  // (one round trip instead of a read and a write; see idem::backend::StepSteps).
   template <class Into>
   std::string record(Into& store, std::string_view step, const std::string& result,
                      std::string_view known) {

@@ -7,7 +7,7 @@
 //   // answered had the requests been claimed one after another, in order.
 //
 // A store that can do better than one claim per request has its own claim_batch with exactly
-// those per-request semantics (idem::BatchClaimingStore in idem/store/abilities.hpp;
+// those per-request semantics (idem::BatchClaimingStore in idem/optional_operations.hpp;
 // idem::mysql::Store sends one multi-row INSERT and one read per chunk of keys).
 // Every other store is claimed one request at a time. Either way options and fingerprints are
 // all validated before the first write, so a bad request in a batch changes nothing.
@@ -17,9 +17,9 @@
 
 #include "idem/detail/checks.hpp"
 #include "idem/key.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
 
 namespace idem {
 

@@ -9,7 +9,7 @@
 // What it keeps: records that succeeded or failed permanently, as this process's complete() or
 // fail() recorded them or as a claim read them from the store. Such a record is final until it
 // expires, so a copy answers a claim exactly as the store would (the decision table of
-// idem/store/record_rules.hpp): replayed for the same fingerprint, conflict for another. It
+// idem/backend/record_rules.hpp): replayed for the same fingerprint, conflict for another. It
 // never keeps a processing record or a retryable failure (they change without this process
 // knowing), and an entry stops counting once its record's expire_at is near (judged by
 // CacheParams::clock) or it is older than max_age; the store decides then.
@@ -41,18 +41,18 @@
 #include <utility>
 #include <vector>
 
+#include "idem/backend/record_rules.hpp"
 #include "idem/clock.hpp"
 #include "idem/detail/checks.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
-#include "idem/store/record_rules.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem {
@@ -106,7 +106,7 @@ class CachedStore {
     detail::check_fingerprint(fingerprint);
     if (std::optional<Record> copy = cached(key)) {
       // A final record that has not expired decides replay or conflict, never a takeover.
-      const Decision d = decide(*copy, fingerprint, params_.clock());
+      const backend::Decision d = backend::decide(*copy, fingerprint, params_.clock());
       if (options.observer != nullptr) {
         options.observer->on_event(Event{EventKind::cache_hit,
                                          key.biz_type(),
@@ -118,7 +118,7 @@ class CachedStore {
                                          {},
                                          options.context});
       }
-      return {verdict_of(d), std::move(*copy)};
+      return {backend::verdict_of(d), std::move(*copy)};
     }
     ClaimResult r = store_.claim(key, fingerprint, options);
     if (r.verdict == Verdict::acquired) {
@@ -211,7 +211,7 @@ class CachedStore {
     if (it != index_.end()) {
       const Entry& e = *it->second;
       const bool stale = std::chrono::steady_clock::now() - e.kept_at >= params_.max_age ||
-                         is_expired(e.record, params_.clock() + params_.clock_margin);
+                         backend::is_expired(e.record, params_.clock() + params_.clock_margin);
       if (!stale) {
         lru_.splice(lru_.begin(), lru_, it->second);
         ++hits_;
@@ -267,7 +267,7 @@ class CachedStore {
     }
     if (!held || (to == Status::failed && retryable)) return;
     // updated_at: this process's clock; the store stamped the row with its own.
-    keep(finished(*held, to, snapshot, retryable, params_.clock()));
+    keep(backend::finished(*held, to, snapshot, retryable, params_.clock()));
   }
 
   S& store_;

@@ -67,12 +67,12 @@
 #include "idem/guard.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/permanent_failure.hpp"
 #include "idem/serializable.hpp"
 #include "idem/status.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
 #include "idem/verdict.hpp"
 
 namespace idem {

@@ -37,21 +37,21 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/attempt.hpp"
+#include "idem/backend/record_rules.hpp"
 #include "idem/detail/guard_state.hpp"
 #include "idem/detail/snapshot.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"
 #include "idem/repair.hpp"
 #include "idem/resolver.hpp"
+#include "idem/retry.hpp"
 #include "idem/serializable.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
-#include "idem/store/record_rules.hpp"
-#include "idem/store/retry.hpp"
 #include "idem/verdict.hpp"
 
 namespace idem {
@@ -285,8 +285,8 @@ class IdempotencyGuard {
     if (!committed) {
       finish([&] {
         const std::optional<Record> stored = store_.find(state_.key());
-        committed =
-            stored && finished_as(*stored, state_.ticket(), Status::succeeded, p.snapshot, false);
+        committed = stored && backend::finished_as(*stored, state_.ticket(), Status::succeeded,
+                                                   p.snapshot, false);
       });
     }
     if (!committed) {

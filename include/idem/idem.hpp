@@ -17,10 +17,11 @@
 //
 // Not in here: the backends (idem/mysql.hpp, idem/sqlite.hpp, each of which includes this
 // header) and HTTP (idem/http.hpp). For writing a store of your own: store.hpp (the contract),
-// store/record_rules.hpp (the decision table and every transition, without I/O),
-// store/retry.hpp, store/abilities.hpp (what a store may add to the contract) and
-// testing/conformance.hpp (the suite that checks it); testing/memory_table.hpp is a business
-// table in memory for unit tests of state machines.
+// optional_operations.hpp (what a store may add to it), backend/ (namespace idem::backend: the
+// decision table and every transition without I/O in backend/record_rules.hpp, the steps, the
+// skeleton and pool of a server backend), same_transaction/ (the bound store of an SQL
+// backend) and testing/conformance.hpp (the suite that checks a store);
+// testing/memory_table.hpp is a business table in memory for unit tests of state machines.
 
 // Running an action once
 #include "idem/batch.hpp"

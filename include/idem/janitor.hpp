@@ -24,16 +24,16 @@
 #include <thread>
 #include <vector>
 
+#include "idem/backend/housekeeping.hpp"
 #include "idem/errors.hpp"
 #include "idem/metrics.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
 #include "idem/resolver.hpp"
 #include "idem/status.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
-#include "idem/store/housekeeping.hpp"
 
 namespace idem {
 
@@ -283,7 +283,7 @@ class Janitor {
 
   void purge(const std::stop_token& stop) {
     // One DELETE at a time, pausing in between; a stop request ends the round early.
-    detail::HousekeepingBatches batches(params_.purge_batch, params_.purge_max_batches);
+    backend::HousekeepingBatches batches(params_.purge_batch, params_.purge_max_batches);
     while (batches.more()) {
       if (batches.started() && pause(stop, params_.purge_pause)) return;
       const std::size_t n = store_.purge_expired(batches.batch(), 1);

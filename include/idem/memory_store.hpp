@@ -1,7 +1,7 @@
 #pragma once
 // idem::MemoryStore: an in-process Store for unit tests of handlers and for single-process
 // services that can afford to forget on restart. It makes the same decisions as the SQL
-// backends, case for case (it applies idem/store/record_rules.hpp directly), and its clock is
+// backends, case for case (it applies idem/backend/record_rules.hpp directly), and its clock is
 // injectable so that
 // a test can move time past a lease or a ttl without sleeping.
 
@@ -19,20 +19,20 @@
 #include <utility>
 #include <vector>
 
+#include "idem/backend/record_rules.hpp"
 #include "idem/clock.hpp"
 #include "idem/detail/checks.hpp"
 #include "idem/detail/recovery_points.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
 #include "idem/record_stats.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
-#include "idem/store/record_rules.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
@@ -66,18 +66,18 @@ class MemoryStore {
     std::lock_guard lock(shard.mutex);
     auto it = shard.records.find(key);
     if (it == shard.records.end()) {
-      it =
-          shard.records
-              .emplace(key, claim_record(key, detail::new_owner_token(), fingerprint, now, options))
-              .first;
+      it = shard.records
+               .emplace(key, backend::claim_record(key, detail::new_owner_token(), fingerprint, now,
+                                                   options))
+               .first;
       return {Verdict::acquired, it->second};
     }
     Record& stored = it->second;
-    const Decision d = decide(stored, fingerprint, now);
-    if (is_takeover(d)) {
-      stored = take_over(stored, d, fingerprint, detail::new_owner_token(), now, options);
+    const backend::Decision d = backend::decide(stored, fingerprint, now);
+    if (backend::is_takeover(d)) {
+      stored = backend::take_over(stored, d, fingerprint, detail::new_owner_token(), now, options);
     }
-    return {verdict_of(d), stored, resumes_crashed(d)};
+    return {backend::verdict_of(d), stored, backend::resumes_crashed(d)};
   }
 
   void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
@@ -109,7 +109,7 @@ class MemoryStore {
         std::size_t round = 0;
         for (auto it = shard.records.begin();
              it != shard.records.end() && round < batch && budget > 0;) {
-          if (is_expired(it->second, now)) {
+          if (backend::is_expired(it->second, now)) {
             it = shard.records.erase(it);
             ++round, ++removed, --budget;
           } else {
@@ -129,8 +129,8 @@ class MemoryStore {
       std::lock_guard lock(shard.mutex);
       for (auto& [key, r] : shard.records) {
         if (count == batch) return count;
-        if (is_stale(r, now)) {
-          r = released(r, now);
+        if (backend::is_stale(r, now)) {
+          r = backend::released(r, now);
           ++count;
         }
       }
@@ -145,12 +145,12 @@ class MemoryStore {
     std::lock_guard lock(shard.mutex);
     auto it = shard.records.find(key);
     if (it == shard.records.end()) {
-      throw repair_refused("idem::MemoryStore", key, repair.fence, std::nullopt);
+      throw backend::repair_refused("idem::MemoryStore", key, repair.fence, std::nullopt);
     }
-    if (!repair_holds(it->second, repair.fence)) {
-      throw repair_refused("idem::MemoryStore", key, repair.fence, it->second);
+    if (!backend::repair_holds(it->second, repair.fence)) {
+      throw backend::repair_refused("idem::MemoryStore", key, repair.fence, it->second);
     }
-    it->second = repaired(it->second, repair, detail::new_owner_token(), now);
+    it->second = backend::repaired(it->second, repair, detail::new_owner_token(), now);
     return it->second;
   }
 
@@ -189,9 +189,9 @@ class MemoryStore {
     Shard& shard = shard_for(key);
     std::lock_guard lock(shard.mutex);
     auto it = shard.records.find(key);
-    if (it == shard.records.end() || !holds(it->second, ticket)) {
+    if (it == shard.records.end() || !backend::holds(it->second, ticket)) {
       detail::checked_step(step, result);  // a bad step is InvalidArgument before LeaseLost
-      throw lease_lost("idem::MemoryStore", key, ticket);
+      throw backend::lease_lost("idem::MemoryStore", key, ticket);
     }
     std::string points = detail::with_step(it->second.recovery_points, step, result);
     if (points != it->second.recovery_points) {
@@ -231,10 +231,10 @@ class MemoryStore {
     Shard& shard = shard_for(key);
     std::lock_guard lock(shard.mutex);
     auto it = shard.records.find(key);
-    if (it == shard.records.end() || !holds(it->second, ticket)) {
-      throw lease_lost("idem::MemoryStore", key, ticket);
+    if (it == shard.records.end() || !backend::holds(it->second, ticket)) {
+      throw backend::lease_lost("idem::MemoryStore", key, ticket);
     }
-    it->second = finished(it->second, to, snapshot, retryable, now);
+    it->second = backend::finished(it->second, to, snapshot, retryable, now);
   }
 
   std::function<TimePoint()> clock_;

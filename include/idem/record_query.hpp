@@ -1,6 +1,6 @@
 #pragma once
 // idem::RecordQuery: which records a store's list() answers (idem::ListingStore,
-// idem/store/abilities.hpp): the Janitor's resolver pass asks for stale claims and for
+// idem/optional_operations.hpp): the Janitor's resolver pass asks for stale claims and for
 // outcome_unknown records of the business types it has resolvers for; an operator asks for
 // whatever needs a look. Times are judged by the store's clock, like claims.
 
@@ -10,12 +10,12 @@
 
 #include <fmt/format.h>
 
+#include "idem/backend/record_rules.hpp"
 #include "idem/clock.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/record.hpp"
 #include "idem/status.hpp"
-#include "idem/store/record_rules.hpp"
 
 namespace idem {
 
@@ -54,7 +54,7 @@ inline void validate(const RecordQuery& q) {
 // Whether `r` answers `q` at `now` (a store that filters in memory applies this; an SQL store
 // says the same in its WHERE clause).
 inline bool matches(const RecordQuery& q, const Record& r, TimePoint now) {
-  if (q.stale && !is_stale(r, now)) return false;
+  if (q.stale && !backend::is_stale(r, now)) return false;
   if (q.status && r.status != *q.status) return false;
   if (!q.biz_type.empty() && r.key.biz_type() != q.biz_type) return false;
   if (q.not_updated_for && r.updated_at > now - *q.not_updated_for) return false;

@@ -1,5 +1,5 @@
 #pragma once
-// idem::RecordStats: what a store's stats() answers (idem::StatsStore, idem/store/abilities.hpp),
+// idem::RecordStats: what a store's stats() answers (idem::StatsStore, idem/optional_operations.hpp),
 // for an operator's `idem stats` and `idem purge --dry-run`: how many records each business type
 // has in each status, how many expired records the purge would delete now (the purge's own
 // rule, is_expired), and the stale claims (is_stale) with the oldest one's lease. Times are
@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "idem/backend/record_rules.hpp"
 #include "idem/clock.hpp"
 #include "idem/record.hpp"
 #include "idem/status.hpp"
-#include "idem/store/record_rules.hpp"
 
 namespace idem {
 
@@ -63,8 +63,8 @@ inline void tally(RecordStats& stats, const Record& r) {
     stats.counts.insert(
         at, RecordCount{.biz_type = r.key.biz_type(), .status = r.status, .records = 1});
   }
-  if (is_expired(r, stats.now)) ++stats.purge_backlog;
-  if (is_stale(r, stats.now)) {
+  if (backend::is_expired(r, stats.now)) ++stats.purge_backlog;
+  if (backend::is_stale(r, stats.now)) {
     ++stats.stale_claims;
     if (!stats.oldest_stale_lease || r.lease_until < *stats.oldest_stale_lease)
       stats.oldest_stale_lease = r.lease_until;

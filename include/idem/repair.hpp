@@ -13,7 +13,7 @@
 // the fence (so the crashed worker's late complete() or fail() gets LeaseLost), keeps the
 // reason and the time with the record, and never shortens its life: expire_at becomes at least
 // now + keep. Stores that can repair have `Record repair(const Key&, const Repair&)`
-// (idem::RepairingStore, idem/store/abilities.hpp), returning the record as written.
+// (idem::RepairingStore, idem/optional_operations.hpp), returning the record as written.
 
 #include <chrono>
 #include <cstdint>

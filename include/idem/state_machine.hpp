@@ -39,35 +39,13 @@
 
 #include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
+#include "idem/guarded_transition.hpp"
 #include "idem/key.hpp"
 #include "idem/sql_value.hpp"
+#include "idem/transition.hpp"
+#include "idem/transition_result.hpp"
 
 namespace idem {
-
-template <class E>
-concept StatusEnum = std::is_enum_v<E>;
-
-// A move that was not declared. Thrown by StateMachine::transition before anything reaches a
-// table, so an illegal move never costs a database round trip.
-class IllegalTransition : public InvalidArgument {
- public:
-  IllegalTransition(const std::string& what, std::string from, std::string to)
-      : InvalidArgument(what), from_(std::move(from)), to_(std::move(to)) {}
-  // The two statuses as the table stores them (decimal or the mapped name).
-  const std::string& from() const noexcept { return from_; }
-  const std::string& to() const noexcept { return to_; }
-
- private:
-  std::string from_;
-  std::string to_;
-};
-
-template <StatusEnum E>
-struct Transition {
-  E from;
-  E to;
-  friend bool operator==(const Transition&, const Transition&) = default;
-};
 
 template <StatusEnum E>
 struct StateMachineParams {
@@ -83,112 +61,6 @@ struct StateMachineParams {
   // Empty: the status column stores the enum's integer value. Otherwise the name stored for
   // each status (for tables that store 'PAID' rather than 1).
   std::function<std::string(E)> status_name{};
-};
-
-enum class TransitionOutcome { transitioned, rejected };
-
-enum class RejectReason {
-  none,              // not rejected
-  not_explained,     // rejected; the caller did not ask why (TransitionOptions::explain)
-  not_found,         // no row has this key
-  status_moved_on,   // the row's status is no longer `from` (already paid, refunded, ...)
-  version_moved_on,  // the status is still `from`, but the version is not the caller's
-  indeterminate,     // the read after the UPDATE found the row matching: it changed in
-                     // between (only possible when the two do not share a transaction)
-};
-
-constexpr std::string_view to_string(TransitionOutcome o) noexcept {
-  return o == TransitionOutcome::transitioned ? "transitioned" : "rejected";
-}
-
-constexpr std::string_view to_string(RejectReason r) noexcept {
-  switch (r) {
-    case RejectReason::none:
-      return "none";
-    case RejectReason::not_explained:
-      return "not_explained";
-    case RejectReason::not_found:
-      return "not_found";
-    case RejectReason::status_moved_on:
-      return "status_moved_on";
-    case RejectReason::version_moved_on:
-      return "version_moved_on";
-    case RejectReason::indeterminate:
-      return "indeterminate";
-  }
-  return "unknown";
-}
-
-struct TransitionOptions {
-  // On a rejection, read the row once (one SELECT, on the rejection path only) to say why.
-  bool explain = false;
-};
-
-// The outcome of one transition: transitioned, or rejected with (when asked) the reason and
-// what the row holds now.
-template <StatusEnum E>
-struct TransitionResult {
-  TransitionOutcome outcome = TransitionOutcome::rejected;
-  RejectReason reason = RejectReason::not_explained;
-  // Filled by an explained rejection that found the row:
-  std::optional<std::string> stored_status{};  // the status column as text; nullopt for NULL
-  std::optional<E> status{};              // stored_status, if it is one of the machine's states
-  std::optional<std::int64_t> version{};  // the version column (versioned machines)
-
-  bool transitioned() const noexcept { return outcome == TransitionOutcome::transitioned; }
-  bool rejected() const noexcept { return outcome == TransitionOutcome::rejected; }
-  explicit operator bool() const noexcept { return transitioned(); }
-  // Rejected because someone else moved the row first (a duplicate, a race, a stale read).
-  bool stale() const noexcept {
-    return reason == RejectReason::status_moved_on || reason == RejectReason::version_moved_on;
-  }
-
-  static TransitionResult success() {
-    return TransitionResult{.outcome = TransitionOutcome::transitioned,
-                            .reason = RejectReason::none};
-  }
-  static TransitionResult rejection() { return TransitionResult{}; }
-};
-
-// What the explaining read found, in text form (as a database returns it).
-struct ProbeRow {
-  std::optional<std::string> status{};
-  std::optional<std::string> version{};  // absent for machines without a version column
-};
-
-// One guarded move, as data: which row, which columns, and the values the status column
-// stores (the enum's integer, or its mapped name). A backend renders it in its dialect as
-//   UPDATE table SET status = to[, version = version + 1]
-//    WHERE key_column = key AND status = from[ AND version = expected_version]
-// with every value a bound parameter, and reads the row (status[, version]) to explain a
-// rejection.
-struct GuardedTransition {
-  std::string table;       // t_order, or schema.t_order
-  std::string key_column;  // names one row: a primary or unique key
-  SqlValue key;            // never NULL
-  std::string status_column;
-  SqlValue from;
-  SqlValue to;
-  std::string version_column{};                    // empty: compare-and-set on the status alone
-  std::optional<std::int64_t> expected_version{};  // set exactly when version_column is
-
-  bool versioned() const noexcept { return !version_column.empty(); }
-
-  friend bool operator==(const GuardedTransition&, const GuardedTransition&) = default;
-  // For logs and test failure messages: t_order[order_no = "A1"]: status 1 -> 3, version 7
-  friend std::ostream& operator<<(std::ostream& os, const GuardedTransition& t) {
-    os << t.table << '[' << t.key_column << " = " << t.key << "]: " << t.status_column << ' '
-       << t.from << " -> " << t.to;
-    if (t.versioned()) {
-      os << ", " << t.version_column << ' ';
-      if (t.expected_version) {
-        os << *t.expected_version;
-      } else {
-        os << "(none)";
-      }
-    }
-    return os;
-  }
 };
 
 template <StatusEnum E>

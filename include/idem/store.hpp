@@ -4,7 +4,7 @@
 // checks it; run it on any store you write.
 //
 // ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options)
-//   Atomically decides by the decision table (idem/store/record_rules.hpp) with `now` from the
+//   Atomically decides by the decision table (idem/backend/record_rules.hpp) with `now` from the
 //   store's clock (the database server's for MySQL; the application's, injectable, for SQLite):
 //   - no record: inserts claim_record() {processing, fence 1, attempts 1, lease_until =
 //     now + lease, expire_at = now + ttl, fresh owner token} and answers acquired;
@@ -40,9 +40,9 @@
 //   This is the blind release: for effects outside the store, the Janitor with resolvers
 //   (idem/janitor.hpp, idem/resolver.hpp) asks first and repairs instead.
 //
-// Optional abilities beyond this contract (not waiting, running inside the caller's
+// Optional operations beyond this contract (not waiting, running inside the caller's
 // transaction, abandon, set_rollback_only, claim_batch, repair, list, record_step) are named,
-// each with what it changes, in idem/store/abilities.hpp.
+// each with what it changes, in idem/optional_operations.hpp.
 
 #include <concepts>
 #include <cstddef>

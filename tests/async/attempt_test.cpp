@@ -90,7 +90,8 @@ TEST_CASE_METHOD(Steps,
   std::uint32_t resumed_number = 0;
   run([&]() -> net::awaitable<int> {
     // The first worker keeps two steps, then stalls past its lease: presumed dead.
-    auto first = co_await idem::async::Guard<Store>::claim(store, key, "fp", {.lease = 1s});
+    auto first =
+        co_await idem::async::IdempotencyGuard<Store>::claim(store, key, "fp", {.lease = 1s});
     REQUIRE(first.acquired());
     auto attempt = first.attempt();
     co_await attempt.step("reserve", [&] {
@@ -173,7 +174,7 @@ TEST_CASE_METHOD(Steps,
                  "CorruptRecord - a bad step name InvalidArgument - a closed guard UsageError") {
   const idem::Key key{"ORDER", "O-4"};
   run([&]() -> net::awaitable<int> {
-    auto guard = co_await idem::async::Guard<Store>::claim(store, key, "fp");
+    auto guard = co_await idem::async::IdempotencyGuard<Store>::claim(store, key, "fp");
     auto attempt = guard.attempt();
     co_await attempt.step("reserve", [] { return std::string("hold"); });
     bool corrupt = false, invalid = false, closed = false;

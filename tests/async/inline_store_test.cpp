@@ -6,7 +6,7 @@
 #include <idem/idem.hpp>
 
 #include "../support/loop.hpp"
-#include "abilities.hpp"
+#include "optional_operations.hpp"
 
 namespace net = idem::async::net;
 
@@ -19,7 +19,8 @@ TEST_CASE("async inline store: repair, list and record_step answer as the memory
                 idem::async::RecoveryPointAsyncStore<decltype(store)>);
   net::io_context io;
   idem_test::run_on(io, [&]() -> net::awaitable<int> {
-    co_await idem_test::exercise_abilities(store, [&](idem::Duration d) { clock.advance(d); });
+    co_await idem_test::exercise_optional_operations(store,
+                                                     [&](idem::Duration d) { clock.advance(d); });
     co_return 0;
   }());
   CHECK(memory.find({"PAY", "ab-1"})->status == idem::Status::succeeded);

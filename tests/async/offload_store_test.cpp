@@ -13,7 +13,7 @@
 
 #include "../support/loop.hpp"
 #include "../support/sqlite_file.hpp"
-#include "abilities.hpp"
+#include "optional_operations.hpp"
 
 namespace net = idem::async::net;
 using namespace std::chrono_literals;
@@ -85,7 +85,8 @@ TEST_CASE(
                 idem::async::RecoveryPointAsyncStore<decltype(store)>);
   net::io_context io;
   idem_test::run_on(io, [&]() -> net::awaitable<int> {
-    co_await idem_test::exercise_abilities(store, [&](idem::Duration d) { clock.advance(d); });
+    co_await idem_test::exercise_optional_operations(store,
+                                                     [&](idem::Duration d) { clock.advance(d); });
     co_return 0;
   }());
   CHECK(calls > 10);
@@ -96,13 +97,14 @@ TEST_CASE(
 TEST_CASE("async offload: SQLite's repair, list and record_step through the pool") {
   idem_test::TempDir dir;
   idem::ManualClock clock;
-  idem::sqlite::Store sqlite{dir / "abilities.db",
+  idem::sqlite::Store sqlite{dir / "optional_operations.db",
                              idem::sqlite::StoreParams{.clock = [&clock] { return clock.now(); }}};
   net::thread_pool pool{2};
   idem::async::OffloadStore store{sqlite, pool.get_executor()};
   net::io_context io;
   idem_test::run_on(io, [&]() -> net::awaitable<int> {
-    co_await idem_test::exercise_abilities(store, [&](idem::Duration d) { clock.advance(d); });
+    co_await idem_test::exercise_optional_operations(store,
+                                                     [&](idem::Duration d) { clock.advance(d); });
     co_return 0;
   }());
   CHECK(sqlite.find({"PAY", "ab-1"})->status == idem::Status::succeeded);

@@ -1,5 +1,5 @@
 // idem::async::BasicPool (idem/async/pool.hpp) on a driver that counts what it was asked: the
-// same bounds and error as the blocking pool (detail::PoolBounds), lazy opening, an idle
+// same bounds and error as the blocking pool (backend::PoolBounds), lazy opening, an idle
 // connection readied, an unusable one dropped, and a coroutine waiting for a free one on its
 // loop. tests/mysql/async_test.cpp runs it on MariaDB's non-blocking connections.
 #include <catch2/catch.hpp>
@@ -34,7 +34,8 @@ struct AsyncCountingDriver {
     c->id = ++*opened;
     co_return c;
   }
-  static net::awaitable<void> ready(std::unique_ptr<Connection>& c, idem::Duration, idem::PoolUse) {
+  static net::awaitable<void> ready(std::unique_ptr<Connection>& c, idem::Duration,
+                                    idem::backend::ConnectionPurpose) {
     ++c->readied;
     co_return;
   }

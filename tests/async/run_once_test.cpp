@@ -1,4 +1,4 @@
-// idem::async::run_once and idem::async::Guard on a MemoryStore through InlineStore: the same
+// idem::async::run_once and idem::async::IdempotencyGuard on a MemoryStore through InlineStore: the same
 // outcomes as the blocking API, Options::wait on a timer, cancellation, and many coroutines
 // racing on one loop thread.
 #include <atomic>
@@ -158,9 +158,11 @@ TEST_CASE_METHOD(Loop,
   CHECK(ticks == 20);  // the timers kept firing while the duplicate waited
 
   // Without a wait the duplicate answers in_progress at once.
-  auto guard = run(idem::async::Guard<decltype(store)>::claim(store, {"PAY", "A-5"}, "fp"));
+  auto guard =
+      run(idem::async::IdempotencyGuard<decltype(store)>::claim(store, {"PAY", "A-5"}, "fp"));
   REQUIRE(guard.acquired());
-  auto busy = run(idem::async::Guard<decltype(store)>::claim(store, {"PAY", "A-5"}, "fp"));
+  auto busy =
+      run(idem::async::IdempotencyGuard<decltype(store)>::claim(store, {"PAY", "A-5"}, "fp"));
   CHECK(busy.verdict() == idem::Verdict::in_progress);
   run([&]() -> net::awaitable<int> {
     co_await guard.commit(5);
@@ -178,7 +180,7 @@ TEST_CASE_METHOD(Loop,
                  "on its executor") {
   const idem::Key key{"PAY", "A-6"};
   run([&]() -> net::awaitable<int> {
-    auto guard = co_await idem::async::Guard<decltype(store)>::claim(store, key, "fp");
+    auto guard = co_await idem::async::IdempotencyGuard<decltype(store)>::claim(store, key, "fp");
     CHECK(guard.acquired());
     co_return 0;  // no commit: the destructor starts the recording
   }());

@@ -1,5 +1,5 @@
 // idem::async::StoreSkeleton's repair, record_step and list, driven through a scripted backend
-// (no server): the steps of idem/store/steps.hpp run by coroutine calls, a lost write read
+// (no server): the steps of idem/backend/steps.hpp run by coroutine calls, a lost write read
 // again, a lost reply recognised on the next try, and the retry judging of the skeleton's other
 // operations (transient retried, fatal not, a bounded number of tries).
 #include <algorithm>
@@ -23,7 +23,7 @@
 
 namespace net = idem::async::net;
 using namespace std::chrono_literals;
-using idem::FailureKind;
+using idem::backend::FailureKind;
 
 namespace {
 
@@ -34,7 +34,8 @@ struct ScriptedConnection {
 struct Driver {
   using Connection = ::ScriptedConnection;
   net::awaitable<std::unique_ptr<Connection>> open() { co_return std::make_unique<Connection>(); }
-  net::awaitable<void> ready(std::unique_ptr<Connection>&, idem::Duration, idem::PoolUse) {
+  net::awaitable<void> ready(std::unique_ptr<Connection>&, idem::Duration,
+                             idem::backend::ConnectionPurpose) {
     co_return;
   }
   bool reusable(const Connection&) noexcept { return true; }
@@ -53,8 +54,8 @@ struct Table {
   std::function<void()> before_write;
 
   void seed(const idem::Key& key) {
-    rows.emplace(key, idem::claim_record(key, "crashed-owner", "fp", clock.now(),
-                                         idem::Options{.lease = 1s}));
+    rows.emplace(key, idem::backend::claim_record(key, "crashed-owner", "fp", clock.now(),
+                                                  idem::Options{.lease = 1s}));
   }
 };
 
@@ -74,12 +75,12 @@ struct Ops {
   using Connection = ScriptedConnection;
   Table* t;
 
-  net::awaitable<std::optional<idem::RecordRead>> read(Connection&, const idem::Key& key,
-                                                       bool) const {
-    co_return scripted("read", [&]() -> std::optional<idem::RecordRead> {
+  net::awaitable<std::optional<idem::backend::RecordRead>> read(Connection&, const idem::Key& key,
+                                                                bool) const {
+    co_return scripted("read", [&]() -> std::optional<idem::backend::RecordRead> {
       const auto it = t->rows.find(key);
       if (it == t->rows.end()) return std::nullopt;
-      return idem::RecordRead{it->second, t->clock.now()};
+      return idem::backend::RecordRead{it->second, t->clock.now()};
     });
   }
 
@@ -89,12 +90,12 @@ struct Ops {
                                                      const std::string& token, bool) const {
     co_return scripted("insert", [&]() -> std::optional<idem::Record> {
       if (t->rows.contains(key)) return std::nullopt;
-      return t->rows.emplace(key, idem::claim_record(key, token, fp, t->clock.now(), o))
+      return t->rows.emplace(key, idem::backend::claim_record(key, token, fp, t->clock.now(), o))
           .first->second;
     });
   }
-  net::awaitable<bool> write_takeover(Connection&, idem::Decision, const idem::Record& next,
-                                      const idem::Ticket& read) const {
+  net::awaitable<bool> write_takeover(Connection&, idem::backend::Decision,
+                                      const idem::Record& next, const idem::Ticket& read) const {
     co_return scripted("write_takeover", [&] {
       auto& row = t->rows.at(next.key);
       if (row.ticket != read) return false;
@@ -106,8 +107,8 @@ struct Ops {
                               std::string_view snapshot, idem::Status to, bool retryable) const {
     co_return scripted("finish", [&] {
       auto& row = t->rows.at(key);
-      if (!idem::holds(row, ticket)) return false;
-      row = idem::finished(row, to, snapshot, retryable, t->clock.now());
+      if (!idem::backend::holds(row, ticket)) return false;
+      row = idem::backend::finished(row, to, snapshot, retryable, t->clock.now());
       return true;
     });
   }
@@ -133,7 +134,7 @@ struct Ops {
     interfere();
     co_return scripted("write_points", [&] {
       const auto it = t->rows.find(key);
-      if (it == t->rows.end() || !idem::holds(it->second, held) ||
+      if (it == t->rows.end() || !idem::backend::holds(it->second, held) ||
           it->second.recovery_points != before) {
         return false;
       }
@@ -372,7 +373,7 @@ TEST_CASE_METHOD(Scripted,
 TEST_CASE_METHOD(Scripted,
                  "async skeleton: an async Attempt's steps each cost one write, the "
                  "points it knows guarding it") {
-  static_assert(idem::async::AsyncStore<Store> && idem::async::RecoveryPointAsyncStore<Store>);
+  static_assert(idem::async::AwaitableStore<Store> && idem::async::RecoveryPointAsyncStore<Store>);
   auto business = [](idem::async::Attempt<Store>& attempt) -> net::awaitable<int> {
     const int a = co_await attempt.step("reserve", [] { return 1; });
     const int b = co_await attempt.step("charge", [] { return 2; });

@@ -1,5 +1,5 @@
 // idem::RecordStats and tally(): the counts a store's stats() answers, judged with the rules of
-// idem/store/record_rules.hpp (the stores themselves: the conformance case "stats counts ...").
+// idem/backend/record_rules.hpp (the stores themselves: the conformance case "stats counts ...").
 #include <chrono>
 #include <string>
 #include <vector>
@@ -17,8 +17,8 @@ const idem::TimePoint counted_at{idem::Duration{1'700'000'000'000}};
 
 idem::Record counted_record(std::string biz_type, std::string id, Status status,
                             idem::Duration lease_left, idem::Duration ttl_left) {
-  idem::Record r = idem::claim_record(idem::Key{std::move(biz_type), std::move(id)}, "owner", "",
-                                      counted_at, idem::Options{});
+  idem::Record r = idem::backend::claim_record(idem::Key{std::move(biz_type), std::move(id)},
+                                               "owner", "", counted_at, idem::Options{});
   r.status = status;
   r.lease_until = counted_at + lease_left;
   r.expire_at = counted_at + ttl_left;

@@ -22,8 +22,8 @@ using idem::Resolution;
 namespace {
 
 idem::Record record_of(std::string biz_type, std::string id) {
-  return idem::claim_record(idem::Key{std::move(biz_type), std::move(id)}, "owner", "",
-                            idem::system_now(), idem::Options{});
+  return idem::backend::claim_record(idem::Key{std::move(biz_type), std::move(id)}, "owner", "",
+                                     idem::system_now(), idem::Options{});
 }
 
 // A gate a resolver waits on until the test opens it (so an overrunning resolver ends before

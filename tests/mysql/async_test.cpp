@@ -297,7 +297,7 @@ TEST_CASE(
   idem_test::AsyncTable t(16);
   idem_test::BusinessTable biz(t.blocking.pool);
   net::io_context io;
-  using Guard = idem::async::Guard<idem::mysql::AsyncBoundStore>;
+  using Guard = idem::async::IdempotencyGuard<idem::mysql::AsyncBoundStore>;
   int ran = 0;
   int replayed = 0;
   std::vector<std::string> errors;
@@ -345,7 +345,7 @@ TEST_CASE(
   idem_test::AsyncTable t;
   idem_test::BusinessTable biz(t.blocking.pool);
   net::io_context io;
-  using Guard = idem::async::Guard<idem::mysql::AsyncBoundStore>;
+  using Guard = idem::async::IdempotencyGuard<idem::mysql::AsyncBoundStore>;
   auto body = [&](bool forget) {
     return [&, forget](idem::mysql::AsyncTransaction& tx) -> net::awaitable<int> {
       auto bound = tx.bind(t.store);

@@ -14,15 +14,15 @@
 
 #include <idem/consume.hpp>
 #include <idem/http/handle.hpp>
+#include <idem/optional_operations.hpp>
 #include <idem/run_once.hpp>
-#include <idem/store/abilities.hpp>
 
 #include "../support/mysql_server.hpp"
 
 using idem_test::BusinessTable;
 using idem_test::Table;
 
-// The abilities these tests rely on (idem/store/abilities.hpp): a signature that drifted would
+// The optional operations these tests rely on (idem/optional_operations.hpp): a signature that drifted would
 // silently fall back to the plain contract.
 static_assert(idem::AbandoningStore<idem::mysql::BoundStore>);
 static_assert(idem::RollbackOnlyStore<idem::mysql::BoundStore>);

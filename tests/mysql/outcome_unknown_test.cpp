@@ -110,6 +110,6 @@ TEST_CASE("release_stale still frees only stale processing records") {
   const auto released = t.store.find(stale);
   CHECK(released->status == idem::Status::failed);
   CHECK(released->retryable);
-  CHECK(released->snapshot == idem::released_snapshot);
+  CHECK(released->snapshot == idem::backend::released_snapshot);
   CHECK(t.store.find(unknown)->status == idem::Status::outcome_unknown);
 }

@@ -190,15 +190,15 @@ TEST_CASE("a repair whose reply was lost finds its own write by its owner token"
   const std::string token = "repairer-token-00000000000000001";
   auto c = s.pool->acquire();
   const idem::Record written =
-      idem::detail::repair_on("test", s.store.ops(), *c, key, repair, token, false);
+      idem::backend::repair_on("test", s.store.ops(), *c, key, repair, token, false);
   CHECK(written.ticket.owner == token);
   // The reply "was lost": the retry of the same call answers the write, not RepairRefused.
   const idem::Record again =
-      idem::detail::repair_on("test", s.store.ops(), *c, key, repair, token, false);
+      idem::backend::repair_on("test", s.store.ops(), *c, key, repair, token, false);
   CHECK(again == written);
   // Another call (another token) on the same fence is refused.
-  CHECK_THROWS_AS(idem::detail::repair_on("test", s.store.ops(), *c, key, repair,
-                                          "another-token-000000000000000000", false),
+  CHECK_THROWS_AS(idem::backend::repair_on("test", s.store.ops(), *c, key, repair,
+                                           "another-token-000000000000000000", false),
                   idem::RepairRefused);
 }
 

@@ -223,10 +223,10 @@ TEST_CASE("a takeover decided before a late step of the old claim does not write
   auto c = s.pool->acquire();
   const auto read = s.store.ops().read(*c, key, false);
   REQUIRE(read);
-  const idem::Decision d = idem::decide(read->record, "", read->now);
-  REQUIRE(d == idem::Decision::take_over_stale);
-  const idem::Record next =
-      idem::take_over(read->record, d, "", "recoverer-token-0000000000000000", read->now, {});
+  const idem::backend::Decision d = idem::backend::decide(read->record, "", read->now);
+  REQUIRE(d == idem::backend::Decision::take_over_stale);
+  const idem::Record next = idem::backend::take_over(
+      read->record, d, "", "recoverer-token-0000000000000000", read->now, {});
 
   // The old worker was only slow: it records a step between the read and the write.
   s.store.record_step(key, first.record.ticket, "charge", "2");

@@ -12,8 +12,8 @@
 
 #include <idem/consume.hpp>
 #include <idem/http/handle.hpp>
+#include <idem/optional_operations.hpp>
 #include <idem/run_once.hpp>
-#include <idem/store/abilities.hpp>
 
 #include "../support/sqlite_file.hpp"
 
@@ -21,7 +21,7 @@ using idem_test::insert_business_row;
 using idem_test::RawConnection;
 using idem_test::TempDir;
 
-// The abilities these tests rely on (idem/store/abilities.hpp): a signature that drifted would
+// The optional operations these tests rely on (idem/optional_operations.hpp): a signature that drifted would
 // silently fall back to the plain contract.
 static_assert(idem::AbandoningStore<idem::sqlite::BoundStore>);
 static_assert(idem::RollbackOnlyStore<idem::sqlite::BoundStore>);

@@ -89,7 +89,7 @@ TEST_CASE("a repair writes its columns: status, fence, owner, snapshot, reason a
                                           .keep = 1h});
   const Row marked = row_of(store, key);
   CHECK(marked.status == 3);
-  CHECK(marked.snapshot == std::optional<std::string>(idem::repair_unknown_snapshot));
+  CHECK(marked.snapshot == std::optional<std::string>(idem::backend::repair_unknown_snapshot));
   CHECK(marked.expire_at == now + 48 * 3'600'000);  // never shortened
   CHECK(store.find(key) == unknown);
 }

@@ -121,9 +121,10 @@ TEST_CASE(
   // What a claim decides on its read: a takeover of the stale claim with the points it read.
   const auto seen = store.find(key);
   REQUIRE(seen.has_value());
-  const auto d = idem::decide(*seen, "", fx.clock.now());
-  REQUIRE(d == idem::Decision::take_over_stale);
-  const idem::Record next = idem::take_over(*seen, d, "", "takeover-token", fx.clock.now(), o);
+  const auto d = idem::backend::decide(*seen, "", fx.clock.now());
+  REQUIRE(d == idem::backend::Decision::take_over_stale);
+  const idem::Record next =
+      idem::backend::take_over(*seen, d, "", "takeover-token", fx.clock.now(), o);
   // The stale worker is still alive and records another step in between.
   store.record_step(key, first.record.ticket, "charge", R"("ch_1")");
   {

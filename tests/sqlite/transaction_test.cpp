@@ -1,4 +1,4 @@
-// idem::sqlite::Transaction (idem/sqlite/transaction.hpp, idem/store/own_transaction.hpp): one
+// idem::sqlite::Transaction (idem/sqlite/transaction.hpp, idem/same_transaction/own_transaction.hpp): one
 // transaction on the application's own sqlite3* as an object. It begins, is the store the
 // guards claim through, and commits only what with_transaction's try would commit.
 #include <sqlite3.h>
@@ -13,9 +13,9 @@
 #include <catch2/catch.hpp>
 
 #include <idem/guard.hpp>
+#include <idem/optional_operations.hpp>
 #include <idem/run_once.hpp>
 #include <idem/sqlite.hpp>
-#include <idem/store/abilities.hpp>
 
 #include "../support/sqlite_file.hpp"
 
@@ -23,7 +23,7 @@ using idem_test::insert_business_row;
 using idem_test::RawConnection;
 using idem_test::TempDir;
 
-// The transaction is the bound store, with its abilities.
+// The transaction is the bound store, with its optional operations.
 static_assert(idem::Store<idem::sqlite::Transaction>);
 static_assert(idem::AbandoningStore<idem::sqlite::Transaction>);
 static_assert(idem::in_caller_transaction_v<idem::sqlite::Transaction>);

@@ -1,5 +1,5 @@
 #pragma once
-// Asks a retry step (idem::detail::RetryLoop, OperationTries, TransactionTries) about a failed
+// Asks a retry step (idem::backend::RetryLoop, OperationTries, TransactionTries) about a failed
 // try as a driver does: from the handler of the try's exception, where it may rethrow it.
 #include <idem/errors.hpp>
 

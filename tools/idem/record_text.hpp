@@ -10,11 +10,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <idem/backend/record_rules.hpp>
 #include <idem/clock.hpp>
 #include <idem/record.hpp>
 #include <idem/record_stats.hpp>
 #include <idem/status.hpp>
-#include <idem/store/record_rules.hpp>
 #include <idem/table_layout.hpp>
 
 namespace idem_admin {
@@ -56,7 +56,7 @@ inline std::string text(const idem::Record& r, idem::TimePoint now) {
     out += fmt::format("  {:<16}{}\n", name, value);
   };
   line("status", fmt::format("{} ({}){}", idem::to_string(r.status), static_cast<int>(r.status),
-                             idem::is_stale(r, now) ? ", stale: its lease ran out" : ""));
+                             idem::backend::is_stale(r, now) ? ", stale: its lease ran out" : ""));
   line("fence", std::to_string(r.ticket.fence));
   line("owner", r.ticket.owner);
   line("attempts", std::to_string(r.attempts));
@@ -78,7 +78,7 @@ inline std::string row(const idem::Record& r, idem::TimePoint now) {
   const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - r.updated_at);
   return fmt::format("{}/{}  {}  fence {}  attempts {}  updated {} ago{}\n", r.key.biz_type(),
                      r.key.id(), idem::to_string(r.status), r.ticket.fence, r.attempts, span(age),
-                     idem::is_stale(r, now) ? "  stale" : "");
+                     idem::backend::is_stale(r, now) ? "  stale" : "");
 }
 
 inline nlohmann::json json(const idem::Record& r) {

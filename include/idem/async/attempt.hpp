@@ -28,17 +28,17 @@
 #include "idem/async/net.hpp"
 #include "idem/async/store.hpp"
 #include "idem/attempt.hpp"
+#include "idem/backend/record_rules.hpp"
 #include "idem/detail/guard_state.hpp"
 #include "idem/detail/recovery_points.hpp"
 #include "idem/detail/snapshot.hpp"
 #include "idem/key.hpp"
 #include "idem/record.hpp"
 #include "idem/serializable.hpp"
-#include "idem/store/record_rules.hpp"
 
 namespace idem::async {
 
-template <AsyncStore S>
+template <AwaitableStore S>
 class Attempt {
  public:
   Attempt(S& store, idem::detail::GuardState& state) : store_(store), state_(state) {}
@@ -105,8 +105,8 @@ class Attempt {
         // (The answer is taken apart from the condition: GCC 12 miscompiles a throw after a
         // co_await inside an if's condition.)
         std::optional<Record> current = co_await bound.find(state_.key());
-        if (!current || !holds(*current, state_.ticket())) {
-          throw lease_lost("idem::async::Attempt", state_.key(), state_.ticket());
+        if (!current || !backend::holds(*current, state_.ticket())) {
+          throw backend::lease_lost("idem::async::Attempt", state_.key(), state_.ticket());
         }
         if (auto kept = idem::detail::kept_result(current->recovery_points, step)) {
           co_return idem::detail::decode_snapshot<T>(*kept);
@@ -128,7 +128,7 @@ class Attempt {
 
  private:
   // store.record_step, telling a store that can use it which points this attempt knows of (one
-  // round trip instead of a read and a write; see idem::detail::StepSteps).
+  // round trip instead of a read and a write; see idem::backend::StepSteps).
   template <class Into>
   net::awaitable<std::string> record(Into& store, std::string_view step, std::string_view result,
                                      std::string_view known) {

@@ -1,8 +1,8 @@
 #pragma once
-// idem::async::Guard: claim -> execute -> record in a coroutine, as IdempotencyGuard
+// idem::async::IdempotencyGuard: claim -> execute -> record in a coroutine, as idem::IdempotencyGuard
 // (idem/guard.hpp) does it in a thread, with the same verdicts, reports and errors.
 //
-//   auto guard = co_await idem::async::Guard<Store>::claim(store, key, fp, options);
+//   auto guard = co_await idem::async::IdempotencyGuard<Store>::claim(store, key, fp, options);
 //   if (guard.acquired()) {
 //     Receipt r = co_await charge();
 //     co_await guard.commit(r);
@@ -41,6 +41,7 @@
 #include "idem/guard.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"
@@ -48,7 +49,6 @@
 #include "idem/resolver.hpp"
 #include "idem/serializable.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
 #include "idem/verdict.hpp"
 
 namespace idem::async {
@@ -75,7 +75,7 @@ net::awaitable<void> settle_abandoned_resolution(S& store, ResolverCall call, Re
 }
 
 // idem::detail::resolve_crashed for coroutines: the same steps, the resolver run off the loop.
-template <AsyncStore S>
+template <AwaitableStore S>
 net::awaitable<ClaimResult> resolve_crashed(S& store, ClaimResult claim, const Options& options) {
   if constexpr (RepairingAsyncStore<S>) {
     if (!idem::detail::resolver_settles(claim, options)) co_return claim;
@@ -112,7 +112,7 @@ net::awaitable<ClaimResult> resolve_crashed(S& store, ClaimResult claim, const O
 // Claims; while the answer is in_progress and options.wait allows, waits on a timer and claims
 // again (see ClaimWait); then settles a resumed crashed attempt (resolve_crashed); reported to
 // options.observer.
-template <AsyncStore S>
+template <AwaitableStore S>
 net::awaitable<ClaimResult> observed_claim(S& store, const Key& key, std::string_view fingerprint,
                                            const Options& options) {
   validate(options);
@@ -136,36 +136,36 @@ net::awaitable<ClaimResult> observed_claim(S& store, const Key& key, std::string
 
 }  // namespace detail
 
-template <AsyncStore S>
-class Guard {
+template <AwaitableStore S>
+class IdempotencyGuard {
  public:
   // Claims key for the calling coroutine.
-  static net::awaitable<Guard> claim(S& store, Key key, std::string fingerprint,
-                                     Options options = {}) {
+  static net::awaitable<IdempotencyGuard> claim(S& store, Key key, std::string fingerprint,
+                                                Options options = {}) {
     ClaimResult r = co_await detail::observed_claim(store, key, fingerprint, options);
-    co_return Guard(store, std::move(r), options.observer, co_await net::this_coro::executor,
-                    options.context);
+    co_return IdempotencyGuard(store, std::move(r), options.observer,
+                               co_await net::this_coro::executor, options.context);
   }
 
-  // Adopts a claim made elsewhere (see IdempotencyGuard's); an abandoned one is recorded on
+  // Adopts a claim made elsewhere (see idem::IdempotencyGuard's); an abandoned one is recorded on
   // `executor`.
-  Guard(S& store, ClaimResult claimed, Observer* observer, net::any_io_executor executor,
-        std::string_view context = {})
+  IdempotencyGuard(S& store, ClaimResult claimed, Observer* observer, net::any_io_executor executor,
+                   std::string_view context = {})
       : store_(&store),
-        state_("idem::async::Guard", std::move(claimed),
+        state_("idem::async::IdempotencyGuard", std::move(claimed),
                idem::detail::observer_for(store, observer), idem::detail::store_failure_event<S>(),
                context),
         executor_(std::move(executor)) {}
 
-  Guard(Guard&& other) noexcept
+  IdempotencyGuard(IdempotencyGuard&& other) noexcept
       : store_(other.store_), state_(other.state_), executor_(other.executor_) {
     other.state_.close();
   }
-  Guard& operator=(Guard&&) = delete;
-  Guard(const Guard&) = delete;
-  Guard& operator=(const Guard&) = delete;
+  IdempotencyGuard& operator=(IdempotencyGuard&&) = delete;
+  IdempotencyGuard(const IdempotencyGuard&) = delete;
+  IdempotencyGuard& operator=(const IdempotencyGuard&) = delete;
 
-  ~Guard() {
+  ~IdempotencyGuard() {
     if (!state_.open()) return;
     if constexpr (NotingAsyncStore<S>) {
       store_->note_abandoned(state_.key(), state_.ticket());
@@ -183,7 +183,7 @@ class Guard {
   bool acquired() const noexcept { return state_.acquired(); }
   const Record& record() const noexcept { return state_.record(); }
 
-  // As IdempotencyGuard::after_crash: this claim resumed an attempt whose worker died (and no
+  // As idem::IdempotencyGuard::after_crash: this claim resumed an attempt whose worker died (and no
   // resolver settled it).
   bool after_crash() const noexcept { return state_.after_crash(); }
 
@@ -191,7 +191,7 @@ class Guard {
   // lives, and not across a move of the guard.
   Attempt<S> attempt() { return Attempt<S>(*store_, state_); }
 
-  // As IdempotencyGuard::commit.
+  // As idem::IdempotencyGuard::commit.
   template <Serializable T>
   net::awaitable<void> commit(const T& response) {
     state_.require_open("commit");
@@ -200,7 +200,7 @@ class Guard {
     state_.recorded_success(std::move(snapshot));
   }
 
-  // As IdempotencyGuard::fail.
+  // As idem::IdempotencyGuard::fail.
   net::awaitable<void> fail(const nlohmann::json& error, bool retryable) {
     state_.require_open("fail");
     std::string snapshot = idem::detail::encode_error(error);
@@ -208,7 +208,7 @@ class Guard {
     state_.recorded_failure(error, std::move(snapshot), retryable);
   }
 
-  // As IdempotencyGuard::mark_unknown.
+  // As idem::IdempotencyGuard::mark_unknown.
   net::awaitable<void> mark_unknown(std::string_view what) requires detail::MarksUnknown<S> {
     state_.require_open("mark_unknown");
     const Repair repair = idem::detail::unknown_effect_repair(state_.ticket(), what);
@@ -270,5 +270,9 @@ class Guard {
   idem::detail::GuardState state_;
   net::any_io_executor executor_;
 };
+
+// The name before the coroutine guard took the blocking one's (docs/changes.md).
+template <AwaitableStore S>
+using Guard [[deprecated("use idem::async::IdempotencyGuard")]] = IdempotencyGuard<S>;
 
 }  // namespace idem::async

@@ -1,6 +1,6 @@
 #pragma once
 // idem::async::InlineStore: a Store whose calls never wait on I/O (MemoryStore, or a store of
-// your own kept in memory) used as an AsyncStore: each call runs on the calling coroutine's
+// your own kept in memory) used as an AwaitableStore: each call runs on the calling coroutine's
 // thread, at once. It lets a coroutine service keep one code path for production and tests:
 //
 //   idem::MemoryStore memory;
@@ -19,12 +19,12 @@
 #include "idem/async/net.hpp"
 #include "idem/async/store.hpp"
 #include "idem/key.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::async {

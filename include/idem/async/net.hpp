@@ -64,8 +64,8 @@ inline net::awaitable<void> sleep_for(Duration d) {
 
 namespace detail {
 
-// The coroutine driver of a retry loop (the blocking one is idem::detail::retrying,
-// idem/store/retry.hpp): co_awaits one_try() until it answers. When it throws a StoreError,
+// The coroutine driver of a retry loop (the blocking one is idem::backend::retrying,
+// idem/retry.hpp): co_awaits one_try() until it answers. When it throws a StoreError,
 // failed(error) (called in the handler, so it may rethrow with `throw;`) ends the loop by
 // throwing or answers the pause, waited on a timer.
 template <class R, class Try, class Failed>

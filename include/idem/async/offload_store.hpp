@@ -23,12 +23,12 @@
 #include "idem/async/net.hpp"
 #include "idem/async/store.hpp"
 #include "idem/key.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::async {

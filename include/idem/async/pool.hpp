@@ -1,9 +1,9 @@
 #pragma once
 // idem::async::BasicPool: a bounded pool of connections for coroutines, handed out as RAII
-// handles, for any backend with a non-blocking connection. The rules of idem::BasicPool
-// (idem/store/pool.hpp) hold: at most `size` connections, opened lazily, made ready before
+// handles, for any backend with a non-blocking connection. The rules of idem::backend::BasicPool
+// (idem/backend/pool.hpp) hold: at most `size` connections, opened lazily, made ready before
 // they are handed out, dropped when returned unusable; running out is a retryable StoreError
-// after acquire_timeout (both pools check their bounds and say so with detail::PoolBounds). What
+// after acquire_timeout (both pools check their bounds and say so with backend::PoolBounds). What
 // differs: a coroutine waiting for a connection waits on its executor (the loop serves other work),
 // and the pool may be shared by coroutines on any executors and threads.
 //
@@ -11,7 +11,7 @@
 //     using Connection = ...;
 //     net::awaitable<std::unique_ptr<Connection>> open();                  // throws StoreError
 //     // ping, roll back, reopen (replacing the connection)...
-//     net::awaitable<void> ready(std::unique_ptr<Connection>&, Duration idle_for, PoolUse);
+//     net::awaitable<void> ready(std::unique_ptr<Connection>&, Duration idle_for, ConnectionPurpose);
 //     bool reusable(const Connection&) noexcept;  // healthy? (no I/O: ready() cleans up)
 //     std::string where() const;                  // for the "no connection free" error
 //   };
@@ -38,9 +38,9 @@
 #include <fmt/format.h>
 
 #include "idem/async/net.hpp"
+#include "idem/backend/pool.hpp"
 #include "idem/clock.hpp"
 #include "idem/errors.hpp"
-#include "idem/store/pool.hpp"
 
 namespace idem::async {
 
@@ -49,7 +49,7 @@ class BasicPool {
  public:
   using Connection = typename Driver::Connection;
 
-  using Handle = PoolHandle<BasicPool, Connection>;
+  using Handle = backend::PoolHandle<BasicPool, Connection>;
 
   // `who` names the pool in errors.
   BasicPool(Driver driver, std::size_t size, Duration acquire_timeout, std::string_view who)
@@ -66,7 +66,8 @@ class BasicPool {
   // A ready connection for the calling coroutine's exclusive use. Throws StoreError:
   // retryable when none frees up within the acquire timeout, or as the driver says when one
   // cannot be opened.
-  net::awaitable<Handle> acquire(PoolUse use = PoolUse::statements) {
+  net::awaitable<Handle> acquire(
+      backend::ConnectionPurpose use = backend::ConnectionPurpose::statements) {
     Slot slot = co_await take();
     try {
       if (!slot.conn) {
@@ -120,7 +121,7 @@ class BasicPool {
   }
 
   Driver driver_;
-  idem::detail::PoolBounds bounds_;
+  idem::backend::PoolBounds bounds_;
   Channel slots_;
 };
 

@@ -72,7 +72,7 @@ net::awaitable<business_response_t<F, A>> invoke_business(F& fn, A& attempt) {
 
 }  // namespace detail
 
-template <AsyncStore S, class F>
+template <AwaitableStore S, class F>
 requires std::invocable<F&> || std::invocable < F&, Attempt<S>
 & > auto run_once(S& store, Key key, std::string fingerprint, F fn, Options options = {})
         -> net::awaitable<Outcome<detail::business_response_t<F, Attempt<S>>>> {
@@ -83,7 +83,8 @@ requires std::invocable<F&> || std::invocable < F&, Attempt<S>
   static_assert(Serializable<T>,
                 "idem::async::run_once: fn's result must be serialisable by nlohmann_json");
 
-  auto guard = co_await Guard<S>::claim(store, std::move(key), std::move(fingerprint), options);
+  auto guard =
+      co_await IdempotencyGuard<S>::claim(store, std::move(key), std::move(fingerprint), options);
   if (auto answered = idem::detail::outcome_without_running<T>(guard.state())) co_return *answered;
 
   std::optional<T> value;

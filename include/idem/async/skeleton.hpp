@@ -1,6 +1,6 @@
 #pragma once
-// idem::async::StoreSkeleton: the store skeleton of idem/store/skeleton.hpp for coroutines. It
-// runs the same steps (idem/store/steps.hpp: the claim's rounds, the finish that reconciles a
+// idem::async::StoreSkeleton: the store skeleton of idem/backend/store_skeleton.hpp for coroutines. It
+// runs the same steps (idem/backend/steps.hpp: the claim's rounds, the finish that reconciles a
 // lost reply, the judging of a failed try) with co_await where the blocking skeleton calls,
 // and waits between tries on a timer. A backend provides its coroutine statements:
 //
@@ -34,6 +34,9 @@
 #include <fmt/format.h>
 
 #include "idem/async/net.hpp"
+#include "idem/backend/housekeeping.hpp"
+#include "idem/backend/record_rules.hpp"
+#include "idem/backend/steps.hpp"
 #include "idem/detail/checks.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
@@ -42,11 +45,8 @@
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
+#include "idem/retry.hpp"
 #include "idem/store.hpp"
-#include "idem/store/housekeeping.hpp"
-#include "idem/store/record_rules.hpp"
-#include "idem/store/retry.hpp"
-#include "idem/store/steps.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::async {
@@ -58,8 +58,8 @@ template <class Ops, class Connection>
 net::awaitable<ClaimResult> claim_on(std::string_view who, const Ops& ops, Connection& c,
                                      const Key& key, std::string_view fp, const Options& o,
                                      const std::string& token, bool bound) {
-  using Step = idem::detail::ClaimSteps::Step;
-  idem::detail::ClaimSteps steps(who, key, fp, o, token);
+  using Step = idem::backend::ClaimSteps::Step;
+  idem::backend::ClaimSteps steps(who, key, fp, o, token);
   for (Step step = steps.start();;) {
     switch (step) {
       case Step::insert:
@@ -83,8 +83,8 @@ template <class Ops, class Connection>
 net::awaitable<Record> repair_on(std::string_view who, const Ops& ops, Connection& c,
                                  const Key& key, const Repair& repair, const std::string& token,
                                  bool bound) {
-  using Step = idem::detail::RepairSteps::Step;
-  idem::detail::RepairSteps steps(who, key, repair, token);
+  using Step = idem::backend::RepairSteps::Step;
+  idem::backend::RepairSteps steps(who, key, repair, token);
   for (Step step = steps.start();;) {
     switch (step) {
       case Step::read:
@@ -106,8 +106,8 @@ net::awaitable<std::string> record_step_on(std::string_view who, const Ops& ops,
                                            std::string_view step, std::string_view result,
                                            bool bound,
                                            std::optional<std::string_view> known = std::nullopt) {
-  using Step = idem::detail::StepSteps::Step;
-  idem::detail::StepSteps steps(who, key, ticket, step, result, known);
+  using Step = idem::backend::StepSteps::Step;
+  idem::backend::StepSteps steps(who, key, ticket, step, result, known);
   for (Step s = steps.start();;) {
     switch (s) {
       case Step::read:
@@ -179,7 +179,7 @@ class StoreSkeleton {
   }
 
   net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches) {
-    idem::detail::HousekeepingBatches purge(batch, max_batches);
+    idem::backend::HousekeepingBatches purge(batch, max_batches);
     while (purge.more()) {
       purge.done(co_await with_retries<std::size_t>(
           "purge_expired", [&](Connection& c, bool) { return ops_.purge(c, batch); }));
@@ -188,7 +188,7 @@ class StoreSkeleton {
   }
 
   net::awaitable<std::size_t> release_stale(std::size_t batch) {
-    idem::detail::HousekeepingBatches release(batch, 1);
+    idem::backend::HousekeepingBatches release(batch, 1);
     if (release.more()) {
       release.done(co_await with_retries<std::size_t>(
           "release_stale", [&](Connection& c, bool) { return ops_.release(c, batch); }));
@@ -269,7 +269,7 @@ class StoreSkeleton {
  private:
   template <class R, class Op>
   net::awaitable<R> retry_on_pool(std::string_view what, bool check_table, Op op) {
-    idem::detail::OperationTries tries(retry_, Backend::name, what, &Backend::classify);
+    idem::backend::OperationTries tries(retry_, Backend::name, what, &Backend::classify);
     co_return co_await detail::retrying<R>(
         [&]() -> net::awaitable<R> {
           auto handle = co_await pool().acquire();
@@ -287,13 +287,13 @@ class StoreSkeleton {
     idem::detail::check_snapshot(snapshot);
     const bool held = co_await with_retries<bool>(
         "record", [&](Connection& c, bool uncertain) -> net::awaitable<bool> {
-          using Step = idem::detail::FinishSteps::Step;
-          idem::detail::FinishSteps steps(uncertain);
+          using Step = idem::backend::FinishSteps::Step;
+          idem::backend::FinishSteps steps(uncertain);
           for (Step step = steps.start();;) {
             switch (step) {
               case Step::look:
-                step = steps.looked(idem::detail::finished_by(co_await ops_.read(c, key, false),
-                                                              ticket, to, snapshot, retryable));
+                step = steps.looked(idem::backend::finished_by(co_await ops_.read(c, key, false),
+                                                               ticket, to, snapshot, retryable));
                 break;
               case Step::write:
                 step = steps.wrote(co_await ops_.finish(c, key, ticket, snapshot, to, retryable));
@@ -303,7 +303,7 @@ class StoreSkeleton {
             }
           }
         });
-    if (!held) throw lease_lost(Backend::name, key, ticket);
+    if (!held) throw backend::lease_lost(Backend::name, key, ticket);
   }
 
   // After a cancelled claim: once the server is done with what the claim's connection sent,

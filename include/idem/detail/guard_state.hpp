@@ -17,19 +17,19 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "idem/backend/record_rules.hpp"
 #include "idem/detail/snapshot.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"
 #include "idem/repair.hpp"
+#include "idem/retry.hpp"
 #include "idem/serializable.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
-#include "idem/store/record_rules.hpp"
-#include "idem/store/retry.hpp"
 #include "idem/verdict.hpp"
 
 namespace idem::detail {
@@ -37,7 +37,7 @@ namespace idem::detail {
 // The wait of Options::wait: while a claim answers in_progress, claim again after a pause
 // with jittered exponential backoff (so a finished claim turns into a replay, and a claim whose
 // lease ran out meanwhile is taken over by the decision table), until the wait is over.
-// A store may forbid the wait (idem::supports_wait_v, idem/store/abilities.hpp).
+// A store may forbid the wait (idem::supports_wait_v, idem/optional_operations.hpp).
 class ClaimWait {
  public:
   ClaimWait(const Options& options, bool supported)
@@ -60,7 +60,7 @@ class ClaimWait {
 };
 
 // How a store failure is reported: a bound store's failure has rolled back the caller's
-// transaction (idem::in_caller_transaction_v, idem/store/abilities.hpp).
+// transaction (idem::in_caller_transaction_v, idem/optional_operations.hpp).
 template <class S>
 constexpr EventKind store_failure_event() {
   return in_caller_transaction_v<S> ? EventKind::transaction_error : EventKind::store_error;
@@ -205,7 +205,7 @@ class GuardState {
     try {
       std::rethrow_exception(error);
     } catch (const RepairRefused&) {
-      LeaseLost e = lease_lost(who_, key(), ticket());
+      LeaseLost e = backend::lease_lost(who_, key(), ticket());
       lost(e);
       throw e;
     } catch (const StoreError& e) {

@@ -1,6 +1,6 @@
 #pragma once
 // idem::http::async_handle(): idem::http::handle() (idem/http/handle.hpp) for coroutines on
-// Boost.Asio, on an idem::async::AsyncStore. The same answers and records: the table of
+// Boost.Asio, on an idem::async::AwaitableStore. The same answers and records: the table of
 // handle.hpp and docs/http.md holds word for word, since both take their decisions from
 // idem/http/detail/decisions.hpp. Link idem::async; idem/http.hpp stays free of Boost and does
 // not include this header.
@@ -42,8 +42,9 @@ namespace idem::http {
 
 namespace detail {
 
-template <idem::async::AsyncStore S>
-idem::async::net::awaitable<void> record(idem::async::Guard<S>& guard, const Recording& recording) {
+template <idem::async::AwaitableStore S>
+idem::async::net::awaitable<void> record(idem::async::IdempotencyGuard<S>& guard,
+                                         const Recording& recording) {
   if (recording.commit) {
     co_await guard.commit(recording.snapshot);
   } else {
@@ -53,7 +54,7 @@ idem::async::net::awaitable<void> record(idem::async::Guard<S>& guard, const Rec
 
 }  // namespace detail
 
-template <idem::async::AsyncStore S, std::invocable F>
+template <idem::async::AwaitableStore S, std::invocable F>
 requires std::convertible_to<idem::async::detail::response_of<F>, Response>
     idem::async::net::awaitable<Response> async_handle(S& store, const Request& request, F business,
                                                        const Policy& policy) {
@@ -63,7 +64,8 @@ requires std::convertible_to<idem::async::detail::response_of<F>, Response>
   }
   const RequestIdentity& id = std::get<RequestIdentity>(identity);
 
-  auto guard = co_await idem::async::Guard<S>::claim(store, id.key, id.fingerprint, policy.claim);
+  auto guard =
+      co_await idem::async::IdempotencyGuard<S>::claim(store, id.key, id.fingerprint, policy.claim);
   if (std::optional<Response> answer =
           detail::answer_without_running(guard.verdict(), guard.record(), policy)) {
     co_return std::move(*answer);
@@ -104,7 +106,7 @@ requires std::convertible_to<idem::async::detail::response_of<F>, Response>
 // With the default Policy. An overload, not a default argument: that would build the Policy
 // (whose replayed_headers is an initializer list) inside the caller's co_await expression,
 // which GCC 12 cannot compile.
-template <idem::async::AsyncStore S, std::invocable F>
+template <idem::async::AwaitableStore S, std::invocable F>
 requires std::convertible_to<idem::async::detail::response_of<F>, Response>
     idem::async::net::awaitable<Response> async_handle(S& store, const Request& request,
                                                        F business) {

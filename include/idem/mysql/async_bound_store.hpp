@@ -24,8 +24,9 @@
 #include "idem/async/net.hpp"
 #include "idem/async/skeleton.hpp"
 #include "idem/async/store.hpp"
+#include "idem/backend/housekeeping.hpp"
+#include "idem/backend/record_rules.hpp"
 #include "idem/detail/checks.hpp"
-#include "idem/detail/claim_ledger.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
@@ -35,9 +36,8 @@
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
+#include "idem/same_transaction/claim_ledger.hpp"
 #include "idem/store.hpp"
-#include "idem/store/housekeeping.hpp"
-#include "idem/store/record_rules.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::mysql {
@@ -53,7 +53,7 @@ class BasicAsyncBoundStore {
   // `ledger`: the transaction's (with_transaction's try), or null for one the caller runs;
   // `ops` and `connection` must outlive this.
   BasicAsyncBoundStore(const Ops& ops, AsyncConnection& connection,
-                       idem::detail::ClaimLedger* ledger = nullptr)
+                       idem::same_transaction::ClaimLedger* ledger = nullptr)
       : ops_(&ops), connection_(&connection), ledger_(ledger != nullptr ? ledger : own_.get()) {}
 
   BasicAsyncBoundStore(BasicAsyncBoundStore&&) noexcept = default;
@@ -143,13 +143,13 @@ class BasicAsyncBoundStore {
   }
 
   net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches) {
-    idem::detail::HousekeepingBatches purge(batch, max_batches);
+    idem::backend::HousekeepingBatches purge(batch, max_batches);
     while (purge.more())
       purge.done(co_await ops_->purge(*connection_, batch));
     co_return purge.total();
   }
   net::awaitable<std::size_t> release_stale(std::size_t batch) {
-    idem::detail::HousekeepingBatches release(batch, 1);
+    idem::backend::HousekeepingBatches release(batch, 1);
     if (release.more()) release.done(co_await ops_->release(*connection_, batch));
     co_return release.total();
   }
@@ -168,7 +168,7 @@ class BasicAsyncBoundStore {
   AsyncConnection& connection() const noexcept { return *connection_; }
 
  private:
-  using Ledger = idem::detail::ClaimLedger;
+  using Ledger = idem::same_transaction::ClaimLedger;
 
   net::awaitable<void> write(const Key& key, const Ticket& ticket, std::string_view snapshot,
                              Status to, bool retryable) {
@@ -176,7 +176,7 @@ class BasicAsyncBoundStore {
     // (The answer is taken apart from the condition: GCC 12 miscompiles a throw after a
     // co_await inside an if's condition.)
     const bool held = co_await ops_->finish(*connection_, key, ticket, snapshot, to, retryable);
-    if (!held) throw lease_lost("idem::mysql", key, ticket);
+    if (!held) throw backend::lease_lost("idem::mysql", key, ticket);
   }
 
   net::awaitable<void> record(const Key& key, const Ticket& ticket, std::string_view snapshot,

@@ -10,10 +10,10 @@
 
 #include "idem/async/net.hpp"
 #include "idem/async/pool.hpp"
+#include "idem/backend/pool.hpp"
 #include "idem/clock.hpp"
 #include "idem/mysql/async_connection.hpp"
 #include "idem/mysql/connection_params.hpp"
-#include "idem/store/pool.hpp"
 
 namespace idem::mysql {
 
@@ -29,7 +29,8 @@ struct AsyncPoolDriver {
   }
   // The clean-up that the blocking pool does when a connection comes back happens here, when
   // it is next handed out: it needs round trips.
-  net::awaitable<void> ready(std::unique_ptr<Connection>& c, Duration idle_for, PoolUse use) const {
+  net::awaitable<void> ready(std::unique_ptr<Connection>& c, Duration idle_for,
+                             backend::ConnectionPurpose use) const {
     if (!c->broken() && c->in_transaction()) {
       try {
         co_await c->query("ROLLBACK");
@@ -41,7 +42,7 @@ struct AsyncPoolDriver {
     if (healthy && idle_for > ping_after_idle) healthy = co_await c->ping();
     if (!healthy) {
       c = co_await AsyncConnection::open(params);
-    } else if (use == PoolUse::statements) {
+    } else if (use == backend::ConnectionPurpose::statements) {
       co_await c->restore_autocommit();
     }
   }

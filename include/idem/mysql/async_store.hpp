@@ -1,7 +1,7 @@
 #pragma once
 // idem::mysql::AsyncStore: the idempotency record table of idem::mysql::Store, for coroutines,
 // on MariaDB Connector/C's non-blocking API. The same SQL, the same decisions (the steps of
-// idem/store/steps.hpp), the same retries and reconciliation of a lost reply, on an
+// idem/backend/steps.hpp), the same retries and reconciliation of a lost reply, on an
 // AsyncPool of AsyncConnections: no thread per request, no thread pool doing blocking calls.
 //
 //   auto pool = std::make_shared<idem::mysql::AsyncPool>(params);
@@ -24,6 +24,8 @@
 #include "idem/async/net.hpp"
 #include "idem/async/skeleton.hpp"
 #include "idem/async/store.hpp"
+#include "idem/backend/record_rules.hpp"
+#include "idem/backend/steps.hpp"
 #include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
@@ -37,8 +39,6 @@
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
-#include "idem/store/record_rules.hpp"
-#include "idem/store/steps.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::mysql {
@@ -50,8 +50,8 @@ class AsyncRecordOps {
  public:
   explicit AsyncRecordOps(RecordOps ops) : ops_(std::move(ops)) {}
 
-  net::awaitable<std::optional<RecordRead>> read(AsyncConnection& c, const Key& key,
-                                                 bool bound) const {
+  net::awaitable<std::optional<backend::RecordRead>> read(AsyncConnection& c, const Key& key,
+                                                          bool bound) const {
     const RecordSql& sql = ops_.sql();
     co_return read_answer(
         co_await c.select(bound ? sql.select_locking : sql.select, key_values(key)), key);
@@ -75,7 +75,7 @@ class AsyncRecordOps {
     co_return read_back(co_await read(c, key, bound), token);
   }
 
-  net::awaitable<bool> write_takeover(AsyncConnection& c, Decision d, const Record& next,
+  net::awaitable<bool> write_takeover(AsyncConnection& c, backend::Decision d, const Record& next,
                                       const Ticket& read) const {
     co_return co_await c.execute(ops_.takeover_sql(d), takeover_values(d, next, read)) == 1;
   }
@@ -186,7 +186,9 @@ struct AsyncBackend {
   using Pool = AsyncPool;
   using Ops = AsyncRecordOps;
   static constexpr std::string_view name = "idem::mysql";
-  static FailureKind classify(const StoreError& e) noexcept { return Backend::classify(e); }
+  static backend::FailureKind classify(const StoreError& e) noexcept {
+    return Backend::classify(e);
+  }
 };
 
 }  // namespace detail
@@ -253,7 +255,7 @@ class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
   std::string table_;  // quoted
 };
 
-static_assert(idem::async::AsyncStore<AsyncStore>);
+static_assert(idem::async::AwaitableStore<AsyncStore>);
 static_assert(idem::async::AbandoningAsyncStore<AsyncBoundStore>);
 static_assert(idem::async::NotingAsyncStore<AsyncBoundStore>);
 

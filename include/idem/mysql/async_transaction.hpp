@@ -2,7 +2,7 @@
 // idem::mysql::with_transaction for coroutines: run a transaction body on an AsyncConnection,
 // commit it only when every claim in it finished, and run it again when the server rolled it
 // back for a transient reason. The rules are with_transaction's (idem/mysql/transaction.hpp);
-// the claims' ledger decides how each try ends (idem/detail/claim_ledger.hpp).
+// the claims' ledger decides how each try ends (idem/same_transaction/claim_ledger.hpp).
 //
 //   auto receipt = co_await idem::mysql::with_transaction(
 //       *pool, [&](idem::mysql::AsyncTransaction& tx) -> net::awaitable<Receipt> {
@@ -25,20 +25,20 @@
 #include <utility>
 
 #include "idem/async/net.hpp"
-#include "idem/detail/claim_ledger.hpp"
-#include "idem/detail/transaction_try.hpp"
+#include "idem/backend/pool.hpp"
 #include "idem/errors.hpp"
 #include "idem/mysql/async_pool.hpp"
 #include "idem/mysql/async_store.hpp"
-#include "idem/store/pool.hpp"
-#include "idem/store/retry.hpp"
+#include "idem/retry.hpp"
+#include "idem/same_transaction/claim_ledger.hpp"
+#include "idem/same_transaction/transaction_try.hpp"
 
 namespace idem::mysql {
 
 // One try of a with_transaction: its connection, with the transaction begun, and its ledger.
 class AsyncTransaction {
  public:
-  AsyncTransaction(AsyncConnection& c, idem::detail::ClaimLedger& ledger) noexcept
+  AsyncTransaction(AsyncConnection& c, idem::same_transaction::ClaimLedger& ledger) noexcept
       : connection_(&c), ledger_(&ledger) {}
 
   AsyncConnection& connection() const noexcept { return *connection_; }
@@ -51,7 +51,7 @@ class AsyncTransaction {
 
  private:
   AsyncConnection* connection_;
-  idem::detail::ClaimLedger* ledger_;
+  idem::same_transaction::ClaimLedger* ledger_;
 };
 
 namespace detail {
@@ -62,13 +62,13 @@ using transaction_result_t =
 
 inline constexpr std::string_view async_transaction_who = "idem::mysql::with_transaction";
 
-// One try: begin, the body, then COMMIT or ROLLBACK as the ledger says; the steps around the
-// I/O are run_try's (idem/detail/transaction_try.hpp, which the blocking with_transaction runs).
+// One try: begin, the body, then the steps of TryEnd (idem/same_transaction/transaction_try.hpp),
+// as the blocking try (run_try) takes them.
 template <class F>
 net::awaitable<transaction_result_t<F>> run_async_try(AsyncConnection& c, F& body,
-                                                      idem::detail::TryReport& report) {
+                                                      idem::same_transaction::TryReport& report) {
   using R = transaction_result_t<F>;
-  using Ledger = idem::detail::ClaimLedger;
+  using Ledger = idem::same_transaction::ClaimLedger;
   Ledger ledger;
   ledger.hold_events();
   AsyncTransaction tx(c, ledger);
@@ -82,16 +82,30 @@ net::awaitable<transaction_result_t<F>> run_async_try(AsyncConnection& c, F& bod
     } else {
       result.emplace(co_await body(tx));
     }
-    if (idem::detail::try_commits(ledger, async_transaction_who)) {
-      co_await c.query("COMMIT");
-      ledger.committed();
-    } else {
-      co_await c.query("ROLLBACK");
-      ledger.rolled_back();
+    using Step = idem::same_transaction::TryEnd::Step;
+    idem::same_transaction::TryEnd end(ledger, async_transaction_who);
+    for (Step step = end.start(); step != Step::done; step = end.done(step)) {
+      switch (step) {
+        case Step::commit:
+          // The coroutine bound store writes its records itself: none waits in the ledger.
+          co_await c.query("COMMIT");
+          break;
+        case Step::roll_back:
+          co_await c.query("ROLLBACK");
+          break;
+        case Step::write_after_rollback:
+          // Only a bound consumer counts its attempts after a rollback, and there is no
+          // coroutine consume yet.
+          throw UsageError(
+              "idem::mysql::with_transaction: writes after a rollback need the blocking "
+              "with_transaction");
+        case Step::done:
+          break;
+      }
     }
   } catch (...) {
-    failed =
-        idem::detail::try_failed(ledger, report, std::current_exception(), async_transaction_who);
+    failed = idem::same_transaction::try_failed(ledger, report, std::current_exception(),
+                                                async_transaction_who);
   }
   if (failed) {
     // A connection whose ROLLBACK failed is in an unknown state: the pool drops it.
@@ -115,10 +129,10 @@ template <class F>
 net::awaitable<detail::transaction_result_t<F>> with_transaction(AsyncPool& pool, F body,
                                                                  TransactionParams params = {}) {
   using R = detail::transaction_result_t<F>;
-  idem::detail::TransactionTries tries(params, detail::async_transaction_who);
+  idem::same_transaction::TransactionTries tries(params, detail::async_transaction_who);
   co_return co_await idem::async::detail::retrying<R>(
       [&]() -> net::awaitable<R> {
-        auto conn = co_await pool.acquire(PoolUse::transaction);
+        auto conn = co_await pool.acquire(backend::ConnectionPurpose::transaction);
         co_return co_await detail::run_async_try(*conn, body, tries.next_try());
       },
       [&](const StoreError& e) { return tries.failed(e); });

@@ -18,10 +18,10 @@
 #include <string>
 #include <utility>
 
+#include "idem/backend/pool.hpp"
 #include "idem/clock.hpp"
 #include "idem/mysql/connection.hpp"
 #include "idem/mysql/connection_params.hpp"
-#include "idem/store/pool.hpp"
 
 namespace idem::mysql {
 
@@ -40,11 +40,11 @@ struct PoolDriver {
     thread_init();
     return std::make_unique<Connection>(params);
   }
-  void ready(Connection& c, Duration idle_for, PoolUse use) const {
+  void ready(Connection& c, Duration idle_for, backend::ConnectionPurpose use) const {
     thread_init();
     if (c.broken() || (idle_for > ping_after_idle && !c.ping())) {
       c.reconnect();
-    } else if (use == PoolUse::statements) {
+    } else if (use == backend::ConnectionPurpose::statements) {
       c.restore_autocommit();
     }
   }
@@ -64,7 +64,7 @@ struct PoolDriver {
 
 }  // namespace detail
 
-class Pool : public BasicPool<detail::PoolDriver> {
+class Pool : public backend::BasicPool<detail::PoolDriver> {
  public:
   explicit Pool(ConnectionParams params, PoolParams pool = {})
       : BasicPool(detail::PoolDriver{std::move(params), pool.ping_after_idle}, pool.size,

@@ -16,11 +16,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "idem/backend/schema_rules.hpp"
 #include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
 #include "idem/mysql/connection.hpp"
 #include "idem/mysql/schema.hpp"
-#include "idem/store/schema_rules.hpp"
 
 namespace idem::mysql {
 
@@ -40,8 +40,8 @@ inline std::string comparable_type(std::string_view column_type) {
   return t;
 }
 
-using idem::detail::LiveColumn;
-using idem::detail::LiveIndexColumn;
+using idem::backend::LiveColumn;
+using idem::backend::LiveIndexColumn;
 
 // How the server hides an index from queries while keeping it up to date: MariaDB 10.6 and
 // later can IGNORE one, MySQL 8 make one INVISIBLE; a hidden index does not serve idem. Read
@@ -63,8 +63,8 @@ inline IndexHiding index_hiding(const std::vector<Row>& rows) {
   return IndexHiding::none;
 }
 
-inline const idem::detail::SchemaDialect& schema_dialect(IndexHiding hiding = IndexHiding::none) {
-  static const idem::detail::SchemaDialect dialect{
+inline const idem::backend::SchemaDialect& schema_dialect(IndexHiding hiding = IndexHiding::none) {
+  static const idem::backend::SchemaDialect dialect{
       .comparable_type = comparable_type,
       .modify =
           [](const std::string& quoted, const idem::detail::DdlColumn& want) {
@@ -91,14 +91,14 @@ inline const idem::detail::SchemaDialect& schema_dialect(IndexHiding hiding = In
       .migrate_fix = "store.ensure_schema() or migrate_record_table() (online)",
       .layout = "layout 2",
   };
-  static const idem::detail::SchemaDialect mariadb = [] {
+  static const idem::backend::SchemaDialect mariadb = [] {
     auto d = dialect;
     d.unhide_index = [](const std::string& quoted, const std::string& index) {
       return fmt::format("ALTER TABLE {} ALTER INDEX {} NOT IGNORED", quoted, index);
     };
     return d;
   }();
-  static const idem::detail::SchemaDialect mysql = [] {
+  static const idem::backend::SchemaDialect mysql = [] {
     auto d = dialect;
     d.unhide_index = [](const std::string& quoted, const std::string& index) {
       return fmt::format("ALTER TABLE {} ALTER INDEX {} VISIBLE", quoted, index);
@@ -158,7 +158,7 @@ inline TableLayout require_expected_table(IndexHiding hiding, const std::string&
                                           const std::vector<Row>& indexes,
                                           const std::vector<Row>& comment) {
   const auto live = live_columns(columns);
-  auto problems = idem::detail::schema_problems(
+  auto problems = idem::backend::schema_problems(
       schema_dialect(hiding), quoted, record_table_ddl(quoted), live, live_indexes(indexes));
   std::vector<std::string> present;
   for (const auto& c : live)

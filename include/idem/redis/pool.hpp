@@ -1,5 +1,5 @@
 #pragma once
-// idem::redis::Pool: idem::BasicPool (idem/store/pool.hpp, which says how it bounds, waits
+// idem::redis::Pool: idem::backend::BasicPool (idem/backend/pool.hpp, which says how it bounds, waits
 // and fails) over Redis connections. A connection idle longer than ping_after_idle is pinged
 // before it is handed out, and a broken one (CLIENT KILL, a server restart, a timeout) is
 // opened again, so the pool recovers from a server restart without restarting the process.
@@ -10,10 +10,10 @@
 #include <string>
 #include <utility>
 
+#include "idem/backend/pool.hpp"
 #include "idem/clock.hpp"
 #include "idem/redis/connection.hpp"
 #include "idem/redis/connection_params.hpp"
-#include "idem/store/pool.hpp"
 
 namespace idem::redis {
 
@@ -28,7 +28,7 @@ struct PoolDriver {
   std::chrono::milliseconds ping_after_idle;
 
   std::unique_ptr<Connection> open() const { return std::make_unique<Connection>(params); }
-  void ready(Connection& c, Duration idle_for, PoolUse) const {
+  void ready(Connection& c, Duration idle_for, backend::ConnectionPurpose) const {
     if (c.broken() || (idle_for > ping_after_idle && !c.ping())) c.reconnect();
   }
   static bool reusable(Connection& c) noexcept { return !c.broken(); }
@@ -37,7 +37,7 @@ struct PoolDriver {
 
 }  // namespace detail
 
-class Pool : public BasicPool<detail::PoolDriver> {
+class Pool : public backend::BasicPool<detail::PoolDriver> {
  public:
   explicit Pool(ConnectionParams params, PoolParams pool = {})
       : BasicPool(detail::PoolDriver{std::move(params), pool.ping_after_idle}, pool.size,

@@ -2,7 +2,9 @@
 // idem::sqlite::Pool: a bounded, thread-safe pool of connections to one database file, handed
 // out as RAII handles.
 //
-// - At most `size` connections exist; acquire() waits up to the busy timeout for one.
+// - At most PoolParams::size connections exist; acquire() waits up to acquire_timeout for one
+//   (a Store's pool: up to the busy timeout). ping_after_idle does not apply: a file needs no
+//   ping.
 // - Connections are opened lazily, each in WAL mode with the busy timeout and synchronous
 //   level of ConnectionParams, and keep their prepared statements while pooled.
 // - A handle returned inside an open transaction is rolled back first; a broken connection
@@ -16,11 +18,14 @@
 #include <string>
 #include <utility>
 
+#include "idem/backend/pool.hpp"
 #include "idem/clock.hpp"
+#include "idem/pool_params.hpp"
 #include "idem/sqlite/connection.hpp"
-#include "idem/store/pool.hpp"
 
 namespace idem::sqlite {
+
+using PoolParams = idem::PoolParams;
 
 namespace detail {
 
@@ -31,7 +36,7 @@ struct PoolDriver {
   ConnectionParams params;
 
   std::unique_ptr<Connection> open() const { return std::make_unique<Connection>(path, params); }
-  static void ready(Connection&, Duration, PoolUse) noexcept {}
+  static void ready(Connection&, Duration, backend::ConnectionPurpose) noexcept {}
   // Someone gave the handle back mid-transaction; the next user must not run in it.
   static bool reusable(Connection& c) noexcept {
     if (!c.broken() && c.in_transaction()) {
@@ -48,12 +53,17 @@ struct PoolDriver {
 
 }  // namespace detail
 
-class Pool : public BasicPool<detail::PoolDriver> {
+class Pool : public backend::BasicPool<detail::PoolDriver> {
  public:
-  // Waits for a free connection up to the busy timeout.
-  explicit Pool(std::filesystem::path path, ConnectionParams params = {}, std::size_t size = 8)
-      : BasicPool(detail::PoolDriver{std::move(path), params}, size, params.busy_timeout,
+  explicit Pool(std::filesystem::path path, ConnectionParams params = {}, PoolParams pool = {})
+      : BasicPool(detail::PoolDriver{std::move(path), params}, pool.size, pool.acquire_timeout,
                   "idem::sqlite::Pool") {}
+  // The constructor before the pools took PoolParams alike (docs/changes.md): waits for a
+  // free connection up to the busy timeout.
+  [[deprecated("use Pool(path, params, PoolParams{.size = ..., .acquire_timeout = ...})")]] Pool(
+      std::filesystem::path path, ConnectionParams params, std::size_t size)
+      : Pool(std::move(path), params,
+             PoolParams{.size = size, .acquire_timeout = params.busy_timeout}) {}
 
   const std::filesystem::path& path() const noexcept { return driver().path; }
   const ConnectionParams& params() const noexcept { return driver().params; }

@@ -3,7 +3,7 @@
 // every column of record_table_ddl() with its declared type and NOT NULL, the primary key
 // (idempotent_key, biz_type) with the BINARY collation (so that keys compare byte for byte),
 // and an index leading with the columns of each of idx_expire and idx_stale (under any name;
-// a partial index does not count). The rules are idem/store/schema_rules.hpp's; a mismatch is
+// a partial index does not count). The rules are idem/backend/schema_rules.hpp's; a mismatch is
 // SchemaMismatch, each problem with its fix.
 
 #include <sqlite3.h>
@@ -15,11 +15,11 @@
 
 #include <fmt/format.h>
 
+#include "idem/backend/schema_rules.hpp"
 #include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
 #include "idem/sqlite/connection.hpp"
 #include "idem/sqlite/schema.hpp"
-#include "idem/store/schema_rules.hpp"
 
 namespace idem::sqlite {
 
@@ -34,8 +34,8 @@ inline std::string rebuild_fix(const std::string& quoted, std::string_view what)
       quoted, what);
 }
 
-inline const idem::detail::SchemaDialect& schema_dialect() {
-  static const idem::detail::SchemaDialect dialect{
+inline const idem::backend::SchemaDialect& schema_dialect() {
+  static const idem::backend::SchemaDialect dialect{
       .comparable_type = [](std::string_view declared) { return idem::detail::lower(declared); },
       .modify =
           [](const std::string& quoted, const idem::detail::DdlColumn& want) {
@@ -84,7 +84,7 @@ inline const idem::detail::SchemaDialect& schema_dialect() {
 // the file cannot be read. Reads only.
 inline TableLayout check_record_table(Connection& c, const TableName& t) {
   const std::string schema = t.schema.empty() ? "" : fmt::format("\"{}\".", t.schema);
-  std::vector<idem::detail::LiveColumn> live;
+  std::vector<idem::backend::LiveColumn> live;
   {
     Rows info = c.query(fmt::format("PRAGMA {}table_info(\"{}\")", schema, t.table));
     while (info.next())
@@ -99,7 +99,7 @@ inline TableLayout check_record_table(Connection& c, const TableName& t) {
         collation != nullptr)
       col.collation = idem::detail::lower(collation);
   }
-  std::vector<idem::detail::LiveIndexColumn> keys;
+  std::vector<idem::backend::LiveIndexColumn> keys;
   std::vector<std::pair<std::string, bool>> indexes;  // name, is the primary key
   {
     Rows list = c.query(fmt::format("PRAGMA {}index_list(\"{}\")", schema, t.table));
@@ -118,13 +118,13 @@ inline TableLayout check_record_table(Connection& c, const TableName& t) {
       // The primary key's collation decides which keys are one row: a key column keeps the
       // first of its own and the key's that does not compare byte for byte.
       for (auto& col : live)
-        if (col.name == column && idem::detail::binary_collation(col.collation))
+        if (col.name == column && idem::backend::binary_collation(col.collation))
           col.collation = idem::detail::lower(info.text(4));
     }
   }
   const std::string quoted = t.quoted();
-  auto problems = idem::detail::schema_problems(detail::schema_dialect(), quoted,
-                                                record_table_ddl(t), live, keys);
+  auto problems = idem::backend::schema_problems(detail::schema_dialect(), quoted,
+                                                 record_table_ddl(t), live, keys);
   std::vector<std::string> present;
   for (const auto& col : live)
     present.push_back(col.name);

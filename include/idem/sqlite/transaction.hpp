@@ -38,14 +38,14 @@
 
 #include <fmt/format.h>
 
-#include "idem/detail/transaction_try.hpp"
 #include "idem/errors.hpp"
 #include "idem/observer.hpp"
+#include "idem/same_transaction/own_transaction.hpp"
+#include "idem/same_transaction/transaction_try.hpp"
 #include "idem/sqlite/connection.hpp"
 #include "idem/sqlite/errors.hpp"
 #include "idem/sqlite/pool.hpp"
 #include "idem/sqlite/store.hpp"
-#include "idem/store/own_transaction.hpp"
 
 namespace idem::sqlite {
 
@@ -70,7 +70,7 @@ inline void rollback_quietly(sqlite3* db) noexcept {
 }
 
 // One try: BEGIN IMMEDIATE, fn(), then COMMIT or ROLLBACK as the claims made in it say (see
-// idem/detail/transaction_try.hpp).
+// idem/same_transaction/transaction_try.hpp).
 struct HandleTry {
   sqlite3* db;
   explicit HandleTry(sqlite3* handle) noexcept : db(handle) {}
@@ -83,34 +83,35 @@ struct HandleTry {
 };
 
 template <class Fn>
-std::invoke_result_t<Fn&> in_transaction(sqlite3* db, idem::detail::TryReport& report, Fn&& fn) {
+std::invoke_result_t<Fn&> in_transaction(sqlite3* db, idem::same_transaction::TryReport& report,
+                                         Fn&& fn) {
   if (sqlite3_get_autocommit(db) == 0) {
     throw UsageError(
         "idem::sqlite::with_transaction: a transaction is already open on this connection");
   }
   HandleTry tx{db};
-  return idem::detail::run_try(tx, "idem::sqlite::with_transaction", report, fn);
+  return idem::same_transaction::run_try(tx, "idem::sqlite::with_transaction", report, fn);
 }
 
 }  // namespace detail
 
-// One transaction on your own sqlite3*, as an object (idem/store/own_transaction.hpp): made,
+// One transaction on your own sqlite3*, as an object (idem/same_transaction/own_transaction.hpp): made,
 // it runs BEGIN IMMEDIATE unless a transaction is open; commit() commits it or rolls it back
 // as its claims say; destroyed before, it rolls back.
 //
 //   idem::sqlite::Transaction tx(store, db);
 //   const auto out = idem::run_once(tx, key, fp, [&] { ...business writes on db...; });
 //   tx.commit();
-using Transaction = OwnTransaction<detail::Backend, detail::HandleTry>;
+using Transaction = same_transaction::OwnTransaction<detail::Backend, detail::HandleTry>;
 
 // On your own connection handle (give it a busy timeout: sqlite3_busy_timeout).
 template <class F>
 auto with_transaction(sqlite3* db, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, sqlite3*> {
   if (db == nullptr) throw InvalidArgument("idem::sqlite::with_transaction: db is null");
-  return idem::detail::retry_transaction(
+  return idem::same_transaction::retry_transaction(
       params, "idem::sqlite::with_transaction",
-      [&](idem::detail::TryReport& report) -> decltype(auto) {
+      [&](idem::same_transaction::TryReport& report) -> decltype(auto) {
         return detail::in_transaction(db, report, [&]() -> decltype(auto) { return body(db); });
       });
 }
@@ -119,9 +120,9 @@ auto with_transaction(sqlite3* db, F&& body, TransactionParams params = {})
 template <class F>
 auto with_transaction(Connection& connection, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
-  return idem::detail::retry_transaction(
+  return idem::same_transaction::retry_transaction(
       params, "idem::sqlite::with_transaction",
-      [&](idem::detail::TryReport& report) -> decltype(auto) {
+      [&](idem::same_transaction::TryReport& report) -> decltype(auto) {
         return detail::in_transaction(connection.native(), report,
                                       [&]() -> decltype(auto) { return body(connection); });
       });
@@ -131,9 +132,9 @@ auto with_transaction(Connection& connection, F&& body, TransactionParams params
 template <class F>
 auto with_transaction(Pool& pool, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, Connection&> {
-  return idem::detail::retry_transaction(
+  return idem::same_transaction::retry_transaction(
       params, "idem::sqlite::with_transaction",
-      [&](idem::detail::TryReport& report) -> decltype(auto) {
+      [&](idem::same_transaction::TryReport& report) -> decltype(auto) {
         auto connection = pool.acquire();
         return detail::in_transaction(connection->native(), report,
                                       [&]() -> decltype(auto) { return body(*connection); });

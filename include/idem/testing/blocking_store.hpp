@@ -1,5 +1,5 @@
 #pragma once
-// idem::testing::BlockingStore: an AsyncStore (idem/async/store.hpp) seen as a Store, each call
+// idem::testing::BlockingStore: an AwaitableStore (idem/async/store.hpp) seen as a Store, each call
 // run to its end on an io_context of the calling thread. It lets the conformance suite
 // (idem/testing/conformance.hpp) run its cases, unchanged, on an async store:
 //
@@ -26,17 +26,17 @@
 #include "idem/async/net.hpp"
 #include "idem/async/store.hpp"
 #include "idem/key.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::testing {
 
-template <async::AsyncStore S>
+template <async::AwaitableStore S>
 class BlockingStore {
  public:
   static constexpr bool supports_wait = supports_wait_v<S>;

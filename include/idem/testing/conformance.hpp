@@ -12,7 +12,7 @@
 //   #include <idem/testing/conformance.hpp>
 //
 // Works with Catch2 2.x (<catch2/catch.hpp>) and 3.x. Test names start with "conformance: ".
-// The cases of an optional ability (repair, list, record_step: idem/store/abilities.hpp) run
+// The cases of an optional operation (repair, list, record_step: idem/optional_operations.hpp) run
 // on stores that have it and say so with a warning on stores that do not.
 
 #include <atomic>
@@ -42,6 +42,7 @@
 #include "idem/fingerprint.hpp"
 #include "idem/guard.hpp"
 #include "idem/key.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/permanent_failure.hpp"
 #include "idem/record.hpp"
@@ -51,7 +52,6 @@
 #include "idem/resolver.hpp"
 #include "idem/run_once.hpp"
 #include "idem/store.hpp"
-#include "idem/store/abilities.hpp"
 #include "idem/verdict.hpp"
 
 #ifndef IDEM_CONFORMANCE_FIXTURES

@@ -17,6 +17,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "idem/backend/record_rules.hpp"
+#include "idem/backend/sql_guards.hpp"
+#include "idem/backend/steps.hpp"
 #include "idem/clock.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
@@ -27,9 +30,6 @@
 #include "idem/record_query.hpp"
 #include "idem/record_stats.hpp"
 #include "idem/status.hpp"
-#include "idem/store/record_rules.hpp"
-#include "idem/store/sql_guards.hpp"
-#include "idem/store/steps.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::mysql::detail {
@@ -200,34 +200,34 @@ inline RecordSql make_record_sql(const std::string& t) {
   };
   s.take_over_retry =
       take_over("") +
-      idem::detail::sql_guard::takeover_holds(Decision::take_over_retry, now, "?", "?") + " AND " +
-      std::string(points_are);
+      idem::backend::sql_guard::takeover_holds(backend::Decision::take_over_retry, now, "?", "?") +
+      " AND " + std::string(points_are);
   s.take_over_expired =
       take_over(", recovery_points = NULL, repair_reason = NULL, repaired_at = NULL") +
-      idem::detail::sql_guard::takeover_holds(Decision::take_over_expired, now, "?", "?");
+      idem::backend::sql_guard::takeover_holds(backend::Decision::take_over_expired, now, "?", "?");
   s.finish = fmt::format(
       "UPDATE {} SET status = ?, response_snapshot = ?, retryable = ?, updated_at = {} "
       "WHERE idempotent_key = ? AND biz_type = ? AND {}",
-      one_row, now, idem::detail::sql_guard::holds("?", "?"));
+      one_row, now, idem::backend::sql_guard::holds("?", "?"));
   s.purge = fmt::format("DELETE FROM {} WHERE {} ORDER BY expire_at LIMIT ?", t,
-                        idem::detail::sql_guard::is_expired(now));
+                        idem::backend::sql_guard::is_expired(now));
   s.release = fmt::format(
       "UPDATE {} SET status = ?, retryable = ?, response_snapshot = ?, updated_at = {} WHERE {} "
       "ORDER BY lease_until LIMIT ?",
-      t, now, idem::detail::sql_guard::is_stale(now));
+      t, now, idem::backend::sql_guard::is_stale(now));
   // Every column repaired() may change, from the record it computed over the row read (its
   // times are the server's, as read with the row), guarded by the ticket read.
   s.repair = fmt::format(
       "UPDATE {} SET status = ?, fence = ?, owner_token = ?, response_snapshot = ?, "
       "retryable = ?, updated_at = ?, expire_at = ?, repair_reason = ?, repaired_at = ? "
       "WHERE idempotent_key = ? AND biz_type = ? AND {}",
-      one_row, idem::detail::sql_guard::repair_holds("?", "?"));
+      one_row, idem::backend::sql_guard::repair_holds("?", "?"));
   // Guarded by the claim and by the points read, so that no step of the same claim written
   // meanwhile (by another thread of the worker) is lost.
   s.points = fmt::format(
       "UPDATE {} SET recovery_points = ?, updated_at = {} "
       "WHERE idempotent_key = ? AND biz_type = ? AND {} AND {}",
-      one_row, now, idem::detail::sql_guard::holds("?", "?"), points_are);
+      one_row, now, idem::backend::sql_guard::holds("?", "?"), points_are);
   s.finish_commit = with_guarded_commit(s.finish);
   s.points_commit = with_guarded_commit(s.points);
   return s;
@@ -243,7 +243,7 @@ inline std::string list_sql(const RecordSql& s, const RecordQuery& q) {
   const auto add = [&](std::string_view condition) {
     where += fmt::format("{}{}", where.empty() ? "" : " AND ", condition);
   };
-  if (q.stale) add(idem::detail::sql_guard::is_stale(now));
+  if (q.stale) add(idem::backend::sql_guard::is_stale(now));
   if (q.status) add("status = ?");
   if (!q.biz_type.empty()) add("biz_type = ?");
   if (q.not_updated_for) add("updated_at <= UTC_TIMESTAMP(3) - INTERVAL ? MICROSECOND");
@@ -269,7 +269,7 @@ inline std::string totals_sql(const RecordSql& s) {
       "(SELECT MIN(lease_until) FROM {0} WHERE {2}), {3}, (SELECT DATA_LENGTH + INDEX_LENGTH "
       "FROM information_schema.TABLES WHERE TABLE_SCHEMA = IFNULL(?, DATABASE()) AND "
       "TABLE_NAME = ?)",
-      s.table, idem::detail::sql_guard::is_expired(now), idem::detail::sql_guard::is_stale(now),
+      s.table, idem::backend::sql_guard::is_expired(now), idem::backend::sql_guard::is_stale(now),
       now);
 }
 
@@ -375,8 +375,8 @@ inline RowRead decode_record(const Row& row) {
 inline Record fresh_record(const Row& row, const Key& key, const std::string& token,
                            std::string_view fingerprint) {
   if (row.size() != 3) throw CorruptRecord("idem::mysql: unexpected column count from RETURNING");
-  return claim_record(key, token, fingerprint, time_of(row[1], "created_at"),
-                      time_of(row[0], "lease_until"), time_of(row[2], "expire_at"));
+  return backend::claim_record(key, token, fingerprint, time_of(row[1], "created_at"),
+                               time_of(row[0], "lease_until"), time_of(row[2], "expire_at"));
 }
 
 // Optional columns are NULL when empty (no steps, no repair), so that "" and NULL never both
@@ -397,7 +397,8 @@ inline std::vector<Param> claim_values(const Key& key, std::string_view fp, cons
                                        const std::string& token) {
   return {key.id(), key.biz_type(), token, fp, micros(o.lease), micros(o.ttl)};
 }
-inline std::vector<Param> takeover_values(Decision d, const Record& next, const Ticket& read) {
+inline std::vector<Param> takeover_values(backend::Decision d, const Record& next,
+                                          const Ticket& read) {
   std::vector<Param> values{static_cast<int>(next.status),
                             next.ticket.fence,
                             next.ticket.owner,
@@ -412,14 +413,15 @@ inline std::vector<Param> takeover_values(Decision d, const Record& next, const 
                             read.fence,
                             read.owner};
   // take_over() kept the points read: the guard that they are still the stored ones.
-  if (d != Decision::take_over_expired) values.push_back(Param::blob(next.recovery_points));
+  if (d != backend::Decision::take_over_expired)
+    values.push_back(Param::blob(next.recovery_points));
   return values;
 }
 inline std::vector<Param> finish_values(const Key& key, const Ticket& t, std::string_view snapshot,
                                         Status to, bool retryable) {
   return {static_cast<int>(to),
           Param::blob(snapshot),
-          stored_retryable(to, retryable),
+          backend::stored_retryable(to, retryable),
           key.id(),
           key.biz_type(),
           t.fence,
@@ -447,8 +449,8 @@ inline std::vector<Param> purge_values(std::size_t batch) {
   return {static_cast<std::uint64_t>(batch)};
 }
 inline std::vector<Param> release_values(std::size_t batch) {
-  return {static_cast<int>(released_status), released_retryable, Param::blob(released_snapshot),
-          static_cast<std::uint64_t>(batch)};
+  return {static_cast<int>(backend::released_status), backend::released_retryable,
+          Param::blob(backend::released_snapshot), static_cast<std::uint64_t>(batch)};
 }
 inline std::vector<Param> repair_values(const Record& next, const Ticket& read) {
   return {static_cast<int>(next.status),
@@ -510,11 +512,12 @@ inline RecordStats stats_answer(const std::vector<Row>& counts, const std::vecto
 }
 
 // What a read of `key` answers: its row, if any, with the server's now.
-inline std::optional<RecordRead> read_answer(const std::vector<Row>& rows, const Key& key) {
+inline std::optional<backend::RecordRead> read_answer(const std::vector<Row>& rows,
+                                                      const Key& key) {
   if (rows.empty()) return std::nullopt;
   RowRead row = decode_record(rows.front());
-  require_key_read("idem::mysql", key, row.record);
-  return RecordRead{std::move(row.record), row.now};
+  backend::require_key_read("idem::mysql", key, row.record);
+  return backend::RecordRead{std::move(row.record), row.now};
 }
 
 // What a single claim's INSERT IGNORE ... RETURNING answers: the fresh claim, or nullopt when
@@ -529,7 +532,7 @@ inline std::optional<Record> returning_answer(const std::vector<Row>& rows, cons
 }
 
 // A plain INSERT's claim as read back (the server chose its times): it must be ours.
-inline Record read_back(std::optional<RecordRead> row, const std::string& token) {
+inline Record read_back(std::optional<backend::RecordRead> row, const std::string& token) {
   if (!row || row->record.ticket.owner != token) {
     throw StoreError("idem::mysql: a claimed row could not be read back", true);
   }

@@ -1,7 +1,7 @@
 #pragma once
 // The Lua scripts of idem::redis: each operation on a record is one script, atomic on the
 // server, its `now` read inside it from the server's clock (TIME). Decisions are taken in
-// C++ by idem/store/record_rules.hpp; a script only re-checks, on the record as it is now,
+// C++ by idem/backend/record_rules.hpp; a script only re-checks, on the record as it is now,
 // the rule under which its write may happen, and each such check is named after that rule.
 // Every script touches one record and its bucket's indexes and layout key (detail/layout.hpp),
 // all in one hash slot, and every key it touches is declared in KEYS. A record is read with

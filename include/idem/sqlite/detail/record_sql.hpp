@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "idem/backend/record_rules.hpp"
+#include "idem/backend/sql_guards.hpp"
 #include "idem/clock.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
@@ -24,8 +26,6 @@
 #include "idem/sqlite/connection.hpp"
 #include "idem/sqlite/schema.hpp"
 #include "idem/status.hpp"
-#include "idem/store/record_rules.hpp"
-#include "idem/store/sql_guards.hpp"
 
 namespace idem::sqlite::detail {
 
@@ -76,7 +76,7 @@ inline RecordSql make_record_sql(const TableName& name) {
   // A takeover writes the record take_over() computed from the row that was read
   // (?1 status, ?2 fence, ?3 owner, ?4 fingerprint, ?5 attempts, ?6 lease_until, ?7 created_at,
   // ?8 now, ?9 expire_at), guarded by the rule it was decided on, re-checked at `now`, and by
-  // the ticket read (?12, ?13): see idem/store/sql_guards.hpp. An expired record starts afresh
+  // the ticket read (?12, ?13): see idem/backend/sql_guards.hpp. An expired record starts afresh
   // without steps or repair; a retry keeps them, and is guarded by the points read (?14) too:
   // a stale worker still alive may add a step between the read and this write, and the claim
   // must answer the steps it took over.
@@ -88,28 +88,29 @@ inline RecordSql make_record_sql(const TableName& name) {
         "WHERE idempotent_key = ?10 AND biz_type = ?11 AND ",
         t, extra_set);
   };
-  s.take_over_retry =
-      take_over("") +
-      idem::detail::sql_guard::takeover_holds(Decision::take_over_retry, "?8", "?12", "?13") +
-      " AND " + points_are("?14");
+  s.take_over_retry = take_over("") +
+                      idem::backend::sql_guard::takeover_holds(backend::Decision::take_over_retry,
+                                                               "?8", "?12", "?13") +
+                      " AND " + points_are("?14");
   s.take_over_expired =
       take_over(", recovery_points = NULL, repair_reason = NULL, repaired_at = NULL") +
-      idem::detail::sql_guard::takeover_holds(Decision::take_over_expired, "?8", "?12", "?13");
+      idem::backend::sql_guard::takeover_holds(backend::Decision::take_over_expired, "?8", "?12",
+                                               "?13");
   // ?1 status, ?2 snapshot, ?3 retryable, ?4 now, ?5 key, ?6 biz_type, ?7 fence, ?8 owner.
   s.finish = fmt::format(
       "UPDATE {} SET status = ?1, response_snapshot = ?2, retryable = ?3, updated_at = ?4 "
       "WHERE idempotent_key = ?5 AND biz_type = ?6 AND {}",
-      t, idem::detail::sql_guard::holds("?7", "?8"));
+      t, idem::backend::sql_guard::holds("?7", "?8"));
   // ?1 now, ?2 batch.
   s.purge = fmt::format(
       "DELETE FROM {0} WHERE rowid IN "
       "(SELECT rowid FROM {0} WHERE {1} ORDER BY expire_at LIMIT ?2)",
-      t, idem::detail::sql_guard::is_expired("?1"));
+      t, idem::backend::sql_guard::is_expired("?1"));
   // ?1 status, ?2 retryable, ?3 snapshot, ?4 now, ?5 batch.
   s.release = fmt::format(
       "UPDATE {0} SET status = ?1, retryable = ?2, response_snapshot = ?3, updated_at = ?4 "
       "WHERE rowid IN (SELECT rowid FROM {0} WHERE {1} ORDER BY lease_until LIMIT ?5)",
-      t, idem::detail::sql_guard::is_stale("?4"));
+      t, idem::backend::sql_guard::is_stale("?4"));
   // The record repaired() computed, over the row read (?12 fence, ?13 owner): ?1 status,
   // ?2 fence, ?3 owner, ?4 snapshot, ?5 retryable, ?6 now, ?7 expire_at, ?8 reason,
   // ?9 repaired_at, ?10 key, ?11 biz_type.
@@ -117,12 +118,12 @@ inline RecordSql make_record_sql(const TableName& name) {
       "UPDATE {} SET status = ?1, fence = ?2, owner_token = ?3, response_snapshot = ?4, "
       "retryable = ?5, updated_at = ?6, expire_at = ?7, repair_reason = ?8, repaired_at = ?9 "
       "WHERE idempotent_key = ?10 AND biz_type = ?11 AND {}",
-      t, idem::detail::sql_guard::repair_holds("?12", "?13"));
+      t, idem::backend::sql_guard::repair_holds("?12", "?13"));
   // ?1 the new points, ?2 now, ?3 key, ?4 biz_type, ?5 fence, ?6 owner, ?7 the points read.
   s.points = fmt::format(
       "UPDATE {} SET recovery_points = ?1, updated_at = ?2 "
       "WHERE idempotent_key = ?3 AND biz_type = ?4 AND {} AND {}",
-      t, idem::detail::sql_guard::holds("?5", "?6"), points_are("?7"));
+      t, idem::backend::sql_guard::holds("?5", "?6"), points_are("?7"));
   return s;
 }
 
@@ -137,7 +138,7 @@ inline std::string list_sql(const TableName& name, const RecordQuery& q, TimePoi
     return fmt::format("?{}", params.size());
   };
   std::string where = "1";
-  if (q.stale) where += " AND " + idem::detail::sql_guard::is_stale(param(millis(now)));
+  if (q.stale) where += " AND " + idem::backend::sql_guard::is_stale(param(millis(now)));
   if (q.status) where += " AND status = " + param(static_cast<int>(*q.status));
   if (!q.biz_type.empty()) where += " AND biz_type = " + param(std::string_view(q.biz_type));
   if (q.not_updated_for) where += " AND updated_at <= " + param(millis(now - *q.not_updated_for));
@@ -161,8 +162,8 @@ inline std::string totals_sql(const TableName& name) {
   return fmt::format(
       "SELECT (SELECT COUNT(*) FROM {0} WHERE {1}), (SELECT COUNT(*) FROM {0} WHERE {2}), "
       "(SELECT MIN(lease_until) FROM {0} WHERE {2})",
-      name.quoted(), idem::detail::sql_guard::is_expired("?1"),
-      idem::detail::sql_guard::is_stale("?1"));
+      name.quoted(), idem::backend::sql_guard::is_expired("?1"),
+      idem::backend::sql_guard::is_stale("?1"));
 }
 inline std::string size_sql(const TableName& name) {
   return fmt::format(

@@ -1,0 +1,649 @@
+#pragma once
+// The record operations of idem::redis::Store on one connection, and the Backend that hands them
+// to the store skeleton (idem/backend/store_skeleton.hpp) and the bound store
+// (idem/same_transaction/bound_sql_store.hpp).
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/backend/record_rules.hpp"
+#include "idem/backend/store_skeleton.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/optional_operations.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/record_stats.hpp"
+#include "idem/redis/connection.hpp"
+#include "idem/redis/detail/layout.hpp"
+#include "idem/redis/detail/record_scripts.hpp"
+#include "idem/redis/errors.hpp"
+#include "idem/redis/pool.hpp"
+#include "idem/redis/reply.hpp"
+#include "idem/redis/store_params.hpp"
+#include "idem/retry.hpp"
+#include "idem/status.hpp"
+#include "idem/store.hpp"
+#include "idem/table_layout.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem::redis {
+
+namespace detail {
+
+inline std::string decimal(std::int64_t v) {
+  return fmt::format_int(v).str();
+}
+
+// The record a script answered with (its fields in record_fields' order).
+inline Record decode_record(const Key& key, ReplyView fields) {
+  if (fields.size() != record_fields.size()) {
+    throw CorruptRecord(fmt::format("idem::redis: the record {}/{} has {} fields, not {}",
+                                    key.biz_type(), idem::detail::printable(key.id()),
+                                    fields.size(), record_fields.size()));
+  }
+  auto text = [&](std::size_t i) -> std::string_view {
+    const ReplyView v = fields[i];
+    if (v.is_nil()) {
+      if (i >= required_fields) return {};  // an optional field: none
+      throw CorruptRecord(fmt::format("idem::redis: the record {}/{} has no field {}",
+                                      key.biz_type(), idem::detail::printable(key.id()),
+                                      record_fields[i]));
+    }
+    return v.text();
+  };
+  auto number = [&](std::size_t i) -> std::int64_t {
+    const std::string_view s = text(i);
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc{} || end != s.data() + s.size() || v < 0) {
+      throw CorruptRecord(
+          fmt::format("idem::redis: the record {}/{} has {} = \"{}\", not a "
+                      "count or a time",
+                      key.biz_type(), idem::detail::printable(key.id()), record_fields[i],
+                      idem::detail::printable(s)));
+    }
+    return v;
+  };
+  auto time = [&](std::size_t i) { return TimePoint{Duration{number(i)}}; };
+
+  const std::string_view name = text(0);
+  std::optional<Status> status;
+  for (const Status s :
+       {Status::processing, Status::succeeded, Status::failed, Status::outcome_unknown}) {
+    if (name == to_string(s)) status = s;
+  }
+  if (!status) {
+    throw CorruptRecord(fmt::format("idem::redis: the record {}/{} has status \"{}\"",
+                                    key.biz_type(), idem::detail::printable(key.id()),
+                                    idem::detail::printable(name)));
+  }
+  std::optional<TimePoint> repaired_at;
+  if (!text(13).empty()) repaired_at = time(13);
+  return Record{.key = key,
+                .status = *status,
+                .ticket = Ticket{static_cast<std::uint64_t>(number(1)), std::string(text(2))},
+                .fingerprint = std::string(text(3)),
+                .snapshot = std::string(text(4)),
+                .retryable = number(5) != 0,
+                .attempts = static_cast<std::uint32_t>(number(6)),
+                .created_at = time(7),
+                .updated_at = time(8),
+                .lease_until = time(9),
+                .expire_at = time(10),
+                .recovery_points = std::string(text(11)),
+                .repair_reason = std::string(text(12)),
+                .repaired_at = repaired_at};
+}
+
+// The record operations (see idem/backend/store_skeleton.hpp), one script each.
+class RecordOps {
+ public:
+  RecordOps(Layout layout, std::chrono::milliseconds keep_expired)
+      : layout_(std::move(layout)),
+        keep_(decimal(keep_expired.count())),
+        scripts_(make_record_scripts()) {}
+
+  backend::InsertOrRead insert_or_read(Connection& c, const Key& key, std::string_view fp,
+                                       const Options& o, const std::string& token) const {
+    const std::string member = Layout::member(key);
+    const RecordKeys k = layout_.keys(member);
+    const std::string lease = decimal(o.lease.count());
+    const std::string ttl = decimal(o.ttl.count());
+    const Reply r = c.eval(scripts_.claim, {k.all(), {token, fp, lease, ttl, keep_, member}});
+    const TimePoint now{Duration{r[1].integer()}};
+    if (r[0].integer() == 1) return {backend::claim_record(key, token, fp, now, o), std::nullopt};
+    return {std::nullopt, backend::RecordRead{decode_record(key, r[2]), now}};
+  }
+
+  std::optional<backend::RecordRead> read(Connection& c, const Key& key, bool) const {
+    const std::string member = Layout::member(key);
+    const RecordKeys k = layout_.keys(member);
+    const Reply r = c.eval(scripts_.read, {{k.record}, {}});
+    if (r.size() < 2) return std::nullopt;
+    return backend::RecordRead{decode_record(key, r[1]), TimePoint{Duration{r[0].integer()}}};
+  }
+
+  // A retry or stale takeover keeps the recovery points read (take_over()), so next's points
+  // are those read, and the script is guarded by them too.
+  bool write_takeover(Connection& c, backend::Decision d, const Record& next,
+                      const Ticket& read) const {
+    const std::string member = Layout::member(next.key);
+    const RecordKeys k = layout_.keys(member);
+    const std::string read_fence = decimal(static_cast<std::int64_t>(read.fence));
+    const std::array<std::string, record_fields.size()> values = encode(next);
+    ScriptCall call{k.all(),
+                    {d == backend::Decision::take_over_expired ? "expired" : "retry", read_fence,
+                     read.owner, next.recovery_points, keep_, member}};
+    call.args.insert(call.args.end(), values.begin(), values.end());
+    return c.eval(scripts_.take_over, call).integer() == 1;
+  }
+
+  // Writes what repaired() computed from the record read (idem/backend/steps.hpp, RepairSteps),
+  // guarded by the ticket read; the indexes and the key's expiry follow the new status.
+  bool write_repair(Connection& c, const Record& next, const Ticket& read) const {
+    const std::string member = Layout::member(next.key);
+    const RecordKeys k = layout_.keys(member);
+    const std::array<std::string, record_fields.size()> values = encode(next);
+    const std::string read_fence = decimal(static_cast<std::int64_t>(read.fence));
+    ScriptCall call{k.all(), {read_fence, read.owner, keep_, member}};
+    for (const std::string_view field : repaired_fields) {
+      call.args.push_back(field);
+      call.args.push_back(values[field_index(field)]);
+    }
+    return c.eval(scripts_.repair, call).integer() == 1;
+  }
+
+  // The recovery points computed from those read (StepSteps), guarded by holds() and by the
+  // points read.
+  bool write_points(Connection& c, const Key& key, const Ticket& t, std::string_view before,
+                    std::string_view after) const {
+    const RecordKeys k = layout_.keys(Layout::member(key));
+    const std::string fence = decimal(static_cast<std::int64_t>(t.fence));
+    const auto start = std::chrono::steady_clock::now();
+    const bool won =
+        c.eval(scripts_.points, {k.all(), {fence, t.owner, before, after}}).integer() == 1;
+    // Callers that write steps of one claim at once and lose a round meet again in the same
+    // order (the winner's next write arrives first, round after round), so a loser waits a
+    // random part of a few round trips before it reads again, twice as many after each round
+    // it lost in a row (capped): a crowd of writers spreads out instead of colliding until a
+    // caller runs out of rounds.
+    thread_local int lost_in_a_row = 0;
+    if (won) {
+      lost_in_a_row = 0;
+    } else {
+      thread_local std::minstd_rand jitter{std::random_device{}()};
+      lost_in_a_row = std::min(lost_in_a_row + 1, 6);
+      const int spread = 100 << lost_in_a_row;  // in hundredths of the round trip
+      const auto took = std::chrono::steady_clock::now() - start;
+      std::this_thread::sleep_for(took * std::uniform_int_distribution<int>(0, spread)(jitter) /
+                                  100);
+    }
+    return won;
+  }
+
+  // The layout of the prefix's records, from every bucket's layout key (pipelined reads):
+  // stamped when every bucket is, else layout 1 (a bucket without a stamp holds hashes).
+  // Throws SchemaMismatch when a bucket holds a layout this idem must not write, or a key that
+  // is not a stamp.
+  TableLayout layout_of(Connection& c) const {
+    const std::vector<std::string> keys = layout_keys();
+    std::vector<ScriptCall> calls;
+    calls.reserve(keys.size());
+    for (const std::string& k : keys)
+      calls.push_back({{k}, {}});
+    const std::vector<Reply> stamps = c.eval_all(scripts_.get, calls);
+    std::optional<TableLayout> oldest;
+    std::size_t stamped = 0;
+    for (std::size_t b = 0; b < stamps.size(); ++b) {
+      if (stamps[b].is_nil()) continue;
+      const auto stamp = idem::detail::parse_layout_stamp(stamps[b].text());
+      if (!stamp) {
+        throw SchemaMismatch(schema_name(),
+                             {{fmt::format("the key {} holds \"{}\", not a layout stamp", keys[b],
+                                           idem::detail::printable(stamps[b].text())),
+                               fmt::format("delete the key (its bucket then writes layout 1) and "
+                                           "run `idem schema migrate`")}});
+      }
+      if (auto problem = idem::detail::layout_problem(*stamp, record_layout.layout))
+        throw SchemaMismatch(schema_name(), {std::move(*problem)});
+      if (!oldest || stamp->layout < oldest->layout) oldest = stamp;
+      ++stamped;
+    }
+    if (stamped < keys.size()) return {.layout = 1, .oldest_reader = 1, .stamped = false};
+    return *oldest;
+  }
+
+  // Stamps every bucket that has no stamp with record_layout (never over a stamp there);
+  // answers how many it stamped.
+  std::size_t stamp_layout(Connection& c) const {
+    layout_of(c);  // refuses a newer idem's layout first
+    const std::vector<std::string> keys = layout_keys();
+    const std::string stamp = idem::detail::layout_stamp(record_layout);
+    std::vector<ScriptCall> calls;
+    calls.reserve(keys.size());
+    for (const std::string& k : keys)
+      calls.push_back({{k}, {stamp}});
+    std::size_t stamped = 0;
+    for (const Reply& r : c.eval_all(scripts_.stamp, calls)) {
+      if (r.integer() == 1) ++stamped;
+    }
+    return stamped;
+  }
+
+  // "of Redis prefix idem", for SchemaMismatch's message.
+  std::string schema_name() const { return "of Redis prefix " + layout_.prefix(); }
+
+  // Stale claims come from the lease index (scored by lease_until) and outcome_unknown records
+  // from the unknown index (scored by updated_at), each read in the order list() answers in,
+  // so that a call reads about the records it lists. Any other query walks every record: the
+  // expiry index holds all but the outcome_unknown ones (docs/redis.md, "Listing").
+  std::vector<Record> list(Connection& c, const RecordQuery& q) const {
+    const bool unknown = q.status == Status::outcome_unknown;
+    const bool ordered = q.stale || unknown;
+    std::vector<IndexCursor> cursors;
+    for (std::uint32_t b = 0; b < layout_.buckets(); ++b) {
+      if (ordered) {
+        cursors.push_back({b, unknown ? layout_.unknown(b) : layout_.leases(b)});
+      } else {
+        cursors.push_back({b, layout_.expiry(b), "0"});
+        if (!q.status) cursors.push_back({b, layout_.unknown(b), "0"});
+      }
+    }
+    // How far before the server's now an ordered index's scores end: a stale lease has run
+    // out; an outcome_unknown record was last updated not_updated_for ago.
+    std::string until = "0";
+    if (unknown) until = q.not_updated_for ? decimal(q.not_updated_for->count()) : "";
+    return ordered ? list_ordered(c, q, std::move(cursors), until)
+                   : list_walk(c, q, std::move(cursors));
+  }
+
+  bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
+              bool retryable) const {
+    const std::string member = Layout::member(key);
+    const RecordKeys k = layout_.keys(member);
+    const std::string fence = decimal(static_cast<std::int64_t>(t.fence));
+    return c.eval(scripts_.finish, {k.all(),
+                                    {fence, t.owner, to_string(to), snapshot,
+                                     backend::stored_retryable(to, retryable) ? "1" : "0", member}})
+               .integer() == 1;
+  }
+
+  std::size_t purge(Connection& c, std::size_t batch) const {
+    return sweep(c, batch, [&](std::uint32_t b) { return layout_.expiry(b); }, scripts_.purge, {});
+  }
+
+  std::size_t release(Connection& c, std::size_t batch) const {
+    return sweep(c, batch, [&](std::uint32_t b) { return layout_.leases(b); }, scripts_.release,
+                 {to_string(backend::released_status), backend::released_snapshot,
+                  backend::released_retryable ? "1" : "0"});
+  }
+
+  // Every record once: the expiry and unknown indexes walked as list() walks them (walk(); a
+  // member a page repeats is counted once), each record read and tallied by
+  // record_stats.hpp's rules at the server's now of the first read. table_bytes adds up what
+  // MEMORY USAGE says the records and every bucket's indexes take.
+  RecordStats stats(Connection& c) const {
+    RecordStats stats;
+    bool dated = false;
+    std::uint64_t bytes = 0;
+    std::vector<IndexCursor> open;
+    for (std::uint32_t b = 0; b < layout_.buckets(); ++b) {
+      open.push_back({b, layout_.expiry(b), "0"});
+      open.push_back({b, layout_.unknown(b), "0"});
+    }
+    {
+      std::vector<std::string> leases;  // the calls below hold views of these names
+      leases.reserve(layout_.buckets());
+      std::vector<ScriptCall> indexes;
+      for (std::uint32_t b = 0; b < layout_.buckets(); ++b) {
+        leases.push_back(layout_.leases(b));
+        indexes.push_back({{leases.back(), open[2 * b].index, open[2 * b + 1].index}, {}});
+      }
+      for (const Reply& r : c.eval_all(scripts_.sizes, indexes))
+        bytes += static_cast<std::uint64_t>(r.integer());
+    }
+    std::unordered_set<std::string> counted;
+    std::vector<std::string> members;
+    std::vector<std::string> records_keys;
+    walk(
+        c, std::move(open),
+        [&](std::uint32_t bucket, ReplyView page) {
+          for (std::size_t j = 0; j < page.size(); j += 2) {
+            std::string member(page[j].text());
+            if (!counted.insert(member).second) continue;
+            records_keys.push_back(layout_.keys(bucket, member).record);
+            members.push_back(std::move(member));
+          }
+        },
+        [&] {
+          std::vector<ScriptCall> reads;
+          reads.reserve(records_keys.size());
+          for (const std::string& k : records_keys)
+            reads.push_back({{k}, {}});
+          const std::vector<Reply> records = c.eval_all(scripts_.sized_read, reads);
+          for (std::size_t i = 0; i < records.size(); ++i) {
+            const Reply& r = records[i];
+            if (!dated) stats.now = TimePoint{Duration{r[0].integer()}};
+            dated = true;
+            if (r.size() < 3) continue;  // gone since the index named it
+            tally(stats, decode_record(Layout::key_of(members[i]), r[1]));
+            bytes += static_cast<std::uint64_t>(r[2].integer());
+          }
+          members.clear();
+          records_keys.clear();
+        });
+    if (!dated) {
+      // No record to read the server's clock with: read one that cannot exist (a member
+      // without ':' names no key).
+      const std::string nowhere = layout_.keys(0, "now").record;
+      stats.now = TimePoint{Duration{c.eval(scripts_.read, {{nowhere}, {}})[0].integer()}};
+    }
+    stats.table_bytes = bytes;
+    return stats;
+  }
+
+  const Layout& layout() const noexcept { return layout_; }
+  const RecordScripts& scripts() const noexcept { return scripts_; }
+
+ private:
+  // One index of one bucket, read page by page.
+  struct IndexCursor {
+    std::uint32_t bucket;
+    std::string index;
+    // Ordered: the score the next page starts at, and how many members of exactly that score
+    // were read already. A walk: ZSCAN's cursor.
+    std::string from = "-inf";
+    std::string skip = "0";
+    std::size_t skipped = 0;
+    TimePoint last{};  // ordered: the last score read
+  };
+
+  // Index pages (each bucket's, pipelined: one round trip per node, so every master of a
+  // cluster) and then the records they name (pipelined), kept by matches() at the server's
+  // now of their read. A bucket is read further only while its pages came full and could
+  // still hold a record before the last of the best `limit` found so far.
+  std::vector<Record> list_ordered(Connection& c, const RecordQuery& q,
+                                   std::vector<IndexCursor> open, const std::string& until) const {
+    const std::size_t page = std::min<std::size_t>(q.limit, 2 * (q.limit / layout_.buckets()) + 8);
+    const std::string count = decimal(static_cast<std::int64_t>(page));
+    std::vector<Record> found;
+    while (!open.empty()) {
+      std::vector<ScriptCall> calls;
+      calls.reserve(open.size());
+      for (const IndexCursor& cur : open)
+        calls.push_back({{cur.index}, {until, cur.from, cur.skip, count}});
+      const std::vector<Reply> pages = c.eval_all(scripts_.range, calls);
+      Candidates got;
+      std::vector<IndexCursor> more;
+      for (std::size_t i = 0; i < open.size(); ++i) {
+        const std::size_t n = take(got, q, open[i].bucket, pages[i]);
+        if (n < page) continue;  // the bucket has no more
+        IndexCursor& cur = open[i];
+        const std::string_view last = pages[i][2 * n - 1].text();
+        std::size_t ties = 0;  // the page's last members share its last score
+        while (ties < n && pages[i][2 * (n - ties) - 1].text() == last)
+          ++ties;
+        cur.skipped = last == cur.from ? cur.skipped + n : ties;
+        cur.from = std::string(last);
+        cur.skip = decimal(static_cast<std::int64_t>(cur.skipped));
+        cur.last = score_of(last);
+        more.push_back(std::move(cur));
+      }
+      keep_best(c, q, got, found);
+      open.clear();
+      const auto order_key = [&](const Record& r) {
+        return q.stale ? r.lease_until : r.updated_at;
+      };
+      for (IndexCursor& cur : more) {
+        // Ties are listed in any order: a bucket whose next page starts at the last kept
+        // record's key has nothing to add.
+        if (found.size() == q.limit && cur.last >= order_key(found.back())) continue;
+        open.push_back(std::move(cur));
+      }
+    }
+    return found;
+  }
+
+  // Every record of the given indexes, by ZSCAN pages (the server's work per call is bounded
+  // however large the index; a record may come twice), a few buckets per round.
+  std::vector<Record> list_walk(Connection& c, const RecordQuery& q,
+                                std::vector<IndexCursor> open) const {
+    std::vector<Record> found;
+    Candidates got;
+    walk(
+        c, std::move(open),
+        [&](std::uint32_t bucket, ReplyView page) { take(got, q, bucket, page); },
+        [&] {
+          keep_best(c, q, got, found);
+          got = {};
+        });
+    return found;
+  }
+
+  // Walks the cursors' indexes by ZSCAN pages, a few buckets per round (pipelined): each page
+  // goes to on_page(bucket, page) (member, score, ...), and on_round() ends each round.
+  template <class OnPage, class OnRound>
+  void walk(Connection& c, std::vector<IndexCursor> open, OnPage on_page, OnRound on_round) const {
+    constexpr std::size_t cursors_per_round = 32;
+    const std::string count = "128";
+    while (!open.empty()) {
+      const std::size_t n = std::min(open.size(), cursors_per_round);
+      std::vector<ScriptCall> calls;
+      calls.reserve(n);
+      for (std::size_t i = 0; i < n; ++i)
+        calls.push_back({{open[i].index}, {open[i].from, count}});
+      const std::vector<Reply> pages = c.eval_all(scripts_.scan, calls);
+      std::vector<IndexCursor> more(
+          std::make_move_iterator(open.begin() + static_cast<std::ptrdiff_t>(n)),
+          std::make_move_iterator(open.end()));
+      for (std::size_t i = 0; i < n; ++i) {
+        on_page(open[i].bucket, pages[i][1]);
+        open[i].from = std::string(pages[i][0].text());
+        if (open[i].from != "0") more.push_back(std::move(open[i]));
+      }
+      on_round();
+      open = std::move(more);
+    }
+  }
+
+  // Members named by index pages, with their record keys.
+  struct Candidates {
+    std::vector<std::string> members;
+    std::vector<RecordKeys> keys;
+  };
+
+  // The members of a page (member, score, member, score, ...) of `bucket`'s index; those of
+  // another biz_type than the query's are left out unread. Answers how many the page held.
+  std::size_t take(Candidates& got, const RecordQuery& q, std::uint32_t bucket,
+                   ReplyView page) const {
+    const std::size_t n = page.size() / 2;
+    for (std::size_t j = 0; j < n; ++j) {
+      std::string member(page[2 * j].text());
+      if (!q.biz_type.empty() && Layout::key_of(member).biz_type() != q.biz_type) continue;
+      got.keys.push_back(layout_.keys(bucket, member));
+      got.members.push_back(std::move(member));
+    }
+    return n;
+  }
+
+  // Reads the candidates' records (pipelined) and keeps, in `found`, the best `limit` of
+  // those found so far that match the query, each record once.
+  void keep_best(Connection& c, const RecordQuery& q, const Candidates& got,
+                 std::vector<Record>& found) const {
+    std::vector<ScriptCall> reads;
+    reads.reserve(got.keys.size());
+    for (const RecordKeys& k : got.keys)
+      reads.push_back({{k.record}, {}});
+    const std::vector<Reply> records = c.eval_all(scripts_.read, reads);
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const Reply& r = records[i];
+      if (r.size() < 2) continue;  // gone since the index named it
+      Record rec = decode_record(Layout::key_of(got.members[i]), r[1]);
+      if (matches(q, rec, TimePoint{Duration{r[0].integer()}})) found.push_back(std::move(rec));
+    }
+    std::stable_sort(found.begin(), found.end(),
+                     [&](const Record& a, const Record& b) { return listed_before(q, a, b); });
+    std::unordered_set<Key> kept;
+    std::vector<Record> best;
+    for (Record& r : found) {
+      if (best.size() == q.limit) break;
+      if (kept.insert(r.key).second) best.push_back(std::move(r));
+    }
+    found = std::move(best);
+  }
+
+  std::vector<std::string> layout_keys() const {
+    std::vector<std::string> keys;
+    keys.reserve(layout_.buckets());
+    for (std::uint32_t b = 0; b < layout_.buckets(); ++b)
+      keys.push_back(layout_.layout(b));
+    return keys;
+  }
+
+  // A sorted set's score as the server writes it (a time in milliseconds).
+  static TimePoint score_of(std::string_view s) {
+    double d = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
+    if (ec != std::errc{} || end != s.data() + s.size()) {
+      throw CorruptRecord(fmt::format("idem::redis: an index score \"{}\" is not a time",
+                                      idem::detail::printable(s)));
+    }
+    return TimePoint{Duration{static_cast<std::int64_t>(d)}};
+  }
+
+  // A record's values in record_fields' order, as the scripts write them.
+  static std::array<std::string, record_fields.size()> encode(const Record& r) {
+    auto ms = [](TimePoint t) { return decimal(t.time_since_epoch().count()); };
+    return {std::string(to_string(r.status)),
+            decimal(static_cast<std::int64_t>(r.ticket.fence)),
+            r.ticket.owner,
+            r.fingerprint,
+            r.snapshot,
+            r.retryable ? "1" : "0",
+            decimal(r.attempts),
+            ms(r.created_at),
+            ms(r.updated_at),
+            ms(r.lease_until),
+            ms(r.expire_at),
+            r.recovery_points,
+            r.repair_reason,
+            r.repaired_at ? ms(*r.repaired_at) : std::string()};
+  }
+
+  // One batch of purge or release: the due members of every bucket's index (a few per
+  // bucket, pipelined), then the guarded script on at most `batch` of them (pipelined), with
+  // the record's keys and `extra` arguments.
+  // Answers how many records the script changed.
+  template <class IndexOf>
+  std::size_t sweep(Connection& c, std::size_t batch, IndexOf index_of, const Script& act,
+                    std::vector<std::string_view> extra) const {
+    if (batch == 0) return 0;
+    const std::uint32_t buckets = layout_.buckets();
+    // Records spread evenly over the buckets: twice the even share, so that one batch finds
+    // `batch` due members unless fewer are due.
+    const std::string limit =
+        decimal(static_cast<std::int64_t>(std::min<std::size_t>(batch, 2 * (batch / buckets) + 2)));
+    std::vector<std::string> indexes;
+    indexes.reserve(buckets);
+    std::vector<ScriptCall> scans;
+    scans.reserve(buckets);
+    for (std::uint32_t b = 0; b < buckets; ++b) {
+      indexes.push_back(index_of(b));
+      scans.push_back({{indexes.back()}, {limit}});
+    }
+    const std::vector<Reply> due = c.eval_all(scripts_.due, scans);
+
+    std::vector<std::string> members;
+    std::vector<RecordKeys> keys;
+    for (std::uint32_t b = 0; b < buckets && members.size() < batch; ++b) {
+      for (std::size_t i = 0; i < due[b].size() && members.size() < batch; ++i) {
+        members.emplace_back(due[b][i].text());
+        keys.push_back(layout_.keys(b, members.back()));
+      }
+    }
+    std::vector<ScriptCall> acts;
+    acts.reserve(members.size());
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      ScriptCall call{keys[i].all(), {members[i]}};
+      call.args.insert(call.args.end(), extra.begin(), extra.end());
+      acts.push_back(std::move(call));
+    }
+    std::size_t changed = 0;
+    for (const Reply& r : c.eval_all(act, acts)) {
+      if (r.integer() == 1) ++changed;
+    }
+    return changed;
+  }
+
+  Layout layout_;
+  std::string keep_;
+  RecordScripts scripts_;
+};
+
+// idem::redis for the store skeleton (idem/backend/store_skeleton.hpp).
+struct Backend : backend::BackendTypes<redis::Connection, redisContext, redis::Pool, RecordOps> {
+  static constexpr std::string_view name = "idem::redis";
+
+  // An error reply of a server that is loading, failing over or moving slots: the script did
+  // not run, try again. A lost connection or a timed-out reply: it may have run, so a retry
+  // looks at the record first. Anything else (a refused AUTH, OOM under maxmemory, a script
+  // error) is not retried.
+  static backend::FailureKind classify(const StoreError& e) noexcept {
+    const Diagnostics& d = e.diagnostics();
+    if (d.from_server)
+      return is_transient_reply(d.message) ? backend::FailureKind::transient
+                                           : backend::FailureKind::fatal;
+    return is_connection_lost(d.code) ? backend::FailureKind::reply_lost
+                                      : backend::FailureKind::fatal;
+  }
+};
+
+// Throws InvalidArgument when a parameter breaks its rule.
+inline void validate(const StoreParams& p) {
+  if (p.prefix.empty() || p.prefix.size() > 64) {
+    throw InvalidArgument(fmt::format(
+        "idem::redis::Store: prefix must be 1-64 bytes of [A-Za-z0-9_.:-], got {} bytes",
+        p.prefix.size()));
+  }
+  for (const char ch : p.prefix) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == ':' || ch == '-';
+    if (!ok) {
+      throw InvalidArgument(fmt::format(
+          "idem::redis::Store: prefix must be 1-64 bytes of [A-Za-z0-9_.:-], got \"{}\"",
+          idem::detail::printable(p.prefix)));
+    }
+  }
+  if (p.buckets < 1 || p.buckets > 16384) {
+    throw InvalidArgument(
+        fmt::format("idem::redis::Store: buckets must be 1-16384, got {}", p.buckets));
+  }
+  if (p.keep_expired < std::chrono::seconds{1}) {
+    throw InvalidArgument(
+        fmt::format("idem::redis::Store: keep_expired must be at least 1000 ms, got {} ms",
+                    p.keep_expired.count()));
+  }
+}
+
+}  // namespace detail
+
+}  // namespace idem::redis
