@@ -1,7 +1,7 @@
 #pragma once
-// idem's coroutine API on Boost.Asio (docs/async.md): AwaitableStore, IdempotencyGuard, run_once, Attempt,
-// ResolverCall, and the adapters that make a Store usable from a coroutine. Link idem::async.
-// The non-blocking MariaDB store is idem/mysql/async.hpp.
+// idem's coroutine API on Boost.Asio (docs/async.md): AwaitableStore, IdempotencyGuard, run_once,
+// Attempt, ResolverCall, and the adapters that make a Store usable from a coroutine. Link
+// idem::async. The non-blocking MariaDB store is idem/mysql/async.hpp.
 
 #include "idem/async/attempt.hpp"
 #include "idem/async/guard.hpp"

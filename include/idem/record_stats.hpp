@@ -1,10 +1,11 @@
 #pragma once
-// idem::RecordStats: what a store's stats() answers (idem::StatsStore, idem/optional_operations.hpp),
-// for an operator's `idem stats` and `idem purge --dry-run`: how many records each business type
-// has in each status, how many expired records the purge would delete now (the purge's own
-// rule, is_expired), and the stale claims (is_stale) with the oldest one's lease. Times are
-// judged by the store's clock, like claims. Counting reads the whole table (an index of it
-// where the store has one): an operator's command, not something to run per request.
+// idem::RecordStats: what a store's stats() answers (idem::StatsStore,
+// idem/optional_operations.hpp), for an operator's `idem stats` and `idem purge --dry-run`: how
+// many records each business type has in each status, how many expired records the purge would
+// delete now (the purge's own rule, is_expired), and the stale claims (is_stale) with the oldest
+// one's lease. Times are judged by the store's clock, like claims. Counting reads the whole table
+// (an index of it where the store has one): an operator's command, not something to run per
+// request.
 
 #include <cstdint>
 #include <optional>

@@ -1,7 +1,6 @@
-// idem::async::IdempotencyGuard's claim path with resolvers: a claim that takes over a crashed attempt
-// (a ManualClock moved past its lease) is settled by the resolver of its biz_type, exactly as
-// the blocking guard settles it, while the loop keeps serving; the same through
-// async::run_once.
+// idem::async::IdempotencyGuard's claim path with resolvers: a claim that takes over a crashed
+// attempt (a ManualClock moved past its lease) is settled by the resolver of its biz_type, exactly
+// as the blocking guard settles it, while the loop keeps serving; the same through async::run_once.
 #include <atomic>
 #include <chrono>
 #include <mutex>

@@ -1,6 +1,6 @@
 #pragma once
-// The optional operations every idem store has (repair, list, record_step), exercised through an async
-// store: the same answers and errors as the blocking store behind it. Shared by the tests of
+// The optional operations every idem store has (repair, list, record_step), exercised through an
+// async store: the same answers and errors as the blocking store behind it. Shared by the tests of
 // InlineStore, OffloadStore and testing::BlockingStore.
 #include <chrono>
 #include <functional>

@@ -1,5 +1,5 @@
-// idem::async::run_once and idem::async::IdempotencyGuard on a MemoryStore through InlineStore: the same
-// outcomes as the blocking API, Options::wait on a timer, cancellation, and many coroutines
+// idem::async::run_once and idem::async::IdempotencyGuard on a MemoryStore through InlineStore: the
+// same outcomes as the blocking API, Options::wait on a timer, cancellation, and many coroutines
 // racing on one loop thread.
 #include <atomic>
 #include <chrono>

@@ -1,6 +1,6 @@
-// idem::backend::BasicPool (idem/backend/pool.hpp) on a driver that counts what it was asked: the bounds,
-// lazy opening, readying an idle connection, dropping an unusable one, and the error when none
-// frees up in time. The server suites run the same pool on real connections.
+// idem::backend::BasicPool (idem/backend/pool.hpp) on a driver that counts what it was asked: the
+// bounds, lazy opening, readying an idle connection, dropping an unusable one, and the error when
+// none frees up in time. The server suites run the same pool on real connections.
 #include <catch2/catch.hpp>
 
 #include <atomic>

@@ -1,7 +1,7 @@
-// The SQL store skeleton (idem/same_transaction/bound_sql_store.hpp) on a scripted backend, without a server:
-// the claim loop, the reconciliation of a write whose reply was lost, retries and giving up,
-// the halving of a failed batch, and the bound store's checks. The server suites run the
-// same skeleton on MariaDB and SQLite.
+// The SQL store skeleton (idem/same_transaction/bound_sql_store.hpp) on a scripted backend, without
+// a server: the claim loop, the reconciliation of a write whose reply was lost, retries and giving
+// up, the halving of a failed batch, and the bound store's checks. The server suites run the same
+// skeleton on MariaDB and SQLite.
 
 #include <catch2/catch.hpp>
 
@@ -510,8 +510,8 @@ TEST_CASE("sql_store: a record-last claim writes its finished record last, or is
 
 namespace {
 
-// One try of with_transaction on the fake connection (idem::same_transaction::run_try), its ends noted
-// among the server's calls.
+// One try of with_transaction on the fake connection (idem::same_transaction::run_try), its ends
+// noted among the server's calls.
 struct FakeTry {
   FakeConnection& c;
   const void* handle() const noexcept { return c.server; }

@@ -28,8 +28,8 @@ using idem::mysql::AsyncBoundStore;
 using idem::mysql::AsyncTransaction;
 using idem_test::run_on;
 
-// The bound store has the three optional operations, as its coroutine self and seen through the blocking
-// adapter (idem/optional_operations.hpp).
+// The bound store has the three optional operations, as its coroutine self and seen through the
+// blocking adapter (idem/optional_operations.hpp).
 static_assert(idem::async::RecoveryPointAsyncStore<AsyncBoundStore>);
 static_assert(idem::async::RepairingAsyncStore<AsyncBoundStore>);
 static_assert(idem::async::ListingAsyncStore<AsyncBoundStore>);

@@ -22,8 +22,8 @@
 using idem_test::BusinessTable;
 using idem_test::Table;
 
-// The optional operations these tests rely on (idem/optional_operations.hpp): a signature that drifted would
-// silently fall back to the plain contract.
+// The optional operations these tests rely on (idem/optional_operations.hpp): a signature that
+// drifted would silently fall back to the plain contract.
 static_assert(idem::AbandoningStore<idem::mysql::BoundStore>);
 static_assert(idem::RollbackOnlyStore<idem::mysql::BoundStore>);
 static_assert(idem::AttemptCountingStore<idem::mysql::BoundStore>);

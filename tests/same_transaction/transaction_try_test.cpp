@@ -1,6 +1,6 @@
-// One try of a with_transaction (idem/same_transaction/transaction_try.hpp), on a transaction that only
-// writes down what it was asked: how the try ends as its ledger says, and the writes that
-// wait for its ROLLBACK.
+// One try of a with_transaction (idem/same_transaction/transaction_try.hpp), on a transaction that
+// only writes down what it was asked: how the try ends as its ledger says, and the writes that wait
+// for its ROLLBACK.
 #include <catch2/catch.hpp>
 
 #include <stdexcept>

@@ -21,8 +21,8 @@ using idem_test::insert_business_row;
 using idem_test::RawConnection;
 using idem_test::TempDir;
 
-// The optional operations these tests rely on (idem/optional_operations.hpp): a signature that drifted would
-// silently fall back to the plain contract.
+// The optional operations these tests rely on (idem/optional_operations.hpp): a signature that
+// drifted would silently fall back to the plain contract.
 static_assert(idem::AbandoningStore<idem::sqlite::BoundStore>);
 static_assert(idem::RollbackOnlyStore<idem::sqlite::BoundStore>);
 static_assert(idem::AttemptCountingStore<idem::sqlite::BoundStore>);

@@ -1,6 +1,7 @@
-// idem::sqlite::Transaction (idem/sqlite/transaction.hpp, idem/same_transaction/own_transaction.hpp): one
-// transaction on the application's own sqlite3* as an object. It begins, is the store the
-// guards claim through, and commits only what with_transaction's try would commit.
+// idem::sqlite::Transaction (idem/sqlite/transaction.hpp,
+// idem/same_transaction/own_transaction.hpp): one transaction on the application's own sqlite3* as
+// an object. It begins, is the store the guards claim through, and commits only what
+// with_transaction's try would commit.
 #include <sqlite3.h>
 
 #include <atomic>

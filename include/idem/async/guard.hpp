@@ -1,6 +1,7 @@
 #pragma once
-// idem::async::IdempotencyGuard: claim -> execute -> record in a coroutine, as idem::IdempotencyGuard
-// (idem/guard.hpp) does it in a thread, with the same verdicts, reports and errors.
+// idem::async::IdempotencyGuard: claim -> execute -> record in a coroutine, as
+// idem::IdempotencyGuard (idem/guard.hpp) does it in a thread, with the same verdicts, reports and
+// errors.
 //
 //   auto guard = co_await idem::async::IdempotencyGuard<Store>::claim(store, key, fp, options);
 //   if (guard.acquired()) {

@@ -11,7 +11,8 @@
 //     using Connection = ...;
 //     net::awaitable<std::unique_ptr<Connection>> open();                  // throws StoreError
 //     // ping, roll back, reopen (replacing the connection)...
-//     net::awaitable<void> ready(std::unique_ptr<Connection>&, Duration idle_for, ConnectionPurpose);
+//     net::awaitable<void> ready(std::unique_ptr<Connection>&, Duration idle_for,
+//                                ConnectionPurpose);
 //     bool reusable(const Connection&) noexcept;  // healthy? (no I/O: ready() cleans up)
 //     std::string where() const;                  // for the "no connection free" error
 //   };

@@ -1,8 +1,8 @@
 #pragma once
-// idem::async::StoreSkeleton: the store skeleton of idem/backend/store_skeleton.hpp for coroutines. It
-// runs the same steps (idem/backend/steps.hpp: the claim's rounds, the finish that reconciles a
-// lost reply, the judging of a failed try) with co_await where the blocking skeleton calls,
-// and waits between tries on a timer. A backend provides its coroutine statements:
+// idem::async::StoreSkeleton: the store skeleton of idem/backend/store_skeleton.hpp for coroutines.
+// It runs the same steps (idem/backend/steps.hpp: the claim's rounds, the finish that reconciles a
+// lost reply, the judging of a failed try) with co_await where the blocking skeleton calls, and
+// waits between tries on a timer. A backend provides its coroutine statements:
 //
 //   struct Backend {
 //     using Connection = ...;  // a non-blocking connection

@@ -1,12 +1,13 @@
 #pragma once
-// idem::backend::BasicPool: a bounded, thread-safe pool of connections handed out as RAII handles, for
-// any backend. The backend's driver says how to open a connection, how to make a pooled one
+// idem::backend::BasicPool: a bounded, thread-safe pool of connections handed out as RAII handles,
+// for any backend. The backend's driver says how to open a connection, how to make a pooled one
 // ready before it is handed out, and whether a returned one may be pooled again:
 //
 //   struct Driver {
 //     using Connection = ...;
-//     std::unique_ptr<Connection> open();                 // throws StoreError
-//     void ready(Connection&, Duration idle_for, ConnectionPurpose);  // ping, reopen; throws StoreError
+//     std::unique_ptr<Connection> open();  // throws StoreError
+//     // Pings or reopens a pooled connection before it is handed out; throws StoreError.
+//     void ready(Connection&, Duration idle_for, ConnectionPurpose);
 //     bool reusable(Connection&) noexcept;  // cleaned (rolled back) and healthy?
 //     std::string where() const;            // for the "no connection free" error
 //   };

@@ -14,7 +14,8 @@
 //     static FailureKind classify(const StoreError&);   // the backend's error classification
 //   };
 //
-// Ops, on one connection (`bound`: inside the caller's transaction, see sql_store.hpp):
+// Ops, on one connection (`bound`: inside the caller's transaction, see
+// idem/same_transaction/bound_sql_store.hpp):
 //   std::optional<Record> insert(c, key, fp, options, token, bound)  the fresh claim written,
 //                                                                   or nullopt: the key exists
 //   std::optional<RecordRead> read(c, key, bound)                    the row and the store's now

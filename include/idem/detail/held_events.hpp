@@ -1,8 +1,8 @@
 #pragma once
-// The events of one with_transaction try, held until the try ends (idem/same_transaction/claim_ledger.hpp
-// owns them). A try rolled back and run again would otherwise report its claim and its result
-// twice: a record-last claim superseded at COMMIT was counted acquired and committed though
-// the transaction that held its record rolled back.
+// The events of one with_transaction try, held until the try ends
+// (idem/same_transaction/claim_ledger.hpp owns them). A try rolled back and run again would
+// otherwise report its claim and its result twice: a record-last claim superseded at COMMIT was
+// counted acquired and committed though the transaction that held its record rolled back.
 
 #include <chrono>
 #include <cstdint>

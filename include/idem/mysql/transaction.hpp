@@ -82,7 +82,8 @@ concept lends_connection = ConnectionLender<L>;
 
 namespace detail {
 
-// A try on one of idem's connections or a borrowed one (see idem/same_transaction/transaction_try.hpp).
+// A try on one of idem's connections or a borrowed one (see
+// idem/same_transaction/transaction_try.hpp).
 struct ConnectionTry {
   Connection& c;
   const void* handle() const noexcept { return c.native(); }
@@ -109,9 +110,9 @@ std::invoke_result_t<F&, Connection&> run_try(Connection& c, F& body,
 
 }  // namespace detail
 
-// One transaction on the service's own MYSQL*, as an object (idem/same_transaction/own_transaction.hpp):
-// made, it runs START TRANSACTION unless a transaction is open; commit() commits it or rolls
-// it back as its claims say; destroyed before, it rolls back.
+// One transaction on the service's own MYSQL*, as an object
+// (idem/same_transaction/own_transaction.hpp): made, it runs START TRANSACTION unless a transaction
+// is open; commit() commits it or rolls it back as its claims say; destroyed before, it rolls back.
 //
 //   idem::mysql::Transaction tx(store, mysql);
 //   const auto out = idem::run_once(tx, key, fp, [&] { ...business writes on mysql...; });

@@ -1,8 +1,8 @@
 #pragma once
-// idem::redis::Pool: idem::backend::BasicPool (idem/backend/pool.hpp, which says how it bounds, waits
-// and fails) over Redis connections. A connection idle longer than ping_after_idle is pinged
-// before it is handed out, and a broken one (CLIENT KILL, a server restart, a timeout) is
-// opened again, so the pool recovers from a server restart without restarting the process.
+// idem::redis::Pool: idem::backend::BasicPool (idem/backend/pool.hpp, which says how it bounds,
+// waits and fails) over Redis connections. A connection idle longer than ping_after_idle is pinged
+// before it is handed out, and a broken one (CLIENT KILL, a server restart, a timeout) is opened
+// again, so the pool recovers from a server restart without restarting the process.
 
 #include <chrono>
 #include <cstddef>

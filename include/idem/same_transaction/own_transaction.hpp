@@ -1,8 +1,8 @@
 #pragma once
-// idem::same_transaction::OwnTransaction: one transaction on the service's own connection, as an object (in the
-// manner of libpqxx's `work`). Made, it begins a transaction unless one is open on the handle;
-// it is the bound store the transaction's guards claim through; commit() ends it as a try of
-// with_transaction ends; destroyed before that, it rolls back. The SQL backends name it
+// idem::same_transaction::OwnTransaction: one transaction on the service's own connection, as an
+// object (in the manner of libpqxx's `work`). Made, it begins a transaction unless one is open on
+// the handle; it is the bound store the transaction's guards claim through; commit() ends it as a
+// try of with_transaction ends; destroyed before that, it rolls back. The SQL backends name it
 // idem::mysql::Transaction and idem::sqlite::Transaction:
 //
 //   idem::mysql::Transaction tx(store, mysql);  // START TRANSACTION on the service's MYSQL*
@@ -41,8 +41,8 @@ struct OwnLedger {
   ClaimLedger ledger;
 };
 
-// Backend: as BoundSqlStore's (idem/same_transaction/bound_sql_store.hpp). Tx: how to begin, commit and roll
-// back on the bound Connection (see same_transaction::run_try), made as Tx{connection}.
+// Backend: as BoundSqlStore's (idem/same_transaction/bound_sql_store.hpp). Tx: how to begin, commit
+// and roll back on the bound Connection (see same_transaction::run_try), made as Tx{connection}.
 template <class Backend, class Tx>
 class OwnTransaction : private same_transaction::OwnLedger, public BoundSqlStore<Backend> {
   using Bound = BoundSqlStore<Backend>;

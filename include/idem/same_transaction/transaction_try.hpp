@@ -1,7 +1,7 @@
 #pragma once
-// One try of a with_transaction (idem::mysql, idem::sqlite): how it ends, as the claims made
-// inside it say (idem/same_transaction/claim_ledger.hpp), and what its failure reports. Each backend
-// says how to begin, commit and roll back on its handle; the rule lives here once.
+// One try of a with_transaction (idem::mysql, idem::sqlite): how it ends, as the claims made inside
+// it say (idem/same_transaction/claim_ledger.hpp), and what its failure reports. Each backend says
+// how to begin, commit and roll back on its handle; the rule lives here once.
 
 #include <chrono>
 #include <exception>

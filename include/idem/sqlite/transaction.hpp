@@ -95,8 +95,8 @@ std::invoke_result_t<Fn&> in_transaction(sqlite3* db, idem::same_transaction::Tr
 
 }  // namespace detail
 
-// One transaction on your own sqlite3*, as an object (idem/same_transaction/own_transaction.hpp): made,
-// it runs BEGIN IMMEDIATE unless a transaction is open; commit() commits it or rolls it back
+// One transaction on your own sqlite3*, as an object (idem/same_transaction/own_transaction.hpp):
+// made, it runs BEGIN IMMEDIATE unless a transaction is open; commit() commits it or rolls it back
 // as its claims say; destroyed before, it rolls back.
 //
 //   idem::sqlite::Transaction tx(store, db);

@@ -1,6 +1,7 @@
 #pragma once
-// Deprecated: moved to idem/same_transaction/own_transaction.hpp (namespace idem::same_transaction). This path forwards there for one release (see
-// docs/changes.md) and will then be removed; include the new header.
+// Deprecated: moved to idem/same_transaction/own_transaction.hpp (namespace
+// idem::same_transaction). This path forwards there for one release (see docs/changes.md) and will
+// then be removed; include the new header.
 
 #include "idem/same_transaction/own_transaction.hpp"
 

@@ -1,6 +1,7 @@
 #pragma once
-// Deprecated: moved to idem/backend/pool.hpp (namespace idem::backend) and idem/pool_params.hpp. This path forwards there for one release (see
-// docs/changes.md) and will then be removed; include the new header.
+// Deprecated: moved to idem/backend/pool.hpp (namespace idem::backend) and idem/pool_params.hpp.
+// This path forwards there for one release (see docs/changes.md) and will then be removed; include
+// the new header.
 
 #include "idem/backend/pool.hpp"
 #include "idem/pool_params.hpp"

@@ -1,6 +1,7 @@
 #pragma once
-// Deprecated: moved to idem/backend/store_skeleton.hpp (namespace idem::backend). This path forwards there for one release (see
-// docs/changes.md) and will then be removed; include the new header.
+// Deprecated: moved to idem/backend/store_skeleton.hpp (namespace idem::backend). This path
+// forwards there for one release (see docs/changes.md) and will then be removed; include the new
+// header.
 
 #include "idem/backend/store_skeleton.hpp"
 

@@ -1,6 +1,6 @@
 #pragma once
-// Deprecated: moved to idem/backend/steps.hpp (namespace idem::backend). This path forwards there for one release (see
-// docs/changes.md) and will then be removed; include the new header.
+// Deprecated: moved to idem/backend/steps.hpp (namespace idem::backend). This path forwards there
+// for one release (see docs/changes.md) and will then be removed; include the new header.
 
 #include "idem/backend/steps.hpp"
 

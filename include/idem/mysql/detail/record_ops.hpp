@@ -50,11 +50,11 @@ namespace idem::mysql {
 
 namespace detail {
 
-// The record operations on one connection, shared by both modes (see idem/backend/store_skeleton.hpp).
-// `bound` reads with LOCK IN SHARE MODE: inside a caller's transaction a plain read could
-// return an old snapshot, and an exclusive lock would deadlock the duplicates that all hold
-// the shared lock their failed INSERT took (the S-then-X upgrade deadlock of concurrent
-// inserts on a unique key).
+// The record operations on one connection, shared by both modes (see
+// idem/backend/store_skeleton.hpp). `bound` reads with LOCK IN SHARE MODE: inside a caller's
+// transaction a plain read could return an old snapshot, and an exclusive lock would deadlock the
+// duplicates that all hold the shared lock their failed INSERT took (the S-then-X upgrade deadlock
+// of concurrent inserts on a unique key).
 class RecordOps {
  public:
   static constexpr std::size_t max_batch_rows = detail::max_batch_rows;
@@ -291,7 +291,8 @@ class RecordOps {
   bool returning_;
 };
 
-// idem::mysql for the store skeleton (idem/backend/store_skeleton.hpp, idem/same_transaction/bound_sql_store.hpp).
+// idem::mysql for the store skeleton (idem/backend/store_skeleton.hpp,
+// idem/same_transaction/bound_sql_store.hpp).
 struct Backend : backend::BackendTypes<mysql::Connection, MYSQL, mysql::Pool, RecordOps> {
   static constexpr std::string_view name = "idem::mysql";
   // A duplicate's wait would hold the shared row lock of its reads until the transaction ends

@@ -48,8 +48,8 @@ namespace idem::sqlite {
 namespace detail {
 
 // The record operations on one connection, shared by both modes (see
-// idem/same_transaction/bound_sql_store.hpp). Inside a write transaction SQLite reads the latest committed
-// state, so `bound` changes nothing here.
+// idem/same_transaction/bound_sql_store.hpp). Inside a write transaction SQLite reads the latest
+// committed state, so `bound` changes nothing here.
 class RecordOps {
  public:
   RecordOps(const TableName& table, std::function<TimePoint()> clock)
@@ -188,7 +188,8 @@ class RecordOps {
   std::function<TimePoint()> clock_;
 };
 
-// idem::sqlite for the store skeleton (idem/backend/store_skeleton.hpp, idem/same_transaction/bound_sql_store.hpp).
+// idem::sqlite for the store skeleton (idem/backend/store_skeleton.hpp,
+// idem/same_transaction/bound_sql_store.hpp).
 struct Backend : backend::BackendTypes<sqlite::Connection, sqlite3, sqlite::Pool, RecordOps> {
   static constexpr std::string_view name = "idem::sqlite";
   static constexpr bool bound_supports_wait = true;
