@@ -23,16 +23,6 @@
 
 namespace idem {
 
-namespace detail {
-
-inline void validate_batch(std::span<const ClaimRequest> requests, const Options& options) {
-  validate(options);
-  for (const ClaimRequest& r : requests)
-    check_fingerprint(r.fingerprint);
-}
-
-}  // namespace detail
-
 template <Store S>
 std::vector<ClaimResult> claim_batch(S& store, std::span<const ClaimRequest> requests,
                                      const Options& options = {}) {

@@ -161,10 +161,10 @@ class MemoryStore {
     for (const Shard& shard : shards_) {
       std::lock_guard lock(shard.mutex);
       for (const auto& [key, r] : shard.records)
-        if (matches(query, r, now)) found.push_back(r);
+        if (backend::matches(query, r, now)) found.push_back(r);
     }
     const auto before = [&](const Record& a, const Record& b) {
-      return listed_before(query, a, b);
+      return backend::listed_before(query, a, b);
     };
     const std::size_t n = std::min(query.limit, found.size());
     std::partial_sort(found.begin(), found.begin() + static_cast<std::ptrdiff_t>(n), found.end(),
@@ -178,7 +178,7 @@ class MemoryStore {
     for (const Shard& shard : shards_) {
       std::lock_guard lock(shard.mutex);
       for (const auto& [key, r] : shard.records)
-        tally(stats, r);
+        backend::tally(stats, r);
     }
     return stats;
   }

@@ -10,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include "idem/backend/record_rules.hpp"
 #include "idem/clock.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
@@ -49,21 +48,6 @@ inline void validate(const RecordQuery& q) {
     throw InvalidArgument("idem::RecordQuery: not_updated_for must not be negative");
   }
   if (!q.biz_type.empty()) detail::validate_biz_type(q.biz_type);
-}
-
-// Whether `r` answers `q` at `now` (a store that filters in memory applies this; an SQL store
-// says the same in its WHERE clause).
-inline bool matches(const RecordQuery& q, const Record& r, TimePoint now) {
-  if (q.stale && !backend::is_stale(r, now)) return false;
-  if (q.status && r.status != *q.status) return false;
-  if (!q.biz_type.empty() && r.key.biz_type() != q.biz_type) return false;
-  if (q.not_updated_for && r.updated_at > now - *q.not_updated_for) return false;
-  return true;
-}
-
-// The order list() answers in: stale claims by lease, everything else by last update.
-inline bool listed_before(const RecordQuery& q, const Record& a, const Record& b) {
-  return q.stale ? a.lease_until < b.lease_until : a.updated_at < b.updated_at;
 }
 
 }  // namespace idem

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "idem/backend/record_rules.hpp"
 #include "idem/clock.hpp"
 #include "idem/record.hpp"
 #include "idem/status.hpp"
@@ -50,26 +49,5 @@ struct RecordStats {
     return n;
   }
 };
-
-// Adds `r` to `stats` as judged at stats.now (a store that counts in memory applies this; an
-// SQL store says the same in its queries). Keeps `counts` ordered by biz_type, then status.
-inline void tally(RecordStats& stats, const Record& r) {
-  auto at = stats.counts.begin();
-  while (at != stats.counts.end() && (at->biz_type < r.key.biz_type() ||
-                                      (at->biz_type == r.key.biz_type() && at->status < r.status)))
-    ++at;
-  if (at != stats.counts.end() && at->biz_type == r.key.biz_type() && at->status == r.status) {
-    ++at->records;
-  } else {
-    stats.counts.insert(
-        at, RecordCount{.biz_type = r.key.biz_type(), .status = r.status, .records = 1});
-  }
-  if (backend::is_expired(r, stats.now)) ++stats.purge_backlog;
-  if (backend::is_stale(r, stats.now)) {
-    ++stats.stale_claims;
-    if (!stats.oldest_stale_lease || r.lease_until < *stats.oldest_stale_lease)
-      stats.oldest_stale_lease = r.lease_until;
-  }
-}
 
 }  // namespace idem

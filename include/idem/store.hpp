@@ -47,9 +47,11 @@
 #include <concepts>
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
+#include "idem/detail/checks.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
@@ -75,6 +77,17 @@ struct ClaimRequest {
   Key key;
   std::string fingerprint;  // as for Store::claim; empty opts out of the payload check
 };
+
+namespace detail {
+
+// What claim_batch checks before any write, whichever store claims the batch.
+inline void validate_batch(std::span<const ClaimRequest> requests, const Options& options) {
+  validate(options);
+  for (const ClaimRequest& r : requests)
+    check_fingerprint(r.fingerprint);
+}
+
+}  // namespace detail
 
 template <class S>
 concept Store = requires(S& store, const Key& key, std::string_view text, const Options& options,

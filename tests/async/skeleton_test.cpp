@@ -148,9 +148,9 @@ struct Ops {
     co_return scripted("list", [&] {
       std::vector<idem::Record> found;
       for (const auto& [key, r] : t->rows)
-        if (idem::matches(q, r, t->clock.now())) found.push_back(r);
+        if (idem::backend::matches(q, r, t->clock.now())) found.push_back(r);
       std::sort(found.begin(), found.end(), [&](const idem::Record& a, const idem::Record& b) {
-        return idem::listed_before(q, a, b);
+        return idem::backend::listed_before(q, a, b);
       });
       if (found.size() > q.limit)
         found.erase(found.begin() + static_cast<std::ptrdiff_t>(q.limit), found.end());

@@ -1,16 +1,18 @@
-// idem::RecordStats and tally(): the counts a store's stats() answers, judged with the rules of
+// idem::RecordStats and backend::tally(): the counts a store's stats() answers, judged with the rules of
 // idem/backend/record_rules.hpp (the stores themselves: the conformance case "stats counts ...").
 #include <chrono>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <idem/backend/record_rules.hpp>
 #include <idem/options.hpp>
 #include <idem/record_stats.hpp>
 
 namespace {
 
 using idem::Status;
+using idem::backend::tally;
 using namespace std::chrono_literals;
 
 const idem::TimePoint counted_at{idem::Duration{1'700'000'000'000}};

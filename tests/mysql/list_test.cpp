@@ -1,5 +1,5 @@
-// list() (idem/record_query.hpp) on MariaDB: the filter of matches() and the order of
-// listed_before(), judged at the server's time, checked against those functions over every
+// list() (idem/record_query.hpp) on MariaDB: the filter of backend::matches() and the order of
+// backend::listed_before(), judged at the server's time, checked against those functions over every
 // row; and the index the server walks for the resolver's two questions.
 #include <algorithm>
 #include <chrono>
@@ -66,9 +66,9 @@ std::vector<std::string> expected(Table& t, const RecordQuery& q) {
     all.push_back(*t.store.find(idem::Key{r.biz, r.id}));
   std::vector<idem::Record> found;
   for (const auto& r : all)
-    if (idem::matches(q, r, now)) found.push_back(r);
+    if (idem::backend::matches(q, r, now)) found.push_back(r);
   std::sort(found.begin(), found.end(),
-            [&](const auto& a, const auto& b) { return idem::listed_before(q, a, b); });
+            [&](const auto& a, const auto& b) { return idem::backend::listed_before(q, a, b); });
   std::vector<std::string> ids;
   for (const auto& r : found)
     if (ids.size() < q.limit) ids.push_back(r.key.id());

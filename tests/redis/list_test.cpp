@@ -78,10 +78,10 @@ void check_list(idem::redis::Store& store, const Population& p, const idem::Reco
   std::vector<idem::Record> expected;
   for (const idem::Key& k : p.keys) {
     const auto r = store.find(k);
-    if (r && idem::matches(q, *r, now)) expected.push_back(*r);
+    if (r && idem::backend::matches(q, *r, now)) expected.push_back(*r);
   }
   std::sort(expected.begin(), expected.end(),
-            [&](const auto& a, const auto& b) { return idem::listed_before(q, a, b); });
+            [&](const auto& a, const auto& b) { return idem::backend::listed_before(q, a, b); });
   const auto key_of = [&](const idem::Record& r) { return q.stale ? r.lease_until : r.updated_at; };
   INFO("stale " << q.stale << ", status " << (q.status ? int(*q.status) : -1) << ", biz_type "
                 << q.biz_type << ", limit " << q.limit);

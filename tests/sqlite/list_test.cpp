@@ -1,5 +1,5 @@
 // list() on idem::sqlite: stale claims, outcome_unknown records, by biz_type, limit and order;
-// the same answers as MemoryStore (record_query.hpp's matches() and listed_before()) after a
+// the same answers as MemoryStore (backend/record_rules.hpp's matches() and listed_before()) after a
 // random history; and the stale query on the (status, lease_until) index.
 #include <algorithm>
 #include <chrono>

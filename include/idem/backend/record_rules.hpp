@@ -22,6 +22,8 @@
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/record_stats.hpp"
 #include "idem/repair.hpp"
 #include "idem/status.hpp"
 #include "idem/ticket.hpp"
@@ -307,6 +309,45 @@ inline LeaseLost lease_lost(std::string_view who, const Key& key, const Ticket& 
       fmt::format("{}: the claim on {}/{} (fence {}) is no longer held; the record was taken "
                   "over, released or purged",
                   who, key.biz_type(), detail::printable(key.id()), t.fence));
+}
+
+// In-memory counting and filtering, for a store that counts (stats) or lists (list) its
+// records in memory; an SQL store says the same in its queries.
+
+// Whether `r` answers `q` at `now` (a store that filters in memory applies this; an SQL store
+// says the same in its WHERE clause).
+inline bool matches(const RecordQuery& q, const Record& r, TimePoint now) {
+  if (q.stale && !is_stale(r, now)) return false;
+  if (q.status && r.status != *q.status) return false;
+  if (!q.biz_type.empty() && r.key.biz_type() != q.biz_type) return false;
+  if (q.not_updated_for && r.updated_at > now - *q.not_updated_for) return false;
+  return true;
+}
+
+// The order list() answers in: stale claims by lease, everything else by last update.
+inline bool listed_before(const RecordQuery& q, const Record& a, const Record& b) {
+  return q.stale ? a.lease_until < b.lease_until : a.updated_at < b.updated_at;
+}
+
+// Adds `r` to `stats` as judged at stats.now (a store that counts in memory applies this; an
+// SQL store says the same in its queries). Keeps `counts` ordered by biz_type, then status.
+inline void tally(RecordStats& stats, const Record& r) {
+  auto at = stats.counts.begin();
+  while (at != stats.counts.end() && (at->biz_type < r.key.biz_type() ||
+                                      (at->biz_type == r.key.biz_type() && at->status < r.status)))
+    ++at;
+  if (at != stats.counts.end() && at->biz_type == r.key.biz_type() && at->status == r.status) {
+    ++at->records;
+  } else {
+    stats.counts.insert(
+        at, RecordCount{.biz_type = r.key.biz_type(), .status = r.status, .records = 1});
+  }
+  if (is_expired(r, stats.now)) ++stats.purge_backlog;
+  if (is_stale(r, stats.now)) {
+    ++stats.stale_claims;
+    if (!stats.oldest_stale_lease || r.lease_until < *stats.oldest_stale_lease)
+      stats.oldest_stale_lease = r.lease_until;
+  }
 }
 
 }  // namespace idem::backend

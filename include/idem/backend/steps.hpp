@@ -14,13 +14,14 @@
 #include <fmt/format.h>
 
 #include "idem/backend/record_rules.hpp"
+#include "idem/backend/retry_loop.hpp"
 #include "idem/detail/recovery_points.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/repair.hpp"
-#include "idem/retry.hpp"
+#include "idem/retry_policy.hpp"
 #include "idem/status.hpp"
 #include "idem/store.hpp"
 #include "idem/ticket.hpp"

@@ -55,8 +55,8 @@
 
 #include "idem/backend/housekeeping.hpp"
 #include "idem/backend/record_rules.hpp"
+#include "idem/backend/retry_loop.hpp"
 #include "idem/backend/steps.hpp"
-#include "idem/batch.hpp"
 #include "idem/detail/checks.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
@@ -66,7 +66,7 @@
 #include "idem/record_query.hpp"
 #include "idem/record_stats.hpp"
 #include "idem/repair.hpp"
-#include "idem/retry.hpp"
+#include "idem/retry_policy.hpp"
 #include "idem/same_transaction/claim_ledger.hpp"
 #include "idem/store.hpp"
 #include "idem/ticket.hpp"

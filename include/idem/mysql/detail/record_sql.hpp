@@ -233,7 +233,7 @@ inline RecordSql make_record_sql(const std::string& t) {
   return s;
 }
 
-// The SELECT of list(): the filter of record_query.hpp's matches() and the order of its
+// The SELECT of list(): the filter of backend/record_rules.hpp's matches() and the order of its
 // listed_before(), judged at the server's UTC_TIMESTAMP(3). Stale claims walk idx_stale
 // (status, lease_until) in lease order; a status, that index's prefix. Its values:
 // list_values().

@@ -345,7 +345,7 @@ class RecordOps {
             if (!dated) stats.now = TimePoint{Duration{r[0].integer()}};
             dated = true;
             if (r.size() < 3) continue;  // gone since the index named it
-            tally(stats, decode_record(Layout::key_of(members[i]), r[1]));
+            backend::tally(stats, decode_record(Layout::key_of(members[i]), r[1]));
             bytes += static_cast<std::uint64_t>(r[2].integer());
           }
           members.clear();
@@ -378,7 +378,7 @@ class RecordOps {
   };
 
   // Index pages (each bucket's, pipelined: one round trip per node, so every master of a
-  // cluster) and then the records they name (pipelined), kept by matches() at the server's
+  // cluster) and then the records they name (pipelined), kept by backend::matches() at the server's
   // now of their read. A bucket is read further only while its pages came full and could
   // still hold a record before the last of the best `limit` found so far.
   std::vector<Record> list_ordered(Connection& c, const RecordQuery& q,
@@ -498,10 +498,12 @@ class RecordOps {
       const Reply& r = records[i];
       if (r.size() < 2) continue;  // gone since the index named it
       Record rec = decode_record(Layout::key_of(got.members[i]), r[1]);
-      if (matches(q, rec, TimePoint{Duration{r[0].integer()}})) found.push_back(std::move(rec));
+      if (backend::matches(q, rec, TimePoint{Duration{r[0].integer()}}))
+        found.push_back(std::move(rec));
     }
-    std::stable_sort(found.begin(), found.end(),
-                     [&](const Record& a, const Record& b) { return listed_before(q, a, b); });
+    std::stable_sort(found.begin(), found.end(), [&](const Record& a, const Record& b) {
+      return backend::listed_before(q, a, b);
+    });
     std::unordered_set<Key> kept;
     std::vector<Record> best;
     for (Record& r : found) {

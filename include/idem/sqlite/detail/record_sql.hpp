@@ -128,7 +128,7 @@ inline RecordSql make_record_sql(const TableName& name) {
 }
 
 // The SELECT of list() for `q` (validated) and its parameters, in the filter and order of
-// idem/record_query.hpp's matches() and listed_before(): stale claims through the
+// idem/backend/record_rules.hpp's matches() and listed_before(): stale claims through the
 // (status, lease_until) index in lease order, a status through the same index, by last update.
 // `params` receives the values; the strings it points to must outlive the query.
 inline std::string list_sql(const TableName& name, const RecordQuery& q, TimePoint now,
