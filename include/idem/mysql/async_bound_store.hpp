@@ -78,12 +78,11 @@ class BasicAsyncBoundStore {
 
   // Throws LeaseLost when the claim is no longer held.
   net::awaitable<void> complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
-    co_await record(key, ticket, snapshot, Status::succeeded, false, Ledger::State::succeeded);
+    co_await record(key, ticket, snapshot, Status::succeeded, false);
   }
   net::awaitable<void> fail(const Key& key, const Ticket& ticket, std::string_view error,
                             bool retryable) {
-    co_await record(key, ticket, error, Status::failed, retryable,
-                    retryable ? Ledger::State::retryable : Ledger::State::failed);
+    co_await record(key, ticket, error, Status::failed, retryable);
   }
   // As BoundStore::abandon: noted first, so that even a failed write leaves the transaction
   // uncommittable.
@@ -156,12 +155,7 @@ class BasicAsyncBoundStore {
 
   // As BoundStore's.
   bool committable() const noexcept { return ledger_->committable(); }
-  void check_committable() const {
-    if (!committable()) {
-      throw UsageError(
-          fmt::format("idem::mysql: do not commit this transaction: {}", ledger_->why()));
-    }
-  }
+  void check_committable() const { ledger_->check_committable("idem::mysql"); }
   void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
   // As BoundStore's: in with_transaction's try, events are held until the try ends.
   Observer* observer_for(Observer* requested) { return ledger_->held(requested); }
@@ -180,9 +174,9 @@ class BasicAsyncBoundStore {
   }
 
   net::awaitable<void> record(const Key& key, const Ticket& ticket, std::string_view snapshot,
-                              Status to, bool retryable, Ledger::State ended) {
+                              Status to, bool retryable) {
     co_await write(key, ticket, snapshot, to, retryable);
-    ledger_->ended(key, ticket, ended);
+    ledger_->ended(key, ticket, Ledger::finished_state(to, retryable));
   }
 
   const Ops* ops_;

@@ -150,12 +150,11 @@ class BoundSqlStore {
   // Throws LeaseLost when the claim is no longer held, and a retryable StoreError when a
   // record-last claim was superseded (the transaction must roll back and run again).
   void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
-    record(key, ticket, snapshot, Status::succeeded, false, Ledger::State::succeeded);
+    record(key, ticket, snapshot, Status::succeeded, false);
   }
 
   void fail(const Key& key, const Ticket& ticket, std::string_view error, bool retryable) {
-    record(key, ticket, error, Status::failed, retryable,
-           retryable ? Ledger::State::retryable : Ledger::State::failed);
+    record(key, ticket, error, Status::failed, retryable);
   }
 
   // What an IdempotencyGuard destroyed without a result calls: noted as abandoned (before
@@ -257,12 +256,7 @@ class BoundSqlStore {
   // after a superseded record-last claim (roll back and run the transaction again).
   bool committable() const noexcept { return ledger_->committable(); }
   // Throws UsageError naming the claim that forbids the commit; call it before your COMMIT.
-  void check_committable() const {
-    if (!committable()) {
-      throw UsageError(
-          fmt::format("{}: do not commit this transaction: {}", Backend::name, ledger_->why()));
-    }
-  }
+  void check_committable() const { ledger_->check_committable(Backend::name); }
   // Marks the transaction as one to roll back whatever its claims say (see ClaimLedger).
   void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
   // Runs f once with_transaction's try that this store is bound in has committed, and answers
@@ -438,11 +432,11 @@ class BoundSqlStore {
   }
 
   void record(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
-              bool retryable, Ledger::State ended) {
+              bool retryable) {
     if (write(key, ticket, snapshot, to, retryable) == Written::superseded) {
       throw ledger_->superseded_error(Backend::name);
     }
-    ledger_->ended(key, ticket, ended);
+    ledger_->ended(key, ticket, Ledger::finished_state(to, retryable));
   }
 
   const Ops* ops_;

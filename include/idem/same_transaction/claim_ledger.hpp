@@ -28,6 +28,7 @@
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
 #include "idem/options.hpp"
+#include "idem/status.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::same_transaction {
@@ -196,6 +197,20 @@ class ClaimLedger {
   }
 
   bool committable() const noexcept { return ending() == Ending::commit; }
+  // Throws UsageError, naming the claim that forbids the commit (why()), unless committable();
+  // `who` names the bound store ("idem::mysql").
+  void check_committable(std::string_view who) const {
+    if (!committable()) {
+      throw UsageError(fmt::format("{}: do not commit this transaction: {}", who, why()));
+    }
+  }
+
+  // How a claim ended whose result was written as `to` (complete: succeeded; fail: failed,
+  // retryable or not).
+  static State finished_state(Status to, bool retryable) noexcept {
+    if (to == Status::succeeded) return State::succeeded;
+    return retryable ? State::retryable : State::failed;
+  }
 
   // Why the transaction must not commit, naming the claim; empty when it may.
   std::string why() const {
