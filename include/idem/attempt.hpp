@@ -30,7 +30,7 @@
 #include <utility>
 
 #include "idem/backend/record_rules.hpp"
-#include "idem/detail/guard_state.hpp"
+#include "idem/guard_state.hpp"
 #include "idem/detail/recovery_points.hpp"
 #include "idem/detail/snapshot.hpp"
 #include "idem/fingerprint.hpp"

@@ -6,7 +6,10 @@
 
 #include <idem/async/guard.hpp>
 #include <idem/async/inline_store.hpp>
+#include <idem/async/pool.hpp>
+#include <idem/async/skeleton.hpp>
 #include <idem/memory_store.hpp>
+#include <idem/mysql/async_store.hpp>
 #include <idem/mysql/execute.hpp>
 #include <idem/mysql/store.hpp>
 #include <idem/mysql/transaction.hpp>
@@ -41,6 +44,10 @@ static_assert(std::is_same_v<idem::StoreSkeleton<idem::mysql::detail::Backend>,
                              idem::backend::StoreSkeleton<idem::mysql::detail::Backend>>);
 static_assert(std::is_same_v<idem::BasicPool<idem::sqlite::detail::PoolDriver>,
                              idem::backend::BasicPool<idem::sqlite::detail::PoolDriver>>);
+static_assert(std::is_same_v<idem::async::StoreSkeleton<idem::mysql::detail::AsyncBackend>,
+                             idem::backend::AsyncStoreSkeleton<idem::mysql::detail::AsyncBackend>>);
+static_assert(std::is_same_v<idem::async::BasicPool<idem::mysql::detail::AsyncPoolDriver>,
+                             idem::backend::AsyncBasicPool<idem::mysql::detail::AsyncPoolDriver>>);
 static_assert(
     std::is_same_v<idem::BoundSqlStore<idem::sqlite::detail::Backend>, idem::sqlite::BoundStore>);
 static_assert(std::is_same_v<idem::OwnTransaction<idem::mysql::detail::Backend,

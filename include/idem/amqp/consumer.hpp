@@ -49,7 +49,7 @@
 #include "idem/clock.hpp"
 #include "idem/consume.hpp"
 #include "idem/errors.hpp"
-#include "idem/retry.hpp"
+#include "idem/retry_policy.hpp"
 
 namespace idem::amqp {
 

@@ -29,7 +29,7 @@
 #include "idem/async/store.hpp"
 #include "idem/attempt.hpp"
 #include "idem/backend/record_rules.hpp"
-#include "idem/detail/guard_state.hpp"
+#include "idem/guard_state.hpp"
 #include "idem/detail/recovery_points.hpp"
 #include "idem/detail/snapshot.hpp"
 #include "idem/key.hpp"

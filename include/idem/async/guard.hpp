@@ -36,7 +36,7 @@
 #include "idem/async/net.hpp"
 #include "idem/async/resolver.hpp"
 #include "idem/async/store.hpp"
-#include "idem/detail/guard_state.hpp"
+#include "idem/guard_state.hpp"
 #include "idem/detail/snapshot.hpp"
 #include "idem/errors.hpp"
 #include "idem/guard.hpp"

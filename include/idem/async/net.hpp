@@ -65,7 +65,7 @@ inline net::awaitable<void> sleep_for(Duration d) {
 namespace detail {
 
 // The coroutine driver of a retry loop (the blocking one is idem::backend::retrying,
-// idem/retry.hpp): co_awaits one_try() until it answers. When it throws a StoreError,
+// idem/backend/retry_loop.hpp): co_awaits one_try() until it answers. When it throws a StoreError,
 // failed(error) (called in the handler, so it may rethrow with `throw;`) ends the loop by
 // throwing or answers the pause, waited on a timer.
 template <class R, class Try, class Failed>

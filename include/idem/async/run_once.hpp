@@ -35,7 +35,7 @@
 #include "idem/async/guard.hpp"
 #include "idem/async/net.hpp"
 #include "idem/async/store.hpp"
-#include "idem/detail/guard_state.hpp"
+#include "idem/guard_state.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"

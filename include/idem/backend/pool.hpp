@@ -43,7 +43,7 @@ namespace idem::backend {
 // anything else gets the session as it was opened.
 enum class ConnectionPurpose { statements, transaction };
 
-// A connection handed out by a pool (this one, or idem::async::BasicPool): exclusively the
+// A connection handed out by a pool (this one, or AsyncBasicPool): exclusively the
 // holder's until the handle is destroyed, then given back to its pool.
 template <class Pool, class Connection>
 class PoolHandle {

@@ -4,7 +4,7 @@
 // idem/retry.hpp). Each is a small state machine that
 // says which statement to run next and takes that statement's answer; a driver runs the
 // statements. The blocking skeleton (idem/backend/store_skeleton.hpp) and the coroutine one
-// (idem/async/skeleton.hpp) are two such drivers, so both take every decision from here.
+// (idem/backend/async_store_skeleton.hpp) are two such drivers, so both take every decision from here.
 
 #include <optional>
 #include <string>

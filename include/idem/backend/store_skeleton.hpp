@@ -33,7 +33,7 @@
 //   std::vector<ClaimResult> claim_chunk(c, requests, tokens, options)
 //
 // The rules the skeleton applies come from idem/backend/record_rules.hpp, its algorithms from
-// idem/backend/steps.hpp (shared with the coroutine skeleton, idem/async/skeleton.hpp);
+// idem/backend/steps.hpp (shared with the coroutine skeleton, idem/backend/async_store_skeleton.hpp);
 // tests/backend/store_skeleton_test.cpp drives it through a scripted backend, without a server.
 
 #include <algorithm>

@@ -22,8 +22,8 @@
 #include <fmt/format.h>
 
 #include "idem/async/net.hpp"
-#include "idem/async/skeleton.hpp"
 #include "idem/async/store.hpp"
+#include "idem/backend/async_store_skeleton.hpp"
 #include "idem/backend/housekeeping.hpp"
 #include "idem/backend/record_rules.hpp"
 #include "idem/detail/checks.hpp"

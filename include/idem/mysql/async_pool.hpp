@@ -1,5 +1,5 @@
 #pragma once
-// idem::mysql::AsyncPool: AsyncConnections for coroutines (see idem::async::BasicPool and the
+// idem::mysql::AsyncPool: AsyncConnections for coroutines (see idem::backend::AsyncBasicPool and the
 // rules of idem::mysql::Pool, which hold here: lazily opened, pinged after ping_after_idle,
 // reopened when broken, a transaction left open rolled back, autocommit restored).
 
@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "idem/async/net.hpp"
-#include "idem/async/pool.hpp"
+#include "idem/backend/async_pool.hpp"
 #include "idem/backend/pool.hpp"
 #include "idem/clock.hpp"
 #include "idem/mysql/async_connection.hpp"
@@ -52,12 +52,12 @@ struct AsyncPoolDriver {
 
 }  // namespace detail
 
-class AsyncPool : public idem::async::BasicPool<detail::AsyncPoolDriver> {
+class AsyncPool : public idem::backend::AsyncBasicPool<detail::AsyncPoolDriver> {
  public:
   // Coroutines on any executor, of any thread, may share the pool.
   explicit AsyncPool(ConnectionParams params, PoolParams pool = {})
-      : BasicPool(detail::AsyncPoolDriver{std::move(params), pool.ping_after_idle}, pool.size,
-                  pool.acquire_timeout, "idem::mysql::AsyncPool") {}
+      : AsyncBasicPool(detail::AsyncPoolDriver{std::move(params), pool.ping_after_idle}, pool.size,
+                       pool.acquire_timeout, "idem::mysql::AsyncPool") {}
 
   const ConnectionParams& params() const noexcept { return driver().params; }
 };

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "idem/async/net.hpp"
-#include "idem/async/skeleton.hpp"
 #include "idem/async/store.hpp"
+#include "idem/backend/async_store_skeleton.hpp"
 #include "idem/backend/record_rules.hpp"
 #include "idem/backend/steps.hpp"
 #include "idem/detail/identifier.hpp"
@@ -180,7 +180,7 @@ inline net::awaitable<TableLayout> check_record_table(AsyncConnection& c, std::s
 
 namespace detail {
 
-// idem::mysql for the coroutine store skeleton (idem/async/skeleton.hpp).
+// idem::mysql for the coroutine store skeleton (idem/backend/async_store_skeleton.hpp).
 struct AsyncBackend {
   using Connection = AsyncConnection;
   using Pool = AsyncPool;
@@ -197,11 +197,11 @@ struct AsyncBackend {
 // idem/mysql/async_bound_store.hpp).
 using AsyncBoundStore = BasicAsyncBoundStore<detail::AsyncRecordOps>;
 
-class AsyncStore : public idem::async::StoreSkeleton<detail::AsyncBackend> {
+class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend> {
  public:
   // The store shares the pool. Same parameters as Store (bound_claim is not used).
   explicit AsyncStore(std::shared_ptr<AsyncPool> pool, StoreParams params = {})
-      : StoreSkeleton(
+      : AsyncStoreSkeleton(
             detail::AsyncRecordOps(detail::RecordOps(params.table, params.insert_returning)),
             params.retry),
         pool_(std::move(pool)),

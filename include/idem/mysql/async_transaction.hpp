@@ -29,7 +29,7 @@
 #include "idem/errors.hpp"
 #include "idem/mysql/async_pool.hpp"
 #include "idem/mysql/async_store.hpp"
-#include "idem/retry.hpp"
+#include "idem/retry_policy.hpp"
 #include "idem/same_transaction/claim_ledger.hpp"
 #include "idem/same_transaction/transaction_try.hpp"
 

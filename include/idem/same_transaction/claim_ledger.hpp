@@ -23,11 +23,11 @@
 
 #include <fmt/format.h>
 
-#include "idem/detail/held_events.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
 #include "idem/options.hpp"
+#include "idem/same_transaction/held_events.hpp"
 #include "idem/status.hpp"
 #include "idem/ticket.hpp"
 
@@ -126,7 +126,7 @@ class ClaimLedger {
   // The observer a guard on a store bound to this transaction reports to.
   Observer* held(Observer* observer) {
     if (!holding_ || observer == nullptr) return observer;
-    for (detail::HeldEvents& h : held_) {
+    for (HeldEvents& h : held_) {
       if (h.target() == observer || &h == observer) return &h;  // the latter: already held
     }
     return &held_.emplace_back(observer);
@@ -137,19 +137,19 @@ class ClaimLedger {
     for (auto& f : after_commit_)
       f();
     after_commit_.clear();
-    for (detail::HeldEvents& h : held_)
+    for (HeldEvents& h : held_)
       h.deliver(true);
   }
   // Called by the try's runner after it rolled back as the claims asked (Ending::roll_back),
   // or when the body's own exception ends the try: the answers stand, nothing was committed.
   void rolled_back() noexcept {
-    for (detail::HeldEvents& h : held_)
+    for (HeldEvents& h : held_)
       h.deliver(false);
   }
   // Called by the try's runner when a StoreError ends the try: with_transaction reports it
   // (transaction_retried, store_error), and the try's answers never reach anyone.
   void failed() noexcept {
-    for (detail::HeldEvents& h : held_)
+    for (HeldEvents& h : held_)
       h.drop();
   }
 
@@ -282,7 +282,7 @@ class ClaimLedger {
   std::vector<std::function<void()>> after_commit_;
   std::vector<std::function<void()>> after_rollback_;
   bool holding_ = false;
-  std::deque<detail::HeldEvents> held_;  // one per observer; a deque: the guards keep pointers
+  std::deque<HeldEvents> held_;  // one per observer; a deque: the guards keep pointers
 };
 
 // with_transaction registers the ledger of the try it runs on a handle (a MYSQL*, a

@@ -48,7 +48,7 @@
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
-#include "idem/retry.hpp"
+#include "idem/retry_policy.hpp"
 #include "idem/same_transaction/bound_sql_store.hpp"
 #include "idem/same_transaction/claim_ledger.hpp"
 #include "idem/sqlite/connection.hpp"

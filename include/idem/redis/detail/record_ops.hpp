@@ -39,7 +39,7 @@
 #include "idem/redis/pool.hpp"
 #include "idem/redis/reply.hpp"
 #include "idem/redis/store_params.hpp"
-#include "idem/retry.hpp"
+#include "idem/retry_policy.hpp"
 #include "idem/status.hpp"
 #include "idem/store.hpp"
 #include "idem/table_layout.hpp"

@@ -1,4 +1,4 @@
-// idem::async::StoreSkeleton's repair, record_step and list, driven through a scripted backend
+// idem::backend::AsyncStoreSkeleton's repair, record_step and list, driven through a scripted backend
 // (no server): the steps of idem/backend/steps.hpp run by coroutine calls, a lost write read
 // again, a lost reply recognised on the next try, and the retry judging of the skeleton's other
 // operations (transient retried, fatal not, a bounded number of tries).
@@ -15,8 +15,8 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <idem/async.hpp>
-#include <idem/async/pool.hpp>
-#include <idem/async/skeleton.hpp>
+#include <idem/backend/async_pool.hpp>
+#include <idem/backend/async_store_skeleton.hpp>
 #include <idem/idem.hpp>
 
 #include "../support/loop.hpp"
@@ -31,7 +31,7 @@ struct ScriptedConnection {
   unsigned long id() const noexcept { return 1; }
 };
 
-struct Driver {
+struct ScriptedDriver {
   using Connection = ::ScriptedConnection;
   net::awaitable<std::unique_ptr<Connection>> open() { co_return std::make_unique<Connection>(); }
   net::awaitable<void> ready(std::unique_ptr<Connection>&, idem::Duration,
@@ -43,7 +43,7 @@ struct Driver {
 };
 
 // The rows, and the script of what goes wrong with the next statements.
-struct Table {
+struct ScriptedTable {
   idem::ManualClock clock;
   std::map<idem::Key, idem::Record> rows;
   std::vector<std::string> statements;  // as sent, in order
@@ -59,7 +59,7 @@ struct Table {
   }
 };
 
-std::string_view name_of(FailureKind k) {
+std::string_view scripted_name_of(FailureKind k) {
   switch (k) {
     case FailureKind::fatal:
       return "fatal";
@@ -71,9 +71,9 @@ std::string_view name_of(FailureKind k) {
   return "fatal";
 }
 
-struct Ops {
+struct ScriptedOps {
   using Connection = ScriptedConnection;
-  Table* t;
+  ScriptedTable* t;
 
   net::awaitable<std::optional<idem::backend::RecordRead>> read(Connection&, const idem::Key& key,
                                                                 bool) const {
@@ -168,7 +168,8 @@ struct Ops {
       queue.erase(queue.begin());
     }
     if (failure && *failure != FailureKind::reply_lost) {
-      throw idem::StoreError(std::string(name_of(*failure)), *failure != FailureKind::fatal);
+      throw idem::StoreError(std::string(scripted_name_of(*failure)),
+                             *failure != FailureKind::fatal);
     }
     auto answer = run();
     if (failure) throw idem::StoreError("reply_lost", true);
@@ -180,10 +181,10 @@ struct Ops {
   }
 };
 
-struct Backend {
+struct ScriptedBackend {
   using Connection = ::ScriptedConnection;
-  using Pool = idem::async::BasicPool<Driver>;
-  using Ops = ::Ops;
+  using Pool = idem::backend::AsyncBasicPool<ScriptedDriver>;
+  using Ops = ScriptedOps;
   static constexpr std::string_view name = "scripted";
   static FailureKind classify(const idem::StoreError& e) {
     const std::string_view what = e.what();
@@ -193,20 +194,21 @@ struct Backend {
   }
 };
 
-class Store : public idem::async::StoreSkeleton<Backend> {
+class ScriptedStore : public idem::backend::AsyncStoreSkeleton<ScriptedBackend> {
  public:
-  explicit Store(Table& t)
-      : StoreSkeleton(Ops{&t}, {.max_attempts = 3, .backoff = 1ms, .max_backoff = 2ms}) {
+  explicit ScriptedStore(ScriptedTable& t)
+      : AsyncStoreSkeleton(ScriptedOps{&t},
+                           {.max_attempts = 3, .backoff = 1ms, .max_backoff = 2ms}) {
     attach(&pool_);
   }
 
  private:
-  Backend::Pool pool_{Driver{}, 1, 1s, "scripted pool"};
+  ScriptedBackend::Pool pool_{ScriptedDriver{}, 1, 1s, "scripted pool"};
 };
 
 struct Scripted {
-  Table table;
-  Store store{table};
+  ScriptedTable table;
+  ScriptedStore store{table};
   net::io_context io;
   const idem::Key key{"PAY", "s-1"};
 
@@ -226,7 +228,7 @@ struct Scripted {
   std::vector<std::string> sent() { return std::exchange(table.statements, {}); }
 };
 
-using Statements = std::vector<std::string>;
+using ScriptedStatements = std::vector<std::string>;
 
 }  // namespace
 
@@ -241,7 +243,7 @@ TEST_CASE_METHOD(Scripted,
   CHECK(done.status == idem::Status::succeeded);
   CHECK(done.ticket.fence == 2);
   CHECK(table.rows.at(key).ticket == done.ticket);
-  CHECK(sent() == Statements{"read", "write_repair"});
+  CHECK(sent() == ScriptedStatements{"read", "write_repair"});
   try {
     repair({.action = idem::RepairAction::release, .fence = 1, .reason = "late"});
     FAIL("not refused");
@@ -249,7 +251,7 @@ TEST_CASE_METHOD(Scripted,
     REQUIRE(e.current());
     CHECK(e.current()->ticket.fence == 2);
   }
-  CHECK(sent() == Statements{"read"});
+  CHECK(sent() == ScriptedStatements{"read"});
   CHECK_THROWS_AS(repair({.action = idem::RepairAction::release, .fence = 0, .reason = "x"}),
                   idem::InvalidArgument);
   CHECK(sent().empty());  // judged before any statement
@@ -265,7 +267,7 @@ TEST_CASE_METHOD(Scripted,
   };
   CHECK_THROWS_AS(repair({.action = idem::RepairAction::release, .fence = 1, .reason = "x"}),
                   idem::RepairRefused);
-  CHECK(sent() == Statements{"read", "write_repair", "read"});
+  CHECK(sent() == ScriptedStatements{"read", "write_repair", "read"});
 }
 
 TEST_CASE_METHOD(Scripted,
@@ -277,7 +279,7 @@ TEST_CASE_METHOD(Scripted,
       repair({.action = idem::RepairAction::mark_unknown, .fence = 1, .reason = "no answer"});
   CHECK(done.status == idem::Status::outcome_unknown);
   CHECK(done.ticket.fence == 2);
-  CHECK(sent() == Statements{"read", "write_repair", "read"});
+  CHECK(sent() == ScriptedStatements{"read", "write_repair", "read"});
 }
 
 TEST_CASE_METHOD(Scripted,
@@ -287,7 +289,7 @@ TEST_CASE_METHOD(Scripted,
   table.failures["read"] = {FailureKind::transient, FailureKind::transient};
   CHECK(repair({.action = idem::RepairAction::release, .fence = 1, .reason = "x"}).ticket.fence ==
         2);
-  CHECK(sent() == Statements{"read", "read", "read", "write_repair"});
+  CHECK(sent() == ScriptedStatements{"read", "read", "read", "write_repair"});
 
   table.failures["list"] = {FailureKind::transient, FailureKind::transient, FailureKind::transient};
   CHECK_THROWS_WITH(list({}), Catch::Contains("list gave up after 3 tries"));
@@ -295,7 +297,7 @@ TEST_CASE_METHOD(Scripted,
 
   table.failures["read"] = {FailureKind::fatal};
   CHECK_THROWS_WITH(step(idem::Ticket{}, "reserve", "1"), "fatal");
-  CHECK(sent() == Statements{"read"});
+  CHECK(sent() == ScriptedStatements{"read"});
 }
 
 TEST_CASE_METHOD(Scripted,
@@ -304,10 +306,10 @@ TEST_CASE_METHOD(Scripted,
   table.seed(key);
   const idem::Ticket held = table.rows.at(key).ticket;
   CHECK(step(held, "reserve", R"("hold-1")") == R"({"reserve":"hold-1"})");
-  CHECK(sent() == Statements{"read", "write_points"});
+  CHECK(sent() == ScriptedStatements{"read", "write_points"});
   // Kept already: no write.
   CHECK(step(held, "reserve", R"("hold-2")") == R"({"reserve":"hold-1"})");
-  CHECK(sent() == Statements{"read"});
+  CHECK(sent() == ScriptedStatements{"read"});
   // Another step of the same claim lands between the read and the write: read again, merged.
   table.before_write = [&] {
     table.rows.at(key).recovery_points = R"({"reserve":"hold-1","charge":7})";
@@ -316,16 +318,16 @@ TEST_CASE_METHOD(Scripted,
   CHECK(nlohmann::json::parse(points) ==
         nlohmann::json{{"reserve", "hold-1"}, {"charge", 7}, {"ship", 42}});
   CHECK(table.rows.at(key).recovery_points == points);
-  CHECK(sent() == Statements{"read", "write_points", "read", "write_points"});
+  CHECK(sent() == ScriptedStatements{"read", "write_points", "read", "write_points"});
   // A lost reply: the next try finds the step kept.
   table.failures["write_points"] = {FailureKind::reply_lost};
   CHECK(nlohmann::json::parse(step(held, "notify", "true"))["notify"] == true);
-  CHECK(sent() == Statements{"read", "write_points", "read"});
+  CHECK(sent() == ScriptedStatements{"read", "write_points", "read"});
   // Not held: LeaseLost, nothing written.
   CHECK_THROWS_AS(step(idem::Ticket{held.fence, "someone-else"}, "late", "1"), idem::LeaseLost);
   table.rows.at(key).status = idem::Status::succeeded;
   CHECK_THROWS_AS(step(held, "late", "1"), idem::LeaseLost);
-  CHECK(sent() == Statements{"read", "read"});
+  CHECK(sent() == ScriptedStatements{"read", "read"});
 }
 
 TEST_CASE_METHOD(Scripted,
@@ -334,23 +336,23 @@ TEST_CASE_METHOD(Scripted,
   table.seed(key);
   const idem::Ticket held = table.rows.at(key).ticket;
   CHECK(step_known(held, "reserve", "1", "") == R"({"reserve":1})");
-  CHECK(sent() == Statements{"write_points"});  // one round trip
+  CHECK(sent() == ScriptedStatements{"write_points"});  // one round trip
   // Stale: another step of the same claim was kept meanwhile.
   table.rows.at(key).recovery_points = R"({"reserve":1,"charge":2})";
   CHECK(nlohmann::json::parse(step_known(held, "ship", "3", R"({"reserve":1})")) ==
         nlohmann::json{{"reserve", 1}, {"charge", 2}, {"ship", 3}});
-  CHECK(sent() == Statements{"write_points", "read", "write_points"});
+  CHECK(sent() == ScriptedStatements{"write_points", "read", "write_points"});
   // The first write landed but its reply was lost: the next try looks instead of trusting
   // the guess (which would now be stale and write again).
   table.failures["write_points"] = {FailureKind::reply_lost};
   const std::string before = table.rows.at(key).recovery_points;
   CHECK(nlohmann::json::parse(step_known(held, "notify", "true", before))["notify"] == true);
-  CHECK(sent() == Statements{"write_points", "read"});
+  CHECK(sent() == ScriptedStatements{"write_points", "read"});
   // Not held: the guarded write changes nothing, the read says LeaseLost.
   const std::string now = table.rows.at(key).recovery_points;
   CHECK_THROWS_AS(step_known(idem::Ticket{held.fence, "someone-else"}, "late", "1", now),
                   idem::LeaseLost);
-  CHECK(sent() == Statements{"write_points", "read"});
+  CHECK(sent() == ScriptedStatements{"write_points", "read"});
   CHECK(table.rows.at(key).recovery_points == now);
 }
 
@@ -365,7 +367,7 @@ TEST_CASE_METHOD(Scripted,
   const auto stale = list({.stale = true, .limit = 2});
   REQUIRE(stale.size() == 2);
   CHECK(stale[0].key.id() == "l-0");  // the oldest lease first
-  CHECK(sent() == Statements{"list", "list"});
+  CHECK(sent() == ScriptedStatements{"list", "list"});
   CHECK_THROWS_AS(list({.limit = 0}), idem::InvalidArgument);
   CHECK(sent().empty());
 }
@@ -373,15 +375,16 @@ TEST_CASE_METHOD(Scripted,
 TEST_CASE_METHOD(Scripted,
                  "async skeleton: an async Attempt's steps each cost one write, the "
                  "points it knows guarding it") {
-  static_assert(idem::async::AwaitableStore<Store> && idem::async::RecoveryPointAsyncStore<Store>);
-  auto business = [](idem::async::Attempt<Store>& attempt) -> net::awaitable<int> {
+  static_assert(idem::async::AwaitableStore<ScriptedStore> &&
+                idem::async::RecoveryPointAsyncStore<ScriptedStore>);
+  auto business = [](idem::async::Attempt<ScriptedStore>& attempt) -> net::awaitable<int> {
     const int a = co_await attempt.step("reserve", [] { return 1; });
     const int b = co_await attempt.step("charge", [] { return 2; });
     co_return a + b;
   };
   const auto out = run(idem::async::run_once(store, key, "fp", business));
   CHECK(out.value() == 3);
-  CHECK(sent() == Statements{"insert", "write_points", "write_points", "finish"});
+  CHECK(sent() == ScriptedStatements{"insert", "write_points", "write_points", "finish"});
   CHECK(nlohmann::json::parse(table.rows.at(key).recovery_points) ==
         nlohmann::json{{"reserve", 1}, {"charge", 2}});
 }

@@ -1,4 +1,4 @@
-// idem::async::BasicPool (idem/async/pool.hpp) on a driver that counts what it was asked: the
+// idem::backend::AsyncBasicPool (idem/backend/async_pool.hpp) on a driver that counts what it was asked: the
 // same bounds and error as the blocking pool (backend::PoolBounds), lazy opening, an idle
 // connection readied, an unusable one dropped, and a coroutine waiting for a free one on its
 // loop. tests/mysql/async_test.cpp runs it on MariaDB's non-blocking connections.
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
-#include <idem/async/pool.hpp>
+#include <idem/backend/async_pool.hpp>
 
 #include "../support/loop.hpp"
 
@@ -43,18 +43,18 @@ struct AsyncCountingDriver {
   static std::string where() { return {}; }
 };
 
-using AsyncCountingPool = idem::async::BasicPool<AsyncCountingDriver>;
+using AsyncCountingPool = idem::backend::AsyncBasicPool<AsyncCountingDriver>;
 
 }  // namespace
 
-TEST_CASE("async BasicPool: the bounds and their messages are the blocking pool's") {
+TEST_CASE("AsyncBasicPool: the bounds and their messages are the blocking pool's") {
   CHECK_THROWS_WITH(AsyncCountingPool(AsyncCountingDriver{}, 0, 10ms, "test::AsyncPool"),
                     "test::AsyncPool: size must be at least 1");
   CHECK_THROWS_WITH(AsyncCountingPool(AsyncCountingDriver{}, 1, -1ms, "test::AsyncPool"),
                     "test::AsyncPool: the acquire timeout must not be negative");
 }
 
-TEST_CASE("async BasicPool: opens lazily - readies an idle one - drops an unusable one") {
+TEST_CASE("AsyncBasicPool: opens lazily - readies an idle one - drops an unusable one") {
   net::io_context io;
   AsyncCountingDriver driver;
   AsyncCountingPool pool(driver, 1, 100ms, "test::AsyncPool");
@@ -78,7 +78,7 @@ TEST_CASE("async BasicPool: opens lazily - readies an idle one - drops an unusab
   CHECK(seen == std::vector<int>{1, 0, 1, 1, 2});
 }
 
-TEST_CASE("async BasicPool: a waiter gets the slot given back - none within the timeout throws") {
+TEST_CASE("AsyncBasicPool: a waiter gets the slot given back - none within the timeout throws") {
   net::io_context io;
   AsyncCountingPool pool(AsyncCountingDriver{}, 1, 50ms, "test::AsyncPool");
   const std::string outcome = idem_test::run_on(io, [&]() -> net::awaitable<std::string> {

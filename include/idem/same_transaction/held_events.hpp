@@ -1,6 +1,6 @@
 #pragma once
 // The events of one with_transaction try, held until the try ends
-// (idem/same_transaction/claim_ledger.hpp owns them). A try rolled back and run again would
+// (ClaimLedger, idem/same_transaction/claim_ledger.hpp, owns them). A try rolled back and run again would
 // otherwise report its claim and its result twice: a record-last claim superseded at COMMIT was
 // counted acquired and committed though the transaction that held its record rolled back.
 
@@ -12,7 +12,7 @@
 
 #include "idem/observer.hpp"
 
-namespace idem::detail {
+namespace idem::same_transaction {
 
 class HeldEvents final : public Observer {
  public:
@@ -68,4 +68,4 @@ class HeldEvents final : public Observer {
   std::vector<Held> held_;
 };
 
-}  // namespace idem::detail
+}  // namespace idem::same_transaction

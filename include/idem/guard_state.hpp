@@ -2,7 +2,8 @@
 // What the blocking guard (idem/guard.hpp) and the coroutine guard (idem/async/guard.hpp)
 // share, written once: the wait for an in-progress claim, the reports to the observer, the
 // claim's state and its bookkeeping around commit / fail, and the replay of a stored result.
-// The two guards differ only in how they call their store.
+// The two guards differ only in how they call their store. Not for services: its names are in
+// idem::detail (a service uses the guards).
 
 #include <algorithm>
 #include <chrono>
@@ -27,7 +28,7 @@
 #include "idem/outcome.hpp"
 #include "idem/record.hpp"
 #include "idem/repair.hpp"
-#include "idem/retry.hpp"
+#include "idem/retry_policy.hpp"
 #include "idem/serializable.hpp"
 #include "idem/store.hpp"
 #include "idem/verdict.hpp"

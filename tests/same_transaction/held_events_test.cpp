@@ -1,4 +1,4 @@
-// The events of a with_transaction try, held until it ends (idem/detail/held_events.hpp).
+// The events of a with_transaction try, held until it ends (idem/same_transaction/held_events.hpp).
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include <idem/detail/held_events.hpp>
+#include <idem/same_transaction/held_events.hpp>
 
 using idem::EventKind;
 
@@ -49,7 +49,7 @@ void report(idem::Observer& o, EventKind kind, std::string id,
 
 TEST_CASE("held_events: answers and results wait - failures go out at once") {
   Seen seen;
-  idem::detail::HeldEvents held(&seen);
+  idem::same_transaction::HeldEvents held(&seen);
   CHECK(held.target() == &seen);
   report(held, EventKind::acquired, "a-long-enough-id-to-live-on-the-heap-not-in-sso");
   report(held, EventKind::committed, "a-long-enough-id-to-live-on-the-heap-not-in-sso");

@@ -1,0 +1,336 @@
+#pragma once
+// AsyncStoreSkeleton: the store skeleton of idem/backend/store_skeleton.hpp for
+// coroutines.
+// It runs the same steps (idem/backend/steps.hpp: the claim's rounds, the finish that reconciles a
+// lost reply, the judging of a failed try) with co_await where the blocking skeleton calls, and
+// waits between tries on a timer. A backend provides its coroutine statements:
+//
+//   struct Backend {
+//     using Connection = ...;  // a non-blocking connection
+//     using Pool = ...;        // an AsyncBasicPool of them (idem/backend/async_pool.hpp)
+//     using Ops = ...;         // as the blocking skeleton's Ops, each returning net::awaitable
+//                              // (repair, record_step and list exist when the Ops have
+//                              // write_repair, write_points and list)
+//     static constexpr std::string_view name = "idem::mysql";
+//     static FailureKind classify(const StoreError&);
+//   };
+//
+// A claim cancelled while its statement was on the wire may still land on the server: the
+// skeleton then starts, on the claim's executor, a cleanup that waits until the server is done
+// with that statement (Ops::settled) and records a retryable failure if the claim is there
+// and ours, so the next duplicate runs at once. If that cleanup cannot run, the lease runs out.
+
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/async/net.hpp"
+#include "idem/backend/housekeeping.hpp"
+#include "idem/backend/record_rules.hpp"
+#include "idem/backend/steps.hpp"
+#include "idem/detail/checks.hpp"
+#include "idem/detail/token.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/repair.hpp"
+#include "idem/retry_policy.hpp"
+#include "idem/store.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem::async::detail {
+
+// One claim on one connection: backend::ClaimSteps run by coroutine calls.
+template <class Ops, class Connection>
+net::awaitable<ClaimResult> claim_on(std::string_view who, const Ops& ops, Connection& c,
+                                     const Key& key, std::string_view fp, const Options& o,
+                                     const std::string& token, bool bound) {
+  using Step = backend::ClaimSteps::Step;
+  backend::ClaimSteps steps(who, key, fp, o, token);
+  for (Step step = steps.start();;) {
+    switch (step) {
+      case Step::insert:
+        step = steps.inserted(co_await ops.insert(c, key, fp, o, token, bound));
+        break;
+      case Step::read:
+        step = steps.met(co_await ops.read(c, key, bound));
+        break;
+      case Step::take_over:
+        step = steps.written(
+            co_await ops.write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
+        break;
+      case Step::done:
+        co_return std::move(steps).result();
+    }
+  }
+}
+
+// One repair on one connection: backend::RepairSteps run by coroutine calls.
+template <class Ops, class Connection>
+net::awaitable<Record> repair_on(std::string_view who, const Ops& ops, Connection& c,
+                                 const Key& key, const Repair& repair, const std::string& token,
+                                 bool bound) {
+  using Step = backend::RepairSteps::Step;
+  backend::RepairSteps steps(who, key, repair, token);
+  for (Step step = steps.start();;) {
+    switch (step) {
+      case Step::read:
+        step = steps.met(co_await ops.read(c, key, bound));
+        break;
+      case Step::write:
+        step = steps.written(co_await ops.write_repair(c, steps.next(), steps.read_ticket()));
+        break;
+      case Step::done:
+        co_return std::move(steps).result();
+    }
+  }
+}
+
+// One step's recovery point on one connection: backend::StepSteps run by coroutine calls.
+template <class Ops, class Connection>
+net::awaitable<std::string> record_step_on(std::string_view who, const Ops& ops, Connection& c,
+                                           const Key& key, const Ticket& ticket,
+                                           std::string_view step, std::string_view result,
+                                           bool bound,
+                                           std::optional<std::string_view> known = std::nullopt) {
+  using Step = backend::StepSteps::Step;
+  backend::StepSteps steps(who, key, ticket, step, result, known);
+  for (Step s = steps.start();;) {
+    switch (s) {
+      case Step::read:
+        s = steps.met(co_await ops.read(c, key, bound));
+        break;
+      case Step::write:
+        s = steps.written(co_await ops.write_points(c, key, ticket, steps.before(), steps.after()));
+        break;
+      case Step::done:
+        co_return std::move(steps).result();
+    }
+  }
+}
+
+inline constexpr std::string_view cancelled_snapshot =
+    R"({"error":"idem.cancelled","detail":"the claim was cancelled before it answered"})";
+
+}  // namespace idem::async::detail
+
+namespace idem::backend {
+
+namespace net = async::net;
+
+template <class Backend>
+class AsyncStoreSkeleton {
+ public:
+  using Connection = typename Backend::Connection;
+  using Pool = typename Backend::Pool;
+  using Ops = typename Backend::Ops;
+
+  AsyncStoreSkeleton(const AsyncStoreSkeleton&) = delete;
+  AsyncStoreSkeleton& operator=(const AsyncStoreSkeleton&) = delete;
+
+  net::awaitable<ClaimResult> claim(const Key& key, std::string_view fingerprint,
+                                    const Options& options) {
+    validate(options);
+    idem::detail::check_fingerprint(fingerprint);
+    const std::string token = idem::detail::new_owner_token();
+    unsigned long sent_on = 0;  // the connection the claim's statements went out on
+    std::exception_ptr interrupted;
+    try {
+      co_return co_await with_retries<ClaimResult>("claim", [&](Connection& c, bool) {
+        sent_on = c.id();
+        return async::detail::claim_on(Backend::name, ops_, c, key, fingerprint, options, token,
+                                       false);
+      });
+    } catch (const StoreError&) {
+      throw;
+    } catch (...) {
+      if (sent_on == 0) throw;
+      interrupted = std::current_exception();  // no co_await inside a handler
+    }
+    net::co_spawn(co_await net::this_coro::executor, clean_up_cancelled(key, token, sent_on),
+                  net::detached);
+    std::rethrow_exception(interrupted);
+  }
+
+  net::awaitable<void> complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
+    co_await finish(key, ticket, snapshot, Status::succeeded, false);
+  }
+
+  net::awaitable<void> fail(const Key& key, const Ticket& ticket, std::string_view error,
+                            bool retryable) {
+    co_await finish(key, ticket, error, Status::failed, retryable);
+  }
+
+  net::awaitable<std::optional<Record>> find(const Key& key) {
+    co_return co_await with_retries<std::optional<Record>>(
+        "find", [&](Connection& c, bool) -> net::awaitable<std::optional<Record>> {
+          auto row = co_await ops_.read(c, key, false);
+          if (!row) co_return std::nullopt;
+          co_return std::move(row->record);
+        });
+  }
+
+  net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches) {
+    HousekeepingBatches purge(batch, max_batches);
+    while (purge.more()) {
+      purge.done(co_await with_retries<std::size_t>(
+          "purge_expired", [&](Connection& c, bool) { return ops_.purge(c, batch); }));
+    }
+    co_return purge.total();
+  }
+
+  net::awaitable<std::size_t> release_stale(std::size_t batch) {
+    HousekeepingBatches release(batch, 1);
+    if (release.more()) {
+      release.done(co_await with_retries<std::size_t>(
+          "release_stale", [&](Connection& c, bool) { return ops_.release(c, batch); }));
+    }
+    co_return release.total();
+  }
+
+  // As the blocking skeleton's repair: RepairRefused with the current record when the fence
+  // moved on.
+  net::awaitable<Record> repair(const Key& key, const Repair& repair) requires
+      requires(const Ops& ops, Connection& c, const Record& r, const Ticket& t) {
+    { ops.write_repair(c, r, t) } -> std::same_as<net::awaitable<bool>>;
+  }
+  {
+    validate(repair);
+    const std::string token = idem::detail::new_owner_token();
+    co_return co_await with_retries<Record>("repair", [&](Connection& c, bool) {
+      return async::detail::repair_on(Backend::name, ops_, c, key, repair, token, false);
+    });
+  }
+
+  // As the blocking skeleton's record_step: LeaseLost once the claim is not held; `known`: the
+  // recovery points the caller believes are stored (see StepSteps).
+  net::awaitable<std::string> record_step(
+      const Key& key, const Ticket& ticket, std::string_view step, std::string_view result,
+      std::optional<std::string_view> known = std::nullopt) requires
+      requires(const Ops& ops, Connection& c, const Key& k, const Ticket& t, std::string_view v) {
+    { ops.write_points(c, k, t, v, v) } -> std::same_as<net::awaitable<bool>>;
+  }
+  {
+    co_return co_await with_retries<std::string>("record_step", [&](Connection& c, bool uncertain) {
+      // After a lost reply the first write may have landed: look instead of trusting `known`.
+      return async::detail::record_step_on(Backend::name, ops_, c, key, ticket, step, result, false,
+                                           uncertain ? std::nullopt : known);
+    });
+  }
+
+  net::awaitable<std::vector<Record>> list(const RecordQuery& query) requires
+      requires(const Ops& ops, Connection& c, const RecordQuery& q) {
+    { ops.list(c, q) } -> std::same_as<net::awaitable<std::vector<Record>>>;
+  }
+  {
+    validate(query);
+    co_return co_await with_retries<std::vector<Record>>(
+        "list", [&](Connection& c, bool) { return ops_.list(c, query); });
+  }
+
+  const Ops& ops() const noexcept { return ops_; }
+
+ protected:
+  AsyncStoreSkeleton(Ops ops, RetryPolicy retry) : ops_(std::move(ops)), retry_(retry) {
+    validate(retry_, fmt::format("{}::AsyncStore", Backend::name));
+  }
+  ~AsyncStoreSkeleton() = default;
+
+  void attach(Pool* pool) noexcept { pool_ = pool; }
+  Pool& pool() const { return *pool_; }
+
+  // As the blocking skeleton's: the check of the table that the first operation runs, once per
+  // store, before any claim.
+  void check_table_first(std::function<net::awaitable<void>(Connection&)> check) {
+    check_table_ = std::move(check);
+  }
+  void table_checked() noexcept { table_checked_.store(true, std::memory_order_release); }
+
+  // As the blocking skeleton's with_retries: op(connection, uncertain) on a pooled
+  // connection, tried again after a transient failure; the pause is a timer's.
+  template <class R, class Op>
+  net::awaitable<R> with_retries(std::string_view what, Op op) {
+    return retry_on_pool<R>(what, true, std::move(op));
+  }
+  // The same without the first-use check of the table (ensure_schema, check_schema).
+  template <class R, class Op>
+  net::awaitable<R> with_retries_unchecked(std::string_view what, Op op) {
+    return retry_on_pool<R>(what, false, std::move(op));
+  }
+
+ private:
+  template <class R, class Op>
+  net::awaitable<R> retry_on_pool(std::string_view what, bool check_table, Op op) {
+    OperationTries tries(retry_, Backend::name, what, &Backend::classify);
+    co_return co_await async::detail::retrying<R>(
+        [&]() -> net::awaitable<R> {
+          auto handle = co_await pool().acquire();
+          if (check_table && check_table_ && !table_checked_.load(std::memory_order_acquire)) {
+            co_await check_table_(*handle);
+            table_checked();
+          }
+          co_return co_await op(*handle, tries.uncertain());
+        },
+        [&](const StoreError& e) { return tries.failed(e); });
+  }
+
+  net::awaitable<void> finish(const Key& key, const Ticket& ticket, std::string_view snapshot,
+                              Status to, bool retryable) {
+    idem::detail::check_snapshot(snapshot);
+    const bool held = co_await with_retries<bool>(
+        "record", [&](Connection& c, bool uncertain) -> net::awaitable<bool> {
+          using Step = FinishSteps::Step;
+          FinishSteps steps(uncertain);
+          for (Step step = steps.start();;) {
+            switch (step) {
+              case Step::look:
+                step = steps.looked(finished_by(co_await ops_.read(c, key, false), ticket, to,
+                                                snapshot, retryable));
+                break;
+              case Step::write:
+                step = steps.wrote(co_await ops_.finish(c, key, ticket, snapshot, to, retryable));
+                break;
+              case Step::done:
+                co_return steps.held();
+            }
+          }
+        });
+    if (!held) throw lease_lost(Backend::name, key, ticket);
+  }
+
+  // After a cancelled claim: once the server is done with what the claim's connection sent,
+  // a claim of ours that landed is failed retryably (fenced, so nothing newer is touched).
+  net::awaitable<void> clean_up_cancelled(Key key, std::string token, unsigned long sent_on) {
+    try {
+      co_await with_retries<bool>("settle a cancelled claim",
+                                  [&](Connection& c, bool) { return ops_.settled(c, sent_on); });
+      const std::optional<Record> stored = co_await find(key);
+      if (!stored || stored->ticket.owner != token || stored->status != Status::processing) {
+        co_return;
+      }
+      co_await fail(key, stored->ticket, async::detail::cancelled_snapshot, true);
+    } catch (...) {
+      // The lease runs out instead.
+    }
+  }
+
+  Ops ops_;
+  RetryPolicy retry_;
+  Pool* pool_ = nullptr;
+  std::function<net::awaitable<void>(Connection&)> check_table_;
+  std::atomic<bool> table_checked_{false};
+};
+
+}  // namespace idem::backend
