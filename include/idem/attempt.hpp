@@ -30,10 +30,10 @@
 #include <utility>
 
 #include "idem/backend/record_rules.hpp"
-#include "idem/guard_state.hpp"
 #include "idem/detail/recovery_points.hpp"
 #include "idem/detail/snapshot.hpp"
 #include "idem/fingerprint.hpp"
+#include "idem/guard_state.hpp"
 #include "idem/key.hpp"
 #include "idem/optional_operations.hpp"
 #include "idem/record.hpp"
