@@ -14,6 +14,9 @@ IDEM_DEPS=(
     libclang-rt-14-dev libcpp-httplib-dev ca-certificates
     # The Redis store (idem::redis) and its throwaway servers (scripts/redis).
     libhiredis-dev redis-server redis-tools
+    # The PostgreSQL store (idem::pg) and its throwaway servers (scripts/postgres; the
+    # package's own cluster is not used).
+    libpq-dev postgresql
     # The RabbitMQ consumer (idem::amqp) and its throwaway brokers (scripts/rabbitmq).
     librabbitmq-dev rabbitmq-server
     # The coroutine API (idem::async) and the async HTTP example: Boost.Asio and Beast.
