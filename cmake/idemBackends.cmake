@@ -1,23 +1,27 @@
 # idem's backends, each optional: what it needs (the install hint) and how its library is found.
 # The one copy of both, read by idem's CMakeLists.txt and, installed next to idemConfig.cmake,
 # by find_package(idem).
-set(idem_backends mysql sqlite redis async amqp)
+set(idem_backends mysql sqlite redis async amqp pg)
 set(idem_mysql_needs "pkg-config and the MySQL client library, pkg-config module mysqlclient (Debian: apt-get install pkg-config default-libmysqlclient-dev)")
 set(idem_sqlite_needs "SQLite 3 (Debian: apt-get install libsqlite3-dev)")
 set(idem_redis_needs "pkg-config and hiredis, pkg-config module hiredis (Debian: apt-get install pkg-config libhiredis-dev)")
 set(idem_async_needs "Boost 1.81 or later, its CMake package (Debian: apt-get install libboost1.81-dev)")
 set(idem_amqp_needs "rabbitmq-c, its CMake package (Debian: apt-get install librabbitmq-dev)")
+set(idem_pg_needs "pkg-config and libpq, pkg-config module libpq (Debian: apt-get install pkg-config libpq-dev)")
 
 # Looks `backend`'s library up quietly. Sets idem_<backend>_found and, when found,
 # idem_<backend>_dependency: the imported target the backend's target links.
 function(idem_find_backend backend)
   set(found FALSE)
-  if(backend STREQUAL "mysql" OR backend STREQUAL "redis")
+  if(backend STREQUAL "mysql" OR backend STREQUAL "redis" OR backend STREQUAL "pg")
     set(module mysqlclient)
     set(prefix MYSQLCLIENT)
     if(backend STREQUAL "redis")
       set(module hiredis)
       set(prefix HIREDIS)
+    elseif(backend STREQUAL "pg")
+      set(module libpq)
+      set(prefix LIBPQ)
     endif()
     find_package(PkgConfig QUIET)
     if(PkgConfig_FOUND)

@@ -110,8 +110,8 @@ else()
 endif()
 
 if(MODE MATCHES "^find_package_(core|missing)$")
-  # A machine without the backends' libraries: pkg-config finds neither mysqlclient nor
-  # hiredis (empty search path) and find_package(SQLite3), find_package(Boost) and
+  # A machine without the backends' libraries: pkg-config finds none of mysqlclient, hiredis
+  # and libpq (empty search path) and find_package(SQLite3), find_package(Boost) and
   # find_package(rabbitmq-c) fail. The core consumer checks
   # that they really fail.
   file(MAKE_DIRECTORY "${WORK_DIR}/no-pkgconfig")
@@ -132,7 +132,7 @@ if(MODE STREQUAL "find_package_missing")
     message(FATAL_ERROR "[${MODE}] configure succeeded although the backends are missing:\n${out}")
   endif()
   foreach(hint "default-libmysqlclient-dev" "pkg-config" "libsqlite3-dev" "libhiredis-dev"
-               "libboost1.81-dev" "librabbitmq-dev")
+               "libboost1.81-dev" "librabbitmq-dev" "libpq-dev")
     string(FIND "${out}" "${hint}" at)
     if(at EQUAL -1)
       message(FATAL_ERROR "[${MODE}] the configure error does not name ${hint}:\n${out}")

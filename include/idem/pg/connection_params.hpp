@@ -1,0 +1,21 @@
+#pragma once
+// idem::pg::ConnectionParams: how idem::pg opens a connection (idem/pg/connection.hpp).
+
+#include <chrono>
+#include <string>
+
+namespace idem::pg {
+
+struct ConnectionParams {
+  // A libpq connection string or URI, as the service already has one: "host=/run/postgresql
+  // dbname=app user=app" or "postgresql://app@db1,db2/app?target_session_attrs=read-write"
+  // (several hosts, the primary found by libpq: what a failover needs).
+  std::string conninfo;
+  // How long opening a connection may take (libpq's connect_timeout, whole seconds, at least
+  // 2); conninfo's own connect_timeout wins.
+  std::chrono::seconds connect_timeout{10};
+  // The application_name the server shows in pg_stat_activity; conninfo's own wins.
+  std::string application_name = "idem";
+};
+
+}  // namespace idem::pg

@@ -1,0 +1,205 @@
+#pragma once
+// The record operations of idem::pg::Store on one connection, and the Backend that hands them
+// to the store skeleton (idem/backend/store_skeleton.hpp).
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "idem/backend/record_rules.hpp"
+#include "idem/backend/steps.hpp"
+#include "idem/backend/store_skeleton.hpp"
+#include "idem/clock.hpp"
+#include "idem/detail/utf8.hpp"
+#include "idem/errors.hpp"
+#include "idem/key.hpp"
+#include "idem/options.hpp"
+#include "idem/pg/connection.hpp"
+#include "idem/pg/detail/record_sql.hpp"
+#include "idem/pg/errors.hpp"
+#include "idem/pg/pool.hpp"
+#include "idem/pg/schema.hpp"
+#include "idem/record.hpp"
+#include "idem/record_query.hpp"
+#include "idem/record_stats.hpp"
+#include "idem/status.hpp"
+#include "idem/ticket.hpp"
+
+namespace idem::pg::detail {
+
+// What a text column holds: UTF-8 without NUL bytes. A snapshot or recovery point that is not
+// is refused before anything is written (JSON text always is).
+inline void require_storable_text(std::string_view text, std::string_view what) {
+  for (std::size_t i = 0; i < text.size();) {
+    const idem::detail::TextCheck check = idem::detail::check_text(text.substr(i));
+    if (check.fault == idem::detail::TextFault::none) return;
+    const std::size_t at = i + check.offset;
+    const auto byte = static_cast<unsigned char>(text[at]);
+    if (check.fault == idem::detail::TextFault::invalid_utf8 || byte == 0) {
+      throw InvalidArgument(
+          fmt::format("idem::pg: {} must be UTF-8 text without NUL bytes (PostgreSQL's text); "
+                      "byte {} is not",
+                      what, at));
+    }
+    i = at + (byte < 0x80 ? 1 : 2);  // another control character (C0, DEL or C1) is text
+  }
+}
+
+// The record operations on one connection. Under READ COMMITTED (the standalone store's
+// autocommit statements) every statement reads the latest committed rows.
+class RecordOps {
+ public:
+  explicit RecordOps(const TableName& name) : name_(name.quoted()), sql_(make_record_sql(name_)) {}
+
+  std::optional<backend::RecordRead> read(Connection& c, const Key& key, bool /*bound*/) const {
+    const Result r = c.exec(sql_.select, {key.id(), key.biz_type()}, "read");
+    if (r.rows() == 0) return std::nullopt;
+    backend::RecordRead read = decode_record(r, 0);
+    backend::require_key_read("idem::pg", key, read.record);
+    return read;
+  }
+
+  // The fresh claim, or nullopt when the key exists (no row from ON CONFLICT DO NOTHING).
+  std::optional<Record> insert(Connection& c, const Key& key, std::string_view fp, const Options& o,
+                               const std::string& token, bool /*bound*/) const {
+    const Result r =
+        c.exec(sql_.insert, {key.id(), key.biz_type(), token, fp, o.lease.count(), o.ttl.count()},
+               "claim");
+    if (r.rows() == 0) return std::nullopt;
+    if (r.columns() != 3) throw CorruptRecord("idem::pg: unexpected column count from RETURNING");
+    return backend::claim_record(key, token, fp, time_of(r, 0, 1, "created_at"),
+                                 time_of(r, 0, 0, "lease_until"), time_of(r, 0, 2, "expire_at"));
+  }
+
+  bool write_takeover(Connection& c, backend::Decision d, const Record& next,
+                      const Ticket& read) const {
+    std::vector<Param> values{static_cast<int>(next.status),
+                              next.ticket.fence,
+                              next.ticket.owner,
+                              next.fingerprint,
+                              next.attempts,
+                              Param::time(next.lease_until),
+                              Param::time(next.created_at),
+                              Param::time(next.updated_at),
+                              Param::time(next.expire_at),
+                              next.key.id(),
+                              next.key.biz_type(),
+                              read.fence,
+                              read.owner};
+    if (d == backend::Decision::take_over_expired) {
+      return c.execute(sql_.take_over_expired, values, "takeover") == 1;
+    }
+    values.emplace_back(next.recovery_points);
+    return c.execute(sql_.take_over_retry, values, "takeover") == 1;
+  }
+
+  // The fenced UPDATE of complete/fail. Returns true if it changed the row.
+  bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
+              bool retryable) const {
+    require_storable_text(snapshot, "a snapshot");
+    return c.execute(sql_.finish,
+                     {static_cast<int>(to), Param::text_or_null(snapshot),
+                      backend::stored_retryable(to, retryable), key.id(), key.biz_type(), t.fence,
+                      t.owner},
+                     "record") == 1;
+  }
+
+  std::size_t purge(Connection& c, std::size_t batch) const {
+    return static_cast<std::size_t>(
+        c.execute(sql_.purge, {static_cast<std::int64_t>(batch)}, "purge_expired"));
+  }
+
+  std::size_t release(Connection& c, std::size_t batch) const {
+    return static_cast<std::size_t>(
+        c.execute(sql_.release,
+                  {static_cast<int>(backend::released_status), backend::released_retryable,
+                   backend::released_snapshot, static_cast<std::int64_t>(batch)},
+                  "release_stale"));
+  }
+
+  // Writes repaired() over the row read, while it still carries the ticket read.
+  bool write_repair(Connection& c, const Record& next, const Ticket& read) const {
+    require_storable_text(next.snapshot, "a snapshot");
+    require_storable_text(next.repair_reason, "a repair reason");
+    return c.execute(
+               sql_.repair,
+               {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
+                Param::text_or_null(next.snapshot), next.retryable, Param::time(next.updated_at),
+                Param::time(next.expire_at), Param::text_or_null(next.repair_reason),
+                Param::time_or_null(next.repaired_at), next.key.id(), next.key.biz_type(),
+                read.fence, read.owner},
+               "repair") == 1;
+  }
+
+  // Replaces the recovery points `before` (as read) with `after` while `held` holds.
+  bool write_points(Connection& c, const Key& key, const Ticket& held, std::string_view before,
+                    std::string_view after) const {
+    require_storable_text(after, "a step's result");
+    return c.execute(sql_.points,
+                     {Param::text_or_null(after), key.id(), key.biz_type(), held.fence, held.owner,
+                      before},
+                     "record_step") == 1;
+  }
+
+  std::vector<Record> list(Connection& c, const RecordQuery& query) const {
+    std::vector<Param> values;
+    const std::string sql = list_sql(sql_, query, values);
+    const Result r = c.exec(sql, values, "list");
+    std::vector<Record> found;
+    found.reserve(static_cast<std::size_t>(r.rows()));
+    for (int row = 0; row < r.rows(); ++row)
+      found.push_back(decode_record(r, row).record);
+    return found;
+  }
+
+  RecordStats stats(Connection& c) const {
+    RecordStats stats;
+    const Result counts = c.exec(counts_sql(sql_), {}, "stats");
+    for (int row = 0; row < counts.rows(); ++row) {
+      const std::int64_t status = integer_of(counts, row, 1, "status");
+      if (status < 0 || status > static_cast<std::int64_t>(Status::outcome_unknown)) {
+        throw CorruptRecord(
+            fmt::format("idem::pg: column status holds an unknown status {}", status));
+      }
+      stats.counts.push_back(
+          {.biz_type = text_of(counts, row, 0),
+           .status = static_cast<Status>(status),
+           .records = static_cast<std::uint64_t>(integer_of(counts, row, 2, "count"))});
+    }
+    const Result totals = c.exec(totals_sql(sql_), {name_}, "stats");
+    stats.purge_backlog = static_cast<std::uint64_t>(integer_of(totals, 0, 0, "count"));
+    stats.stale_claims = static_cast<std::uint64_t>(integer_of(totals, 0, 1, "count"));
+    stats.oldest_stale_lease = optional_time_of(totals, 0, 2, "lease_until");
+    stats.now = time_of(totals, 0, 3, "statement_timestamp()");
+    if (const auto bytes = totals.integer(0, 4)) {
+      stats.table_bytes = static_cast<std::uint64_t>(*bytes);
+    }
+    return stats;
+  }
+
+ private:
+  std::string name_;  // quoted
+  RecordSql sql_;     // built once, when the store is made
+};
+
+// idem::pg for the store skeleton (idem/backend/store_skeleton.hpp).
+struct Backend : backend::BackendTypes<pg::Connection, PGconn, pg::Pool, RecordOps> {
+  static constexpr std::string_view name = "idem::pg";
+
+  // Only the server's transient errors are retried; a connection lost with a statement on it
+  // may have run it (the next try looks first). A pool that has no connection free is
+  // reported at once (the caller decides whether to try again).
+  static backend::FailureKind classify(const StoreError& e) noexcept {
+    const std::string& state = e.diagnostics().sqlstate;
+    if (!is_transient(state)) return backend::FailureKind::fatal;
+    return is_connection_lost(state) ? backend::FailureKind::reply_lost
+                                     : backend::FailureKind::transient;
+  }
+};
+
+}  // namespace idem::pg::detail
