@@ -11,8 +11,8 @@ struct ConnectionParams {
   // dbname=app user=app" or "postgresql://app@db1,db2/app?target_session_attrs=read-write"
   // (several hosts, the primary found by libpq: what a failover needs).
   std::string conninfo;
-  // How long opening a connection may take (libpq's connect_timeout, whole seconds, at least
-  // 2); conninfo's own connect_timeout wins.
+  // How long opening a connection may take, all of conninfo's hosts together (libpq's
+  // connect_timeout: whole seconds, at least 2, 0 for no limit); conninfo's own wins.
   std::chrono::seconds connect_timeout{10};
   // The application_name the server shows in pg_stat_activity; conninfo's own wins.
   std::string application_name = "idem";
