@@ -73,7 +73,7 @@ class RecordOps {
     const auto rows = c.select(sql_.probe, {key.id(), key.biz_type()});
     if (rows.size() != 1) throw CorruptRecord("idem::mysql: the probe did not answer one row");
     const Row& row = rows.front();
-    if (row.size() != column::count) {
+    if (row.size() != column::count_with_now) {
       throw CorruptRecord("idem::mysql: unexpected column count from the probe");
     }
     if (row[column::key].is_null())

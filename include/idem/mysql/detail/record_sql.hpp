@@ -12,11 +12,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "idem/backend/record_columns.hpp"
 #include "idem/backend/record_rules.hpp"
 #include "idem/backend/sql_guards.hpp"
 #include "idem/backend/steps.hpp"
@@ -47,40 +49,12 @@ inline constexpr std::size_t batch_class(std::size_t rows) noexcept {
   return c;
 }
 
-// The record's columns, in the order every read answers them (docs/schema.sql); a read adds
-// the server's UTC_TIMESTAMP(3) after them.
-inline constexpr std::string_view record_columns =
-    "idempotent_key, biz_type, status, fence, owner_token, request_hash, response_snapshot, "
-    "retryable, attempts, lease_until, created_at, updated_at, expire_at, recovery_points, "
-    "repair_reason, repaired_at";
+// The record's columns, in backend::column's order (docs/schema.sql); a read adds the server's
+// UTC_TIMESTAMP(3) after them, at column::now.
+namespace column = backend::column;
+inline const std::string record_columns = backend::column_list();
 // The columns a claim's INSERT writes; the later ones start NULL (no steps, no repair).
-inline constexpr std::string_view claim_columns =
-    "idempotent_key, biz_type, status, fence, owner_token, request_hash, response_snapshot, "
-    "retryable, attempts, lease_until, created_at, updated_at, expire_at";
-
-// The position of each column in a read's row.
-namespace column {
-enum : std::size_t {
-  key,
-  biz_type,
-  status,
-  fence,
-  owner_token,
-  request_hash,
-  response_snapshot,
-  retryable,
-  attempts,
-  lease_until,
-  created_at,
-  updated_at,
-  expire_at,
-  recovery_points,
-  repair_reason,
-  repaired_at,
-  now,  // UTC_TIMESTAMP(3), after the record's columns
-  count
-};
-}  // namespace column
+inline const std::string claim_columns = backend::column_list(column::claimed);
 
 // Whether the stored recovery points are the bound value (empty for none: a NULL column).
 // BLOB and a binary value compare byte for byte.
@@ -337,11 +311,11 @@ struct RowRead {
 };
 
 inline RowRead decode_record(const Row& row) {
-  if (row.size() != column::count) {
+  if (row.size() != column::count_with_now) {
     throw CorruptRecord(
         fmt::format("idem::mysql: a record row has {} columns, not {} (is the table migrated? see "
                     "migrate_record_table)",
-                    row.size(), std::size_t{column::count}));
+                    row.size(), std::size_t{column::count_with_now}));
   }
   std::optional<Key> key;
   try {
@@ -399,22 +373,16 @@ inline std::vector<Param> claim_values(const Key& key, std::string_view fp, cons
 }
 inline std::vector<Param> takeover_values(backend::Decision d, const Record& next,
                                           const Ticket& read) {
-  std::vector<Param> values{static_cast<int>(next.status),
-                            next.ticket.fence,
-                            next.ticket.owner,
-                            next.fingerprint,
-                            next.attempts,
-                            Param::time(next.lease_until),
-                            Param::time(next.created_at),
-                            Param::time(next.updated_at),
-                            Param::time(next.expire_at),
-                            next.key.id(),
-                            next.key.biz_type(),
-                            read.fence,
-                            read.owner};
-  // take_over() kept the points read: the guard that they are still the stored ones.
-  if (d != backend::Decision::take_over_expired)
-    values.push_back(Param::blob(next.recovery_points));
+  std::vector<Param> values;
+  backend::takeover_values(d, next, read, [&](const auto& v) {
+    using V = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<V, TimePoint>)
+      values.push_back(Param::time(v));
+    else if constexpr (std::is_same_v<V, backend::PointsValue>)
+      values.push_back(Param::blob(v.bytes));
+    else
+      values.emplace_back(v);
+  });
   return values;
 }
 inline std::vector<Param> finish_values(const Key& key, const Ticket& t, std::string_view snapshot,

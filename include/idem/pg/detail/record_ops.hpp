@@ -7,10 +7,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "idem/backend/record_columns.hpp"
 #include "idem/backend/record_rules.hpp"
 #include "idem/backend/steps.hpp"
 #include "idem/backend/store_skeleton.hpp"
@@ -78,24 +80,19 @@ class RecordOps {
 
   bool write_takeover(Connection& c, backend::Decision d, const Record& next,
                       const Ticket& read) const {
-    std::vector<Param> values{static_cast<int>(next.status),
-                              next.ticket.fence,
-                              next.ticket.owner,
-                              next.fingerprint,
-                              next.attempts,
-                              Param::time(next.lease_until),
-                              Param::time(next.created_at),
-                              Param::time(next.updated_at),
-                              Param::time(next.expire_at),
-                              next.key.id(),
-                              next.key.biz_type(),
-                              read.fence,
-                              read.owner};
-    if (d == backend::Decision::take_over_expired) {
-      return c.execute(sql_.take_over_expired, values, "takeover") == 1;
-    }
-    values.emplace_back(next.recovery_points);
-    return c.execute(sql_.take_over_retry, values, "takeover") == 1;
+    std::vector<Param> values;
+    backend::takeover_values(d, next, read, [&](const auto& v) {
+      using V = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<V, TimePoint>)
+        values.push_back(Param::time(v));
+      else if constexpr (std::is_same_v<V, backend::PointsValue>)
+        values.emplace_back(v.bytes);
+      else
+        values.emplace_back(v);
+    });
+    const bool fresh = d == backend::Decision::take_over_expired;
+    return c.execute(fresh ? sql_.take_over_expired : sql_.take_over_retry, values, "takeover") ==
+           1;
   }
 
   // The fenced UPDATE of complete/fail. Returns true if it changed the row.

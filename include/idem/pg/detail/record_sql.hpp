@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "idem/backend/record_columns.hpp"
 #include "idem/backend/record_rules.hpp"
 #include "idem/backend/sql_guards.hpp"
 #include "idem/backend/steps.hpp"
@@ -52,43 +53,21 @@ inline std::string now_plus(std::string_view param) {
   return fmt::format("({} + {}::int8 * interval '1 millisecond')", now_sql, param);
 }
 
-// The columns a claim's INSERT writes; the later ones start NULL (no steps, no repair).
-inline constexpr std::string_view claim_columns =
-    "idempotent_key, biz_type, status, fence, owner_token, request_hash, response_snapshot, "
-    "retryable, attempts, lease_until, created_at, updated_at, expire_at";
+// The columns a claim's INSERT writes (backend::column's order); the later ones start NULL (no
+// steps, no repair).
+inline const std::string claim_columns = backend::column_list(backend::column::claimed);
 
-// What every read answers, in this order: the record's columns, then the server's now.
+// What every read answers, in backend::column's order: the record's columns (times as
+// milliseconds), then the server's now.
+namespace column = backend::column;
 inline std::string read_columns() {
-  return fmt::format(
-      "idempotent_key, biz_type, status, fence, owner_token, request_hash, response_snapshot, "
-      "retryable, attempts, {}, {}, {}, {}, recovery_points, repair_reason, {}, {}",
-      millis_of("lease_until"), millis_of("created_at"), millis_of("updated_at"),
-      millis_of("expire_at"), millis_of("repaired_at"), millis_of(now_sql));
+  return fmt::format("{}, {}",
+                     backend::column_list(column::count,
+                                          [](std::string_view name, bool is_time) {
+                                            return is_time ? millis_of(name) : std::string(name);
+                                          }),
+                     millis_of(now_sql));
 }
-
-// The position of each column in a read's row.
-namespace column {
-enum : int {
-  key,
-  biz_type,
-  status,
-  fence,
-  owner_token,
-  request_hash,
-  response_snapshot,
-  retryable,
-  attempts,
-  lease_until,
-  created_at,
-  updated_at,
-  expire_at,
-  recovery_points,
-  repair_reason,
-  repaired_at,
-  now,
-  count
-};
-}  // namespace column
 
 // Whether the stored recovery points are the parameter (empty for none: a NULL column).
 inline std::string points_are(std::string_view param) {
@@ -271,9 +250,9 @@ inline std::string points_of(const Result& r, int row) {
 }
 
 inline backend::RecordRead decode_record(const Result& r, int row) {
-  if (r.columns() != column::count) {
+  if (r.columns() != column::count_with_now) {
     throw CorruptRecord(fmt::format("idem::pg: a record row has {} columns, not {}", r.columns(),
-                                    int{column::count}));
+                                    int{column::count_with_now}));
   }
   std::optional<Key> key;
   try {

@@ -13,11 +13,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "idem/backend/record_columns.hpp"
 #include "idem/backend/record_rules.hpp"
 #include "idem/clock.hpp"
 #include "idem/detail/checks.hpp"
@@ -81,19 +83,18 @@ class RecordOps {
   // guard the write too (see make_record_sql).
   bool write_takeover(Connection& c, backend::Decision d, const Record& next,
                       const Ticket& read) const {
-    if (d == backend::Decision::take_over_expired) {
-      return c.execute(sql_.take_over_expired,
-                       {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
-                        next.fingerprint, next.attempts, millis(next.lease_until),
-                        millis(next.created_at), millis(next.updated_at), millis(next.expire_at),
-                        next.key.id(), next.key.biz_type(), read.fence, read.owner}) == 1;
-    }
-    return c.execute(
-               sql_.take_over_retry,
-               {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
-                next.fingerprint, next.attempts, millis(next.lease_until), millis(next.created_at),
-                millis(next.updated_at), millis(next.expire_at), next.key.id(), next.key.biz_type(),
-                read.fence, read.owner, Value::blob(next.recovery_points)}) == 1;
+    std::vector<Value> values;
+    backend::takeover_values(d, next, read, [&](const auto& v) {
+      using V = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<V, TimePoint>)
+        values.emplace_back(millis(v));
+      else if constexpr (std::is_same_v<V, backend::PointsValue>)
+        values.push_back(Value::blob(v.bytes));
+      else
+        values.emplace_back(v);
+    });
+    const bool fresh = d == backend::Decision::take_over_expired;
+    return c.execute(fresh ? sql_.take_over_expired : sql_.take_over_retry, values) == 1;
   }
 
   // The fenced UPDATE of complete/fail. Returns true if it changed the row.

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "idem/backend/record_columns.hpp"
 #include "idem/backend/record_rules.hpp"
 #include "idem/backend/sql_guards.hpp"
 #include "idem/clock.hpp"
@@ -51,11 +52,9 @@ struct RecordSql {
   std::string points;  // a step's recovery point added
 };
 
-inline constexpr std::string_view record_columns =
-    "idempotent_key, biz_type, status, fence, owner_token, request_hash, response_snapshot, "
-    "retryable, attempts, lease_until, created_at, updated_at, expire_at, recovery_points, "
-    "repair_reason, repaired_at";
-inline constexpr int record_column_count = 16;
+// The record's columns, in backend::column's order.
+namespace column = backend::column;
+inline const std::string record_columns = backend::column_list();
 
 // Whether the stored recovery points are `param` (a blob; empty for none, which is NULL or an
 // empty value in the row). Compared as bytes whatever type the row holds them in.
@@ -206,42 +205,44 @@ inline std::string points_column(const Rows& row, int column) {
 
 // The record in the current row of a query over record_columns.
 inline Record decode_record(const Rows& row) {
-  if (row.columns() != record_column_count) {
+  if (row.columns() != column::count) {
     throw CorruptRecord("idem::sqlite: unexpected column count in a record row");
   }
   std::optional<Key> key;
   try {
-    key.emplace(text_column(row, 1, "biz_type"), text_column(row, 0, "idempotent_key"));
+    key.emplace(text_column(row, column::biz_type, "biz_type"),
+                text_column(row, column::key, "idempotent_key"));
   } catch (const InvalidArgument& e) {
     throw CorruptRecord(fmt::format("idem::sqlite: a stored key is not valid: {}", e.what()));
   }
-  const std::int64_t status = integer_column(row, 2, "status");
+  const std::int64_t status = integer_column(row, column::status, "status");
   if (status < 0 || status > static_cast<std::int64_t>(Status::outcome_unknown)) {
     throw CorruptRecord(
         fmt::format("idem::sqlite: column status holds an unknown status {}", status));
   }
-  const std::int64_t fence = integer_column(row, 3, "fence");
-  const std::int64_t attempts = integer_column(row, 8, "attempts");
+  const std::int64_t fence = integer_column(row, column::fence, "fence");
+  const std::int64_t attempts = integer_column(row, column::attempts, "attempts");
   if (fence < 0 || attempts < 0 || attempts > std::numeric_limits<std::uint32_t>::max()) {
     throw CorruptRecord("idem::sqlite: fence or attempts out of range");
   }
-  return Record{
-      .key = std::move(*key),
-      .status = static_cast<Status>(status),
-      .ticket = Ticket{static_cast<std::uint64_t>(fence), text_column(row, 4, "owner_token")},
-      .fingerprint = text_column(row, 5, "request_hash"),
-      .snapshot = optional_text(row, 6, "response_snapshot"),
-      .retryable = integer_column(row, 7, "retryable") != 0,
-      .attempts = static_cast<std::uint32_t>(attempts),
-      .created_at = time_column(row, 10, "created_at"),
-      .updated_at = time_column(row, 11, "updated_at"),
-      .lease_until = time_column(row, 9, "lease_until"),
-      .expire_at = time_column(row, 12, "expire_at"),
-      .recovery_points = points_column(row, 13),
-      .repair_reason = optional_text(row, 14, "repair_reason"),
-      .repaired_at = row.is_null(15)
-                         ? std::nullopt
-                         : std::optional<TimePoint>(time_column(row, 15, "repaired_at"))};
+  return Record{.key = std::move(*key),
+                .status = static_cast<Status>(status),
+                .ticket = Ticket{static_cast<std::uint64_t>(fence),
+                                 text_column(row, column::owner_token, "owner_token")},
+                .fingerprint = text_column(row, column::request_hash, "request_hash"),
+                .snapshot = optional_text(row, column::response_snapshot, "response_snapshot"),
+                .retryable = integer_column(row, column::retryable, "retryable") != 0,
+                .attempts = static_cast<std::uint32_t>(attempts),
+                .created_at = time_column(row, column::created_at, "created_at"),
+                .updated_at = time_column(row, column::updated_at, "updated_at"),
+                .lease_until = time_column(row, column::lease_until, "lease_until"),
+                .expire_at = time_column(row, column::expire_at, "expire_at"),
+                .recovery_points = points_column(row, column::recovery_points),
+                .repair_reason = optional_text(row, column::repair_reason, "repair_reason"),
+                .repaired_at = row.is_null(column::repaired_at)
+                                   ? std::nullopt
+                                   : std::optional<TimePoint>(
+                                         time_column(row, column::repaired_at, "repaired_at"))};
 }
 
 }  // namespace idem::sqlite::detail
