@@ -136,3 +136,68 @@ TEST_CASE("BasicPool: 8 threads share 3 connections - never more open - each exc
   CHECK(*driver.opened <= 3);
   CHECK(shared == 0);
 }
+
+namespace {
+
+// A networked connection as the drivers' shared rules see it.
+struct FakeSession {
+  bool broken_ = false;
+  bool ping_ok = true;
+  bool in_transaction_ = false;
+  bool rollback_fails = false;
+  int pings = 0;
+  int reconnects = 0;
+  bool broken() const { return broken_; }
+  bool ping() {
+    ++pings;
+    return ping_ok;
+  }
+  void reconnect() {
+    ++reconnects;
+    broken_ = false;
+  }
+  bool in_transaction() const { return in_transaction_; }
+  void rollback() {
+    if (rollback_fails) throw idem::StoreError("lost", true);
+    in_transaction_ = false;
+  }
+};
+
+bool reusable(FakeSession& s) {
+  return idem::backend::reusable_after_rollback(s, [](FakeSession& open) { open.rollback(); });
+}
+
+}  // namespace
+
+TEST_CASE("reopen_if_lost: a broken connection is reopened - an idle one pinged first") {
+  FakeSession s;
+  CHECK_FALSE(idem::backend::reopen_if_lost(s, 1s, 5s));
+  CHECK(s.pings == 0);  // fresh enough: no round trip
+  CHECK_FALSE(idem::backend::reopen_if_lost(s, 6s, 5s));
+  CHECK(s.pings == 1);  // idle: pinged, answered
+  s.ping_ok = false;
+  CHECK(idem::backend::reopen_if_lost(s, 6s, 5s));
+  CHECK(s.reconnects == 1);
+  s.broken_ = true;
+  CHECK(idem::backend::reopen_if_lost(s, 0s, 5s));
+  CHECK(s.pings == 2);  // a known-broken connection is not pinged
+  CHECK(s.reconnects == 2);
+  CHECK_FALSE(s.broken());
+}
+
+TEST_CASE("reusable_after_rollback: an open transaction is rolled back - a failed rollback drops") {
+  FakeSession idle;
+  CHECK(reusable(idle));
+  FakeSession open;
+  open.in_transaction_ = true;
+  CHECK(reusable(open));
+  CHECK_FALSE(open.in_transaction());
+  FakeSession failing;
+  failing.in_transaction_ = true;
+  failing.rollback_fails = true;
+  CHECK_FALSE(reusable(failing));
+  FakeSession broken;
+  broken.broken_ = true;
+  broken.in_transaction_ = true;
+  CHECK_FALSE(reusable(broken));
+}

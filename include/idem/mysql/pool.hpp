@@ -42,22 +42,11 @@ struct PoolDriver {
   }
   void ready(Connection& c, Duration idle_for, backend::ConnectionPurpose use) const {
     thread_init();
-    if (c.broken() || (idle_for > ping_after_idle && !c.ping())) {
-      c.reconnect();
-    } else if (use == backend::ConnectionPurpose::statements) {
-      c.restore_autocommit();
-    }
+    const bool reopened = backend::reopen_if_lost(c, idle_for, ping_after_idle);
+    if (!reopened && use == backend::ConnectionPurpose::statements) c.restore_autocommit();
   }
-  // A transaction left open by the last user must not leak into the next one.
   static bool reusable(Connection& c) noexcept {
-    if (!c.broken() && c.in_transaction()) {
-      try {
-        c.query("ROLLBACK");
-      } catch (...) {
-        c.mark_broken();
-      }
-    }
-    return !c.broken();
+    return backend::reusable_after_rollback(c, [](Connection& open) { open.query("ROLLBACK"); });
   }
   static std::string where() { return {}; }
 };

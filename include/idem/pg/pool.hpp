@@ -30,18 +30,11 @@ struct PoolDriver {
 
   std::unique_ptr<Connection> open() const { return std::make_unique<Connection>(params); }
   void ready(Connection& c, Duration idle_for, backend::ConnectionPurpose) const {
-    if (c.broken() || (idle_for > ping_after_idle && !c.ping())) c.reconnect();
+    backend::reopen_if_lost(c, idle_for, ping_after_idle);
   }
-  // A transaction left open by the last user must not leak into the next one.
   static bool reusable(Connection& c) noexcept {
-    if (!c.broken() && c.in_transaction()) {
-      try {
-        c.query("ROLLBACK", "rollback of a returned connection");
-      } catch (...) {
-        c.mark_broken();
-      }
-    }
-    return !c.broken();
+    return backend::reusable_after_rollback(
+        c, [](Connection& open) { open.query("ROLLBACK", "rollback of a returned connection"); });
   }
   static std::string where() { return {}; }
 };

@@ -29,7 +29,7 @@ struct PoolDriver {
 
   std::unique_ptr<Connection> open() const { return std::make_unique<Connection>(params); }
   void ready(Connection& c, Duration idle_for, backend::ConnectionPurpose) const {
-    if (c.broken() || (idle_for > ping_after_idle && !c.ping())) c.reconnect();
+    backend::reopen_if_lost(c, idle_for, ping_after_idle);
   }
   static bool reusable(Connection& c) noexcept { return !c.broken(); }
   static std::string where() { return {}; }

@@ -39,14 +39,7 @@ struct PoolDriver {
   static void ready(Connection&, Duration, backend::ConnectionPurpose) noexcept {}
   // Someone gave the handle back mid-transaction; the next user must not run in it.
   static bool reusable(Connection& c) noexcept {
-    if (!c.broken() && c.in_transaction()) {
-      try {
-        c.exec("ROLLBACK");
-      } catch (...) {
-      }
-      if (c.in_transaction()) return false;
-    }
-    return !c.broken();
+    return backend::reusable_after_rollback(c, [](Connection& open) { open.exec("ROLLBACK"); });
   }
   std::string where() const { return " to " + path.string(); }
 };
