@@ -1,5 +1,6 @@
 #pragma once
-// idem on PostgreSQL (libpq): the store, its pool and connections. See docs/postgres.md.
+// idem on PostgreSQL (libpq): the store, its pool and connections, and its transactions on the
+// service's own connections. See docs/postgres.md.
 
 #include "idem/idem.hpp"
 #include "idem/pg/connection.hpp"
@@ -9,3 +10,4 @@
 #include "idem/pg/schema.hpp"
 #include "idem/pg/schema_check.hpp"
 #include "idem/pg/store.hpp"
+#include "idem/pg/transaction.hpp"

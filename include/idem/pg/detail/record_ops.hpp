@@ -29,6 +29,7 @@
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
 #include "idem/record_stats.hpp"
+#include "idem/same_transaction/bound_sql_store.hpp"
 #include "idem/status.hpp"
 #include "idem/ticket.hpp"
 
@@ -76,6 +77,37 @@ class RecordOps {
     if (r.columns() != 3) throw CorruptRecord("idem::pg: unexpected column count from RETURNING");
     return backend::claim_record(key, token, fp, time_of(r, 0, 1, "created_at"),
                                  time_of(r, 0, 0, "lease_until"), time_of(r, 0, 2, "expire_at"));
+  }
+
+  // A record-last claim's read: plain (under READ COMMITTED the latest committed row, under
+  // REPEATABLE READ or SERIALIZABLE the transaction's snapshot), so that a duplicate holds no
+  // lock while its body runs.
+  same_transaction::RecordProbe probe(Connection& c, const Key& key) const {
+    const Result r = c.exec(sql_.probe, {key.id(), key.biz_type()}, "claim");
+    if (r.rows() != 1) throw CorruptRecord("idem::pg: the probe did not answer one row");
+    if (r.is_null(0, column::key)) {
+      if (r.columns() != column::count_with_now) {
+        throw CorruptRecord("idem::pg: unexpected column count from the probe");
+      }
+      return {std::nullopt, time_of(r, 0, column::now, "statement_timestamp()")};
+    }
+    backend::RecordRead read = decode_record(r, 0);
+    backend::require_key_read("idem::pg", key, read.record);
+    return {std::move(read.record), read.now};
+  }
+
+  // A record-last claim's finished record (its updated_at: the server's now); false when
+  // another request's row holds the key.
+  bool insert_finished(Connection& c, const Record& r) const {
+    require_storable_text(r.snapshot, "a snapshot");
+    require_storable_text(r.recovery_points, "a step's result");
+    return c.execute(sql_.insert_finished,
+                     {r.key.id(), r.key.biz_type(), static_cast<int>(r.status), r.ticket.fence,
+                      r.ticket.owner, r.fingerprint, Param::text_or_null(r.snapshot), r.retryable,
+                      r.attempts, Param::time(r.lease_until), Param::time(r.created_at),
+                      Param::time(r.expire_at), Param::text_or_null(r.recovery_points),
+                      Param::text_or_null(r.repair_reason), Param::time_or_null(r.repaired_at)},
+                     "record") == 1;
   }
 
   bool write_takeover(Connection& c, backend::Decision d, const Record& next,
@@ -187,6 +219,14 @@ class RecordOps {
 // idem::pg for the store skeleton (idem/backend/store_skeleton.hpp).
 struct Backend : backend::BackendTypes<pg::Connection, PGconn, pg::Pool, RecordOps> {
   static constexpr std::string_view name = "idem::pg";
+  // A duplicate's claim waits on the row the first transaction inserted until that one ends;
+  // waiting again for a processing row would hold the caller's transaction (and its locks)
+  // open: the guard answers in_progress at once instead.
+  static constexpr bool bound_supports_wait = false;
+  static constexpr std::string_view begin_hint = "BEGIN";
+  // Also a transaction that failed and waits for its ROLLBACK: a claim there fails with the
+  // server's own error rather than running outside it.
+  static bool in_transaction(Connection& c) noexcept { return c.in_transaction(); }
 
   // Only the server's transient errors are retried; a connection lost with a statement on it
   // may have run it (the next try looks first). A pool that has no connection free is

@@ -78,6 +78,9 @@ struct RecordSql {
   std::string table;              // quoted
   std::string insert;             // ON CONFLICT DO NOTHING, answering with the new row's times
   std::string select;             // the row and the server's now
+  std::string probe;              // a record-last claim's read: one row, the record's columns
+                                  // NULL when there is none, and the server's now
+  std::string insert_finished;    // a record-last claim's result, written last
   std::string take_over_retry;    // also take_over_stale
   std::string take_over_expired;  // a fresh start: no steps, no repair
   std::string finish;             // complete and fail
@@ -100,6 +103,19 @@ inline RecordSql make_record_sql(const std::string& t) {
       millis_of("created_at"), millis_of("expire_at"));
   s.select = fmt::format("SELECT {} FROM {} WHERE idempotent_key = $1 AND biz_type = $2",
                          read_columns(), t);
+  // The derived one-row table makes the answer carry the server's now when no record exists.
+  s.probe = fmt::format(
+      "SELECT {} FROM (SELECT 1) AS probe LEFT JOIN {} ON idempotent_key = $1 AND biz_type = $2",
+      read_columns(), t);
+  // DO NOTHING: another request's row (committed, or committed by the transaction this INSERT
+  // waited for) answers 0 rows: the claim was superseded. Under REPEATABLE READ or
+  // SERIALIZABLE a row this transaction cannot see is a serialization failure instead, and the
+  // transaction runs again.
+  s.insert_finished = fmt::format(
+      "INSERT INTO {} ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, {}, {}, {}, {}, $13, $14, "
+      "{}) ON CONFLICT (idempotent_key, biz_type) DO NOTHING",
+      t, backend::column_list(), time_at("$10"), time_at("$11"), now_sql, time_at("$12"),
+      time_at("$15"));
   // A takeover writes the record take_over() computed from the row that was read, guarded by
   // the rule it was decided on (re-checked at the server's now, so a completion in between is
   // never overwritten) and by the ticket read. An expired record starts afresh without steps
