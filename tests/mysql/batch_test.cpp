@@ -13,16 +13,21 @@
 #include <idem/batch.hpp>
 #include <idem/mysql.hpp>
 
+#include "../support/batch_states.hpp"
 #include "../support/mysql_server.hpp"
 
 using namespace std::chrono_literals;
 using idem::ClaimRequest;
 using idem::Verdict;
 
+using idem_test::batch_key;
+using idem_test::prepare_batch_states;
+using idem_test::seen;
+
 namespace {
 
 idem::Key key(int i) {
-  return idem::Key{"mq.order", "msg-" + std::to_string(i)};
+  return batch_key(i);
 }
 
 std::vector<ClaimRequest> fresh_requests(int n, const std::string& fp = "fp") {
@@ -30,52 +35,6 @@ std::vector<ClaimRequest> fresh_requests(int n, const std::string& fp = "fp") {
   for (int i = 0; i < n; ++i)
     r.push_back({key(i), fp});
   return r;
-}
-
-// The state a sequence of single claims leaves: verdict + status + fence + attempts + whether
-// a crashed attempt was taken over, per request.
-struct Seen {
-  Verdict verdict;
-  idem::Status status;
-  std::uint64_t fence;
-  std::uint32_t attempts;
-  bool after_crash;
-  bool operator==(const Seen&) const = default;
-};
-
-Seen seen(const idem::ClaimResult& r) {
-  return {r.verdict, r.record.status, r.record.ticket.fence, r.record.attempts, r.after_crash};
-}
-
-// Prepares, on a fresh table, one key per interesting stored state; returns the batch that
-// visits every state, twice for some keys and with a foreign fingerprint for others.
-std::vector<ClaimRequest> prepare_states(idem::mysql::Store& store) {
-  const idem::Options quick{.lease = 50ms, .ttl = 60s};
-  const idem::Options expiring{.lease = 50ms, .ttl = 60ms};
-  // 0: succeeded -> replay; 1: processing, live lease -> in_progress; 2: failed retryable ->
-  // takeover; 3: failed permanent -> replay; 4: processing, lease run out -> takeover;
-  // 5: expired -> takeover as new; 6..: absent -> acquired.
-  auto c0 = store.claim(key(0), "fp", {});
-  store.complete(key(0), c0.record.ticket, R"({"ok":true})");
-  store.claim(key(1), "fp", {});
-  auto c2 = store.claim(key(2), "fp", {});
-  store.fail(key(2), c2.record.ticket, R"({"error":"timeout"})", true);
-  auto c3 = store.claim(key(3), "fp", {});
-  store.fail(key(3), c3.record.ticket, R"({"error":"declined"})", false);
-  store.claim(key(4), "fp", quick);
-  auto c5 = store.claim(key(5), "fp", expiring);
-  store.complete(key(5), c5.record.ticket, R"({"old":true})");
-  std::this_thread::sleep_for(150ms);  // key 4's lease and key 5's ttl run out
-
-  std::vector<ClaimRequest> batch;
-  for (int i = 0; i < 8; ++i)
-    batch.push_back({key(i), "fp"});
-  batch.push_back({key(0), "other"});  // conflict with a stored success
-  batch.push_back({key(6), "fp"});     // repeat of a key this batch acquires: in_progress
-  batch.push_back({key(7), "other"});  // repeat with another payload: conflict
-  batch.push_back({key(8), ""});       // no fingerprint: never a conflict
-  batch.push_back({key(2), "fp"});     // repeat of a takeover: in_progress
-  return batch;
 }
 
 }  // namespace
@@ -108,8 +67,8 @@ TEST_CASE("claim_batch answers exactly what one claim after another answers", "[
   INFO("insert_returning = " << returning);
   idem_test::Table batched(8, {.insert_returning = returning});
   idem_test::Table single(8, {.insert_returning = returning});
-  const auto batch = prepare_states(batched.store);
-  const auto same = prepare_states(single.store);
+  const auto batch = prepare_batch_states(batched.store);
+  const auto same = prepare_batch_states(single.store);
 
   const auto got = idem::claim_batch(batched.store, batch, {});
   std::vector<idem::ClaimResult> want;
@@ -123,12 +82,7 @@ TEST_CASE("claim_batch answers exactly what one claim after another answers", "[
     CHECK(got[i].record.key == batch[i].key);
     CHECK(got[i].record.snapshot == want[i].record.snapshot);
   }
-  // The expected verdicts, spelled out.
-  const std::vector<Verdict> verdicts{Verdict::replayed,    Verdict::in_progress, Verdict::acquired,
-                                      Verdict::replayed,    Verdict::acquired,    Verdict::acquired,
-                                      Verdict::acquired,    Verdict::acquired,    Verdict::conflict,
-                                      Verdict::in_progress, Verdict::conflict,    Verdict::acquired,
-                                      Verdict::in_progress};
+  const auto& verdicts = idem_test::batch_state_verdicts();
   for (std::size_t i = 0; i < verdicts.size(); ++i) {
     INFO("request " << i);
     CHECK(got[i].verdict == verdicts[i]);

@@ -146,5 +146,6 @@ static_assert(idem::Store<Store>);
 static_assert(idem::Store<BoundStore>);
 static_assert(RepairingStore<BoundStore> && RecoveryPointStore<BoundStore>);
 static_assert(RepairingStore<Store> && ListingStore<Store> && RecoveryPointStore<Store>);
+static_assert(BatchClaimingStore<Store>);
 
 }  // namespace idem::pg

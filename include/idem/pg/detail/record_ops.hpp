@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -31,6 +33,7 @@
 #include "idem/record_stats.hpp"
 #include "idem/same_transaction/bound_sql_store.hpp"
 #include "idem/status.hpp"
+#include "idem/store.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::pg::detail {
@@ -57,6 +60,9 @@ inline void require_storable_text(std::string_view text, std::string_view what) 
 // autocommit statements) every statement reads the latest committed rows.
 class RecordOps {
  public:
+  // The most distinct keys claim_batch sends in one statement.
+  static constexpr std::size_t max_batch_rows = 128;
+
   explicit RecordOps(const TableName& name) : name_(name.quoted()), sql_(make_record_sql(name_)) {}
 
   std::optional<backend::RecordRead> read(Connection& c, const Key& key, bool /*bound*/) const {
@@ -77,6 +83,59 @@ class RecordOps {
     if (r.columns() != 3) throw CorruptRecord("idem::pg: unexpected column count from RETURNING");
     return backend::claim_record(key, token, fp, time_of(r, 0, 1, "created_at"),
                                  time_of(r, 0, 0, "lease_until"), time_of(r, 0, 2, "expire_at"));
+  }
+
+  // Claims up to max_batch_rows distinct keys in one statement (make_record_sql's
+  // claim_batch); request i has its own owner token tokens[i], so that a retried chunk
+  // recognises the rows its lost try created. A key the answer does not settle (a takeover is
+  // due, its row was committed meanwhile by a transaction the INSERT waited for, or the row
+  // vanished) is claimed on its own with its token, so every request gets the single claim's
+  // answer.
+  std::vector<ClaimResult> claim_chunk(Connection& c, std::span<const ClaimRequest* const> requests,
+                                       std::span<const std::string> tokens,
+                                       const Options& o) const {
+    const auto text = [](const auto& s) -> const std::string& { return s; };
+    std::vector<std::string_view> ids, types, fps;
+    for (const ClaimRequest* r : requests) {
+      ids.push_back(r->key.id());
+      types.push_back(r->key.biz_type());
+      fps.push_back(r->fingerprint);
+    }
+    const auto view = [](std::string_view s) { return s; };
+    const Result r =
+        c.exec(sql_.claim_batch,
+               {text_array(ids, view), text_array(types, view), text_array(tokens, text),
+                text_array(fps, view), o.lease.count(), o.ttl.count()},
+               "claim_batch");
+    std::unordered_map<Key, backend::RecordRead> rows;
+    for (int row = 0; row < r.rows(); ++row) {
+      backend::RecordRead read = decode_record(r, row);
+      Key key = read.record.key;
+      rows.emplace(std::move(key), std::move(read));
+    }
+    std::vector<ClaimResult> out;
+    out.reserve(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const ClaimRequest& q = *requests[i];
+      if (auto it = rows.find(q.key); it != rows.end()) {
+        // The single claim's own steps from its read on: its own row recognised, the same
+        // decision, a takeover written at once.
+        using Step = backend::ClaimSteps::Step;
+        backend::ClaimSteps steps("idem::pg", q.key, q.fingerprint, o, tokens[i]);
+        Step step = steps.met(std::move(it->second));
+        if (step == Step::take_over) {
+          step =
+              steps.written(write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
+        }
+        if (step == Step::done) {
+          out.push_back(std::move(steps).result());
+          continue;
+        }
+      }
+      out.push_back(
+          backend::claim_on("idem::pg", *this, c, q.key, q.fingerprint, o, tokens[i], false));
+    }
+    return out;
   }
 
   // A record-last claim's read: plain (under READ COMMITTED the latest committed row, under

@@ -48,6 +48,24 @@ inline std::string millis_of(std::string_view column) {
 inline std::string time_at(std::string_view param) {
   return fmt::format("('epoch'::timestamptz + {}::int8 * interval '1 millisecond')", param);
 }
+// A text[] literal of `items` (each quoted, its quotes and backslashes escaped).
+template <class Range, class Text>
+std::string text_array(const Range& items, Text text_of_item) {
+  std::string out = "{";
+  for (const auto& item : items) {
+    if (out.size() > 1) out += ',';
+    out += '"';
+    const auto& text = text_of_item(item);
+    for (const char ch : std::string_view(text)) {
+      if (ch == '"' || ch == '\\') out += '\\';
+      out += ch;
+    }
+    out += '"';
+  }
+  out += '}';
+  return out;
+}
+
 // now + a duration in milliseconds (a parameter).
 inline std::string now_plus(std::string_view param) {
   return fmt::format("({} + {}::int8 * interval '1 millisecond')", now_sql, param);
@@ -77,6 +95,7 @@ inline std::string points_are(std::string_view param) {
 struct RecordSql {
   std::string table;              // quoted
   std::string insert;             // ON CONFLICT DO NOTHING, answering with the new row's times
+  std::string claim_batch;        // many claims and the rows they met, in one statement
   std::string select;             // the row and the server's now
   std::string probe;              // a record-last claim's read: one row, the record's columns
                                   // NULL when there is none, and the server's now
@@ -103,6 +122,20 @@ inline RecordSql make_record_sql(const std::string& t) {
       millis_of("created_at"), millis_of("expire_at"));
   s.select = fmt::format("SELECT {} FROM {} WHERE idempotent_key = $1 AND biz_type = $2",
                          read_columns(), t);
+  // The keys, tokens and fingerprints come as four text arrays ($1..$4; lease and TTL $5,
+  // $6), inserted in their order (the caller sorts them, so that concurrent batches lock rows
+  // in one order). The answer is every row the INSERT created and every row it met that the
+  // statement's snapshot sees; a row committed meanwhile by a transaction the INSERT waited
+  // for is in neither, and its key is claimed again on its own.
+  s.claim_batch = fmt::format(
+      "WITH req AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) "
+      "WITH ORDINALITY AS r(k, b, tok, fp, n)), "
+      "ins AS (INSERT INTO {0} ({1}) SELECT k, b, 0, 1, tok, fp, NULL, 0, 1, {2}, {3}, {3}, {4} "
+      "FROM req ORDER BY n ON CONFLICT (idempotent_key, biz_type) DO NOTHING RETURNING {5}) "
+      "SELECT * FROM ins UNION ALL SELECT {5} FROM {0} JOIN req ON idempotent_key = req.k AND "
+      "biz_type = req.b WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.idempotent_key = req.k "
+      "AND ins.biz_type = req.b)",
+      t, claim_columns, now_plus("$5"), now_sql, now_plus("$6"), read_columns());
   // The derived one-row table makes the answer carry the server's now when no record exists.
   s.probe = fmt::format(
       "SELECT {} FROM (SELECT 1) AS probe LEFT JOIN {} ON idempotent_key = $1 AND biz_type = $2",
