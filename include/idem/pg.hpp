@@ -9,5 +9,6 @@
 #include "idem/pg/pool.hpp"
 #include "idem/pg/schema.hpp"
 #include "idem/pg/schema_check.hpp"
+#include "idem/pg/state_machine.hpp"
 #include "idem/pg/store.hpp"
 #include "idem/pg/transaction.hpp"
