@@ -34,6 +34,7 @@ struct Config {
   std::vector<std::string> galera_sockets;  // unix sockets of a Galera cluster's nodes
   std::string redis_socket;  // Redis unix socket; empty: the redis.* scenarios cannot run
   std::string amqp;          // RabbitMQ HOST:PORT; empty: amqp.consume cannot run
+  std::string pg_socket;     // PostgreSQL socket directory; empty: the pg.* scenarios cannot run
   int rounds = 0;            // per side; 0: 3 with --quick, 5 otherwise
   // Rows of mysql.big_table; 0: 100,000 with --quick, 1,000,000 otherwise.
   long big_rows = 0;

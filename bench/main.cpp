@@ -3,7 +3,7 @@
 //   idem-bench [--quick] [--only name[,name...]] [--socket PATH] [--database NAME]
 //              [--user NAME] [--password PW] [--work-dir DIR] [--rounds N] [--threads N]
 //              [--big-rows N] [--galera-sockets A,B,C] [--redis-socket PATH] [--amqp HOST:PORT]
-//              [--list]
+//              [--pg-socket DIR] [--list]
 //
 // Prints one JSON object per scenario per line on stdout; progress on stderr. Exits 0 when
 // every selected scenario ran (whatever its figures), 1 when one could not run, 2 on bad
@@ -44,6 +44,7 @@ namespace {
       "               INSERT ... RETURNING (StoreParams::insert_returning = false)\n"
       "  --galera-sockets  unix sockets of the Galera nodes for galera.cycle\n"
       "  --redis-socket  Redis unix socket for the redis.* scenarios\n"
+      "  --pg-socket  PostgreSQL socket directory for the pg.* scenarios (user and database idem)\n"
       "  --amqp          RabbitMQ HOST:PORT for amqp.consume\n");
   std::exit(code);
 }
@@ -115,6 +116,8 @@ int main(int argc, char** argv) {
       config.redis_socket = value();
     } else if (a == "--amqp") {
       config.amqp = value();
+    } else if (a == "--pg-socket") {
+      config.pg_socket = value();
     } else if (a == "--galera-sockets") {
       config.galera_sockets = split(value());
     } else if (a == "--list") {
@@ -159,6 +162,7 @@ int main(int argc, char** argv) {
   failed += bench::run_galera(config, selected);
   failed += bench::run_footprint(config, selected);
   failed += bench::run_amqp(config, selected);
+  failed += bench::run_pg(config, selected);
   bench::progress(fmt::format("done in {:.1f} s; {}", bench::seconds_since(t0), bench::fmt_load()));
   return failed == 0 ? 0 : 1;
 }

@@ -20,24 +20,45 @@ int run_galera(const Config& config, const Selected& selected);
 int run_redis(const Config& config, const Selected& selected);
 int run_footprint(const Config& config, const Selected& selected);
 int run_amqp(const Config& config, const Selected& selected);
+int run_pg(const Config& config, const Selected& selected);
 
 // Every scenario name, in the order they run.
 inline const std::vector<std::string>& scenario_names() {
-  static const std::vector<std::string> names = {"memory.cycle",        "mysql.claim",
-                                                 "mysql.claim_floor",   "mysql.returning",
-                                                 "mysql.returning_dup", "mysql.cycle",
-                                                 "mysql.cycle_floor",   "mysql.async_cycle",
-                                                 "mysql.mix",           "mysql.tx",
-                                                 "mysql.tx_floor",      "mysql.tx_claim_first",
-                                                 "mysql.tx_own",        "mysql.tx_handwritten",
-                                                 "mysql.steps",         "mysql.cycle_resolvers",
-                                                 "mysql.cache",         "mysql.cache_storm",
-                                                 "mysql.batch",         "mysql.storm",
-                                                 "mysql.big_table",     "sqlite.cycle",
-                                                 "redis.claim",         "redis.cycle",
-                                                 "redis.mix",           "redis.cycle_setnx",
-                                                 "galera.cycle",        "redis.footprint",
-                                                 "mysql.footprint",     "amqp.consume"};
+  static const std::vector<std::string> names = {"memory.cycle",
+                                                 "mysql.claim",
+                                                 "mysql.claim_floor",
+                                                 "mysql.returning",
+                                                 "mysql.returning_dup",
+                                                 "mysql.cycle",
+                                                 "mysql.cycle_floor",
+                                                 "mysql.async_cycle",
+                                                 "mysql.mix",
+                                                 "mysql.tx",
+                                                 "mysql.tx_floor",
+                                                 "mysql.tx_claim_first",
+                                                 "mysql.tx_own",
+                                                 "mysql.tx_handwritten",
+                                                 "mysql.steps",
+                                                 "mysql.cycle_resolvers",
+                                                 "mysql.cache",
+                                                 "mysql.cache_storm",
+                                                 "mysql.batch",
+                                                 "mysql.storm",
+                                                 "mysql.big_table",
+                                                 "sqlite.cycle",
+                                                 "redis.claim",
+                                                 "redis.cycle",
+                                                 "redis.mix",
+                                                 "redis.cycle_setnx",
+                                                 "galera.cycle",
+                                                 "redis.footprint",
+                                                 "mysql.footprint",
+                                                 "amqp.consume",
+                                                 "pg.claim",
+                                                 "pg.cycle",
+                                                 "pg.mix",
+                                                 "pg.tx",
+                                                 "pg.tx_handwritten"};
   return names;
 }
 
