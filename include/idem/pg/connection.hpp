@@ -1,8 +1,10 @@
 #pragma once
 // idem::pg::Connection: one libpq connection, idem's own (opened from ConnectionParams) or the
 // service's PGconn* (borrowed: idem never closes it, and changes no setting of its session).
-// Statements go out with PQexecParams: one round trip, parameters as text, and no prepared
-// statement left behind in a session that may be the service's. A connection whose socket
+// Parameters travel as text. On idem's own connections each statement is prepared once (its
+// first run costs one more round trip) and then run by name, so the server neither parses nor
+// plans it again; on the service's connection every statement goes out with PQexecParams, which
+// leaves no prepared statement behind in a session that is not idem's. A connection whose socket
 // broke is marked broken and reopened by the pool.
 
 #include <libpq-fe.h>
@@ -18,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -132,9 +135,15 @@ class Connection {
       values.push_back(p.is_null() ? nullptr : p.text().c_str());
       lengths.push_back(static_cast<int>(p.text().size()));
     }
-    Result r(PQexecParams(conn_, sql.c_str(), static_cast<int>(params.size()), nullptr,
-                          values.data(), lengths.data(), nullptr, 0));
-    return checked(std::move(r), context);
+    const int n = static_cast<int>(params.size());
+    if (const std::string* name = prepared(sql, n, context)) {
+      return checked(Result(PQexecPrepared(conn_, name->c_str(), n, values.data(), lengths.data(),
+                                           nullptr, 0)),
+                     context);
+    }
+    return checked(Result(PQexecParams(conn_, sql.c_str(), n, nullptr, values.data(),
+                                       lengths.data(), nullptr, 0)),
+                   context);
   }
   // The rows `sql` changed.
   std::uint64_t execute(const std::string& sql, const std::vector<Param>& params,
@@ -170,6 +179,7 @@ class Connection {
     PQfinish(conn_);
     conn_ = fresh;
     broken_ = false;
+    statements_.clear();  // a new session has none of the old one's
   }
 
   PGconn* native() const noexcept { return conn_; }
@@ -257,6 +267,18 @@ class Connection {
     return Connecting::made;
   }
 
+  // The name `sql` is prepared under on this connection, preparing it first; nullptr on a
+  // borrowed connection, and once the cache is full (statements built per call, such as a
+  // service's own through idem::pg::execute, then run unprepared).
+  const std::string* prepared(const std::string& sql, int params, std::string_view context) {
+    if (!owned_ || !params_.prepared_statements) return nullptr;
+    if (const auto it = statements_.find(sql); it != statements_.end()) return &it->second;
+    if (statements_.size() >= max_prepared) return nullptr;
+    std::string name = fmt::format("idem_{}", statements_.size() + 1);
+    checked(Result(PQprepare(conn_, name.c_str(), sql.c_str(), params, nullptr)), context);
+    return &statements_.emplace(sql, std::move(name)).first->second;
+  }
+
   Result checked(Result r, std::string_view context) {
     const ExecStatusType status =
         r.native() != nullptr ? PQresultStatus(r.native()) : PGRES_FATAL_ERROR;
@@ -266,10 +288,13 @@ class Connection {
     throw e;
   }
 
+  static constexpr std::size_t max_prepared = 256;
+
   ConnectionParams params_;
   PGconn* conn_ = nullptr;
   bool owned_;
   bool broken_ = false;
+  std::unordered_map<std::string, std::string> statements_;  // SQL text -> prepared name
 };
 
 }  // namespace idem::pg

@@ -16,6 +16,11 @@ struct ConnectionParams {
   std::chrono::seconds connect_timeout{10};
   // The application_name the server shows in pg_stat_activity; conninfo's own wins.
   std::string application_name = "idem";
+  // Prepare each statement once per connection and run it by name (the server skips parsing
+  // and planning it again). false: every statement is sent with its text, as on the service's
+  // own connections; needed behind a pooler that does not keep a session's prepared
+  // statements (PgBouncer in transaction mode before 1.21).
+  bool prepared_statements = true;
 };
 
 }  // namespace idem::pg
