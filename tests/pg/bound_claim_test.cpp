@@ -191,3 +191,44 @@ TEST_CASE("pg claim-first: a duplicate waits on the first transaction's row - th
   CHECK(second->value() == "first");
   CHECK(biz.rows() == 1);
 }
+
+TEST_CASE(
+    "pg record-last: a speculative duplicate meets the first's record at its INSERT - rolls "
+    "back - replays it") {
+  PgTable t(4);
+  PgBusiness biz(t.pool);
+  const idem::Key key{"ORDER", "speculative"};
+  std::latch second_may_finish(1);
+  std::latch first_committed(1);
+  std::atomic<int> tries{0};
+  std::optional<idem::Outcome<std::string>> second;
+  std::thread duplicate([&] {
+    second = idem::pg::with_transaction(t.store.pool(), [&](idem::pg::Connection& c) {
+      const bool first_try = tries++ == 0;
+      auto tx = t.store.bind(c);
+      return idem::run_once(tx, key, "", [&] {
+        biz.insert(c, key.id());
+        if (first_try) second_may_finish.count_down();  // it read no record: speculative
+        if (first_try) first_committed.wait();
+        return std::string("second");
+      });
+    });
+  });
+  second_may_finish.wait();
+  const auto first = idem::pg::with_transaction(t.store.pool(), [&](idem::pg::Connection& c) {
+    auto tx = t.store.bind(c);
+    return idem::run_once(tx, key, "", [&] {
+      biz.insert(c, key.id());
+      return std::string("first");
+    });
+  });
+  first_committed.count_down();
+  duplicate.join();
+  CHECK(first.verdict() == idem::Verdict::acquired);
+  REQUIRE(second);
+  CHECK(second->verdict() == idem::Verdict::replayed);  // on its second try
+  CHECK(second->value() == "first");
+  CHECK(tries == 2);
+  CHECK(biz.rows() == 1);  // the speculative body's write was rolled back with its try
+  CHECK(t.count("status = 1") == 1);
+}

@@ -145,6 +145,52 @@ class Connection {
                                        lengths.data(), nullptr, 0)),
                    context);
   }
+  // Runs one statement and then COMMIT in a single round trip (libpq's pipeline mode), inside
+  // the transaction open on the connection. The COMMIT runs only when the statement succeeded:
+  // a failed statement leaves the transaction failed, for the caller to roll back, and is
+  // thrown as StoreError; so is a failed COMMIT. Returns the statement's result.
+  Result exec_and_commit(const std::string& sql, const std::vector<Param>& params,
+                         std::string_view context = "statement") {
+    Values v(params);
+    const std::string* name = prepared(sql, v.count(), context);  // not inside the pipeline
+    if (PQenterPipelineMode(conn_) != 1) {
+      Result r = exec(sql, params, context);
+      query("COMMIT", context);
+      return r;
+    }
+    const bool sent =
+        (name != nullptr ? PQsendQueryPrepared(conn_, name->c_str(), v.count(), v.values(),
+                                               v.lengths(), nullptr, 0)
+                         : PQsendQueryParams(conn_, sql.c_str(), v.count(), nullptr, v.values(),
+                                             v.lengths(), nullptr, 0)) == 1 &&
+        PQsendQueryParams(conn_, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1 &&
+        PQpipelineSync(conn_) == 1;
+    // The statement's result, the COMMIT's (PGRES_PIPELINE_ABORTED after a failed statement),
+    // then the sync's; a NULL ends each command's results.
+    std::vector<Result> results;
+    for (int nulls = 0; sent && nulls < 2;) {
+      PGresult* r = PQgetResult(conn_);
+      if (r == nullptr) {
+        ++nulls;
+        continue;
+      }
+      nulls = 0;
+      if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+        PQclear(r);
+        break;
+      }
+      results.emplace_back(r);
+    }
+    if (PQexitPipelineMode(conn_) != 1 || results.size() != 2) {
+      broken_ = true;  // results unread or missing: the session's state is unknown
+      if (!results.empty()) checked(std::move(results.front()), context);
+      throw make_error(context, sqlstate::connection_failure, PQerrorMessage(conn_), false);
+    }
+    Result r = checked(std::move(results[0]), context);
+    checked(std::move(results[1]), context);
+    return r;
+  }
+
   // The rows `sql` changed.
   std::uint64_t execute(const std::string& sql, const std::vector<Param>& params,
                         std::string_view context = "statement") {
@@ -183,10 +229,32 @@ class Connection {
   }
 
   PGconn* native() const noexcept { return conn_; }
+  // Whether the connection is the service's (see Connection(PGconn*)).
+  bool borrowed() const noexcept { return !owned_; }
   // The server process serving the connection (what pg_terminate_backend takes).
   unsigned long id() const noexcept { return static_cast<unsigned long>(PQbackendPID(conn_)); }
 
  private:
+  // The parameters as libpq takes them: text pointers (NULL for SQL NULL) and lengths.
+  class Values {
+   public:
+    explicit Values(const std::vector<Param>& params) {
+      values_.reserve(params.size());
+      lengths_.reserve(params.size());
+      for (const Param& p : params) {
+        values_.push_back(p.is_null() ? nullptr : p.text().c_str());
+        lengths_.push_back(static_cast<int>(p.text().size()));
+      }
+    }
+    int count() const noexcept { return static_cast<int>(values_.size()); }
+    const char* const* values() const noexcept { return values_.data(); }
+    const int* lengths() const noexcept { return lengths_.data(); }
+
+   private:
+    std::vector<const char*> values_;
+    std::vector<int> lengths_;
+  };
+
   static PGconn* open(const ConnectionParams& p) {
     // conninfo comes last, so that its own settings win (libpq's rule for expand_dbname).
     const std::string default_timeout = std::to_string(p.connect_timeout.count());

@@ -56,6 +56,27 @@ inline void require_storable_text(std::string_view text, std::string_view what) 
   }
 }
 
+// The values of a finished record's INSERT, in its placeholders' order.
+inline std::vector<Param> finished_values(const Record& r) {
+  require_storable_text(r.snapshot, "a snapshot");
+  require_storable_text(r.recovery_points, "a step's result");
+  return {r.key.id(),
+          r.key.biz_type(),
+          static_cast<int>(r.status),
+          r.ticket.fence,
+          r.ticket.owner,
+          r.fingerprint,
+          Param::text_or_null(r.snapshot),
+          r.retryable,
+          r.attempts,
+          Param::time(r.lease_until),
+          Param::time(r.created_at),
+          Param::time(r.expire_at),
+          Param::text_or_null(r.recovery_points),
+          Param::text_or_null(r.repair_reason),
+          Param::time_or_null(r.repaired_at)};
+}
+
 // The record operations on one connection. Under READ COMMITTED (the standalone store's
 // autocommit statements) every statement reads the latest committed rows.
 class RecordOps {
@@ -158,15 +179,18 @@ class RecordOps {
   // A record-last claim's finished record (its updated_at: the server's now); false when
   // another request's row holds the key.
   bool insert_finished(Connection& c, const Record& r) const {
-    require_storable_text(r.snapshot, "a snapshot");
-    require_storable_text(r.recovery_points, "a step's result");
-    return c.execute(sql_.insert_finished,
-                     {r.key.id(), r.key.biz_type(), static_cast<int>(r.status), r.ticket.fence,
-                      r.ticket.owner, r.fingerprint, Param::text_or_null(r.snapshot), r.retryable,
-                      r.attempts, Param::time(r.lease_until), Param::time(r.created_at),
-                      Param::time(r.expire_at), Param::text_or_null(r.recovery_points),
-                      Param::text_or_null(r.repair_reason), Param::time_or_null(r.repaired_at)},
-                     "record") == 1;
+    return c.execute(sql_.insert_finished, finished_values(r), "record") == 1;
+  }
+  // The same and the COMMIT, in one round trip (a pipeline); false: another request's row
+  // holds the key, and nothing was committed (the transaction is failed, to roll back).
+  bool insert_finished_and_commit(Connection& c, const Record& r) const {
+    try {
+      c.exec_and_commit(sql_.insert_finished_strict, finished_values(r), "record");
+      return true;
+    } catch (const StoreError& e) {
+      if (e.diagnostics().sqlstate == sqlstate::unique_violation) return false;
+      throw;
+    }
   }
 
   bool write_takeover(Connection& c, backend::Decision d, const Record& next,

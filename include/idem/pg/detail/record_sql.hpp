@@ -93,16 +93,17 @@ inline std::string points_are(std::string_view param) {
 }
 
 struct RecordSql {
-  std::string table;              // quoted
-  std::string insert;             // ON CONFLICT DO NOTHING, answering with the new row's times
-  std::string claim_batch;        // many claims and the rows they met, in one statement
-  std::string select;             // the row and the server's now
-  std::string probe;              // a record-last claim's read: one row, the record's columns
-                                  // NULL when there is none, and the server's now
-  std::string insert_finished;    // a record-last claim's result, written last
-  std::string take_over_retry;    // also take_over_stale
-  std::string take_over_expired;  // a fresh start: no steps, no repair
-  std::string finish;             // complete and fail
+  std::string table;                   // quoted
+  std::string insert;                  // ON CONFLICT DO NOTHING, answering with the new row's times
+  std::string claim_batch;             // many claims and the rows they met, in one statement
+  std::string select;                  // the row and the server's now
+  std::string probe;                   // a record-last claim's read: one row, the record's columns
+                                       // NULL when there is none, and the server's now
+  std::string insert_finished;         // a record-last claim's result, written last
+  std::string insert_finished_strict;  // the same, failing on another request's row
+  std::string take_over_retry;         // also take_over_stale
+  std::string take_over_expired;       // a fresh start: no steps, no repair
+  std::string finish;                  // complete and fail
   std::string purge;
   std::string release;
   std::string repair;  // the record repaired() computed
@@ -144,11 +145,15 @@ inline RecordSql make_record_sql(const std::string& t) {
   // waited for) answers 0 rows: the claim was superseded. Under REPEATABLE READ or
   // SERIALIZABLE a row this transaction cannot see is a serialization failure instead, and the
   // transaction runs again.
-  s.insert_finished = fmt::format(
+  const std::string finished_into = fmt::format(
       "INSERT INTO {} ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, {}, {}, {}, {}, $13, $14, "
-      "{}) ON CONFLICT (idempotent_key, biz_type) DO NOTHING",
+      "{})",
       t, backend::column_list(), time_at("$10"), time_at("$11"), now_sql, time_at("$12"),
       time_at("$15"));
+  s.insert_finished = finished_into + " ON CONFLICT (idempotent_key, biz_type) DO NOTHING";
+  // Sent with the COMMIT in one pipeline: another request's row must fail it (a unique
+  // violation), so that the COMMIT behind it does not run.
+  s.insert_finished_strict = finished_into;
   // A takeover writes the record take_over() computed from the row that was read, guarded by
   // the rule it was decided on (re-checked at the server's now, so a completion in between is
   // never overwritten) and by the ticket read. An expired record starts afresh without steps
