@@ -27,6 +27,9 @@
 
 #include "mysql_target.hpp"
 #include "record_text.hpp"
+#ifdef IDEM_ADMIN_PG
+#include "pg_target.hpp"
+#endif
 #include "redis_target.hpp"
 #include "sqlite_target.hpp"
 #include "target.hpp"
@@ -69,6 +72,9 @@ WHERE (one store; flags win over the environment):
   --redis-prefix P           the services' StoreParams::prefix, default idem
   --redis-buckets N          the services' StoreParams::buckets, default 1024: together
                              they decide where a key's record lies
+  --pg CONNINFO              PostgreSQL, by a libpq connection string or URI, e.g.
+                             "host=/run/postgresql dbname=pay user=ops"  (env IDEM_PG_CONNINFO);
+                             a password from libpq's PGPASSWORD or ~/.pgpass, never a flag
   --table NAME               the record table, default idempotent_record
 
 COMMANDS:
@@ -187,6 +193,7 @@ struct StoreFlags {
       mysql_option_file, mysql_option_group;
   std::optional<std::string> redis_socket, redis_host, redis_port, redis_cluster, redis_user,
       redis_prefix, redis_buckets;
+  std::optional<std::string> pg;
 
   explicit StoreFlags(Args& a)
       : table(a.take("--table")),
@@ -204,7 +211,8 @@ struct StoreFlags {
         redis_cluster(a.take("--redis-cluster")),
         redis_user(a.take("--redis-user")),
         redis_prefix(a.take("--redis-prefix")),
-        redis_buckets(a.take("--redis-buckets")) {}
+        redis_buckets(a.take("--redis-buckets")),
+        pg(a.take("--pg")) {}
 
   bool mysql() const {
     return mysql_socket || mysql_host || mysql_port || mysql_user || mysql_database ||
@@ -306,31 +314,51 @@ std::unique_ptr<idem_admin::Target> redis_target(StoreFlags& f) {
   return std::make_unique<idem_admin::RedisTarget>(c, std::move(p));
 }
 
-// The store a command works on: the one its options name (--sqlite, --mysql-... or
-// --redis-...), or else the one the environment names (IDEM_MYSQL_... or IDEM_REDIS_...).
+std::unique_ptr<idem_admin::Target> pg_target(const StoreFlags& f, const std::string& conninfo) {
+#ifdef IDEM_ADMIN_PG
+  return std::make_unique<idem_admin::PgTarget>(
+      idem::pg::ConnectionParams{.conninfo = conninfo, .application_name = "idem-admin"},
+      f.table_name());
+#else
+  (void)f;
+  (void)conninfo;
+  throw UsageError("this idem was built without PostgreSQL (libpq)");
+#endif
+}
+
+// The store a command works on: the one its options name (--sqlite, --mysql-..., --redis-...
+// or --pg), or else the one the environment names (IDEM_MYSQL_..., IDEM_REDIS_... or
+// IDEM_PG_CONNINFO).
 std::unique_ptr<idem_admin::Target> open_target(Args& args) {
   StoreFlags f(args);
   const int named = static_cast<int>(f.sqlite.has_value()) + static_cast<int>(f.mysql()) +
-                    static_cast<int>(f.redis());
+                    static_cast<int>(f.redis()) + static_cast<int>(f.pg.has_value());
   if (named > 1) {
-    throw UsageError("give the options of one store: --sqlite, --mysql-... or --redis-...");
+    throw UsageError("give the options of one store: --sqlite, --mysql-..., --redis-... or --pg");
   }
   if (f.sqlite) return std::make_unique<idem_admin::SqliteTarget>(*f.sqlite, f.table_name());
   if (f.mysql()) return mysql_target(f);
   if (f.redis()) return redis_target(f);
+  if (f.pg) return pg_target(f, *f.pg);
   const bool mysql_env =
       env("IDEM_MYSQL_SOCKET") || env("IDEM_MYSQL_HOST") || env("IDEM_MYSQL_OPTION_FILE");
   const bool redis_env =
       env("IDEM_REDIS_SOCKET") || env("IDEM_REDIS_HOST") || env("IDEM_REDIS_CLUSTER");
-  if (mysql_env && redis_env) {
+  const auto pg_env = env("IDEM_PG_CONNINFO");
+  if (static_cast<int>(mysql_env) + static_cast<int>(redis_env) +
+          static_cast<int>(pg_env.has_value()) >
+      1) {
     throw UsageError(
-        "both IDEM_MYSQL_... and IDEM_REDIS_... name a store: choose one with its options");
+        "more than one of IDEM_MYSQL_..., IDEM_REDIS_... and IDEM_PG_CONNINFO name a store: "
+        "choose one with its options");
   }
   if (mysql_env) return mysql_target(f);
   if (redis_env) return redis_target(f);
+  if (pg_env) return pg_target(f, *pg_env);
   throw UsageError(
       "no store: give --sqlite FILE, --mysql-socket PATH, --mysql-host HOST, "
-      "--mysql-option-file FILE, --redis-socket PATH, --redis-host HOST or --redis-cluster NODES");
+      "--mysql-option-file FILE, --redis-socket PATH, --redis-host HOST, --redis-cluster NODES "
+      "or --pg CONNINFO");
 }
 
 idem::Key key_from(Args& args) {
