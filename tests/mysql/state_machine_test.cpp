@@ -2,13 +2,11 @@
 // configuration run on the server, idem's connections and a caller's MYSQL*, what reaches the
 // server, a 50-thread race on one row, and the articles' incident replayed through guard +
 // state machine in one transaction (and without the state machine, where it fails).
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -16,6 +14,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/incident.hpp"
 #include "../support/mysql_server.hpp"
 #include "../support/orders.hpp"
 #include "../support/threads.hpp"
@@ -381,34 +380,7 @@ TEST_CASE("50 threads race the same legal transition on one row: exactly one win
 
 namespace {
 
-// The articles' incident: a gateway hiccup delivers 58 "paid" callbacks for 11 orders (47
-// duplicates), concurrently, and the buggy gateway flow follows every callback with a refund
-// attempt for the same order. Each attempt carries its own refund request id (the gateway
-// made one up per attempt, the "server-generated id" mistake), so the REFUND guard cannot tell
-// them apart: only a guarded state change can stop the second refund.
-struct Incident {
-  static constexpr int orders = 11;
-  static constexpr int duplicates = 47;
-
-  struct Callback {
-    std::string trade_no;  // the channel's trade number: the PAY idempotency key
-    std::string order_no;
-  };
-  std::vector<Callback> callbacks;
-
-  Incident() {
-    std::vector<Callback> originals;
-    for (int i = 0; i < orders; ++i) {
-      originals.push_back(
-          {"CH2026113017" + std::to_string(1000 + i), "A2026113017" + std::to_string(100 + i)});
-    }
-    callbacks = originals;
-    std::mt19937 rng(47);
-    for (int d = 0; d < duplicates; ++d)
-      callbacks.push_back(originals[rng() % orders]);
-    std::shuffle(callbacks.begin(), callbacks.end(), rng);
-  }
-};
+using idem_test::Incident;
 
 struct IncidentRun {
   std::atomic<int> paid{0}, pay_replayed{0}, refunded{0}, refund_rejected{0};
@@ -493,7 +465,7 @@ IncidentOutcome replay_incident(bool with_machine, IncidentRun& run) {
   Shop shop(records.pool);
   const Incident incident;
   for (int i = 0; i < Incident::orders; ++i)
-    shop.add_order("A2026113017" + std::to_string(100 + i));
+    shop.add_order(Incident::order_no(i));
   const auto machine = shop.machine();
   const int n = static_cast<int>(incident.callbacks.size());
   run_threads(

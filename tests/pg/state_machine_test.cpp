@@ -3,13 +3,11 @@
 // under READ COMMITTED and REPEATABLE READ, a 50-thread race on one row, and the articles'
 // incident replayed through guard + state machine in one transaction (and without the state
 // machine, where it refunds twice).
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -18,6 +16,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "../support/incident.hpp"
 #include "../support/orders.hpp"
 #include "../support/pg_server.hpp"
 #include "../support/threads.hpp"
@@ -273,32 +272,7 @@ TEST_CASE("pg: 50 threads race the same legal transition on one row - exactly on
 
 namespace {
 
-// The articles' incident: a gateway hiccup delivers 58 "paid" callbacks for 11 orders (47
-// duplicates) at once, and the buggy flow follows every callback with a refund attempt of its
-// own id, so the REFUND guard cannot tell them apart: only a guarded state change can stop
-// the second refund.
-struct PgIncident {
-  static constexpr int orders = 11;
-  static constexpr int duplicates = 47;
-  struct Callback {
-    std::string trade_no;  // the channel's trade number: the PAY key
-    std::string order_no;
-  };
-  std::vector<Callback> callbacks;
-
-  PgIncident() {
-    std::vector<Callback> originals;
-    for (int i = 0; i < orders; ++i) {
-      originals.push_back(
-          {"CH2026113017" + std::to_string(1000 + i), "A2026113017" + std::to_string(100 + i)});
-    }
-    callbacks = originals;
-    std::mt19937 rng(47);
-    for (int d = 0; d < duplicates; ++d)
-      callbacks.push_back(originals[rng() % orders]);
-    std::shuffle(callbacks.begin(), callbacks.end(), rng);
-  }
-};
+using idem_test::Incident;
 
 struct PgIncidentOutcome {
   std::map<std::string, std::string> final_status;
@@ -317,9 +291,9 @@ struct PgIncidentOutcome {
 PgIncidentOutcome replay_pg_incident(bool with_machine, Errors& errors) {
   idem_test::PgTable records(16);
   PgShop shop(records.pool);
-  const PgIncident incident;
-  for (int i = 0; i < PgIncident::orders; ++i)
-    shop.add_order("A2026113017" + std::to_string(100 + i));
+  const Incident incident;
+  for (int i = 0; i < Incident::orders; ++i)
+    shop.add_order(Incident::order_no(i));
   const auto machine = shop.machine();
   std::atomic<int> pay_replayed{0}, refund_rejected{0};
   const auto version_of = [&](Connection& c, const std::string& order_no) {
@@ -400,7 +374,7 @@ TEST_CASE("pg: the incident replayed through guard + state machine in one transa
   const PgIncidentOutcome out = replay_pg_incident(true, errors);
   INFO("first error: " << errors.first());
   REQUIRE(errors.size() == 0);
-  REQUIRE(out.final_status.size() == PgIncident::orders);
+  REQUIRE(out.final_status.size() == Incident::orders);
   for (const auto& [order_no, status] : out.final_status) {
     INFO(order_no);
     CHECK(status == "3");  // paid once, then refunded once
@@ -411,13 +385,13 @@ TEST_CASE("pg: the incident replayed through guard + state machine in one transa
     CHECK(n == 1);
     refunds += n;
   }
-  CHECK(refunds == PgIncident::orders);
+  CHECK(refunds == Incident::orders);
   CHECK(out.illegal_moves == 0);
-  CHECK(out.moves == 2 * PgIncident::orders);
-  CHECK(out.pay_records == PgIncident::orders);
-  CHECK(out.refund_records == PgIncident::orders + PgIncident::duplicates);
-  CHECK(out.pay_replayed == PgIncident::duplicates);
-  CHECK(out.refund_rejected == PgIncident::duplicates);
+  CHECK(out.moves == 2 * Incident::orders);
+  CHECK(out.pay_records == Incident::orders);
+  CHECK(out.refund_records == Incident::orders + Incident::duplicates);
+  CHECK(out.pay_replayed == Incident::duplicates);
+  CHECK(out.refund_rejected == Incident::duplicates);
 }
 
 TEST_CASE("pg: the incident replayed without the state machine refunds orders twice") {
@@ -430,8 +404,8 @@ TEST_CASE("pg: the incident replayed without the state machine refunds orders tw
     refunds += n;
     if (n > 1) ++refunded_twice;
   }
-  CHECK(out.pay_records == PgIncident::orders);                   // the PAY guard still held ...
-  CHECK(refunds == PgIncident::orders + PgIncident::duplicates);  // ... but every refund ran
+  CHECK(out.pay_records == Incident::orders);                 // the PAY guard still held ...
+  CHECK(refunds == Incident::orders + Incident::duplicates);  // ... but every refund ran
   CHECK(refunded_twice >= 1);
-  CHECK(out.illegal_moves == PgIncident::duplicates);  // refunded -> refunded
+  CHECK(out.illegal_moves == Incident::duplicates);  // refunded -> refunded
 }

@@ -65,10 +65,10 @@ class PoolHandle {
   std::unique_ptr<Connection> conn_;
 };
 
-// The drivers' shared rules for a networked connection (open, broken, ping, reconnect,
-// in_transaction, mark_broken): a broken connection (killed, the server restarted or failed
-// over) is opened again, and one idle longer than `ping_after` is pinged first and opened
-// again when the ping fails. Returns whether it reopened the connection.
+// The drivers' shared rules. For a networked connection (broken, ping, reconnect): a broken
+// connection (killed, the server restarted or failed over) is opened again, and one idle
+// longer than `ping_after` is pinged first and opened again when the ping fails. Returns
+// whether it reopened the connection.
 template <class Connection>
 bool reopen_if_lost(Connection& c, Duration idle_for, Duration ping_after) {
   if (!c.broken() && (idle_for <= ping_after || c.ping())) return false;
@@ -76,9 +76,9 @@ bool reopen_if_lost(Connection& c, Duration idle_for, Duration ping_after) {
   return true;
 }
 
-// A connection given back inside a transaction is rolled back by `rollback(c)`, so that the
-// last user's transaction never leaks into the next one; one whose rollback fails is not
-// pooled again.
+// For an SQL connection (broken, in_transaction): one given back inside a transaction is
+// rolled back by `rollback(c)`, so that the last user's transaction never leaks into the next
+// one; one whose rollback fails is not pooled again.
 template <class Connection, class Rollback>
 bool reusable_after_rollback(Connection& c, Rollback&& rollback) noexcept {
   if (!c.broken() && c.in_transaction()) {

@@ -111,6 +111,39 @@ ClaimResult claim_on(std::string_view who, const Ops& ops, Connection& c, const 
   }
 }
 
+// The answers of a batch claim whose statement read the keys' rows (`rows`, by key; their
+// entries are moved from): each request is settled by its single claim's steps from that read
+// on (its own row recognised, the same decision, a takeover written at once); one its row does
+// not settle (no row: purged in between, or committed after the statement's snapshot; a
+// takeover lost to another writer) is claimed on its own with its token. The keys are
+// distinct, and request i's token is tokens[i].
+template <class Ops, class Connection>
+std::vector<ClaimResult> settle_batch(std::string_view who, const Ops& ops, Connection& c,
+                                      std::span<const ClaimRequest* const> requests,
+                                      std::span<const std::string> tokens, const Options& o,
+                                      std::unordered_map<Key, RecordRead>& rows) {
+  using Step = ClaimSteps::Step;
+  std::vector<ClaimResult> out;
+  out.reserve(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const ClaimRequest& r = *requests[i];
+    if (auto it = rows.find(r.key); it != rows.end()) {
+      ClaimSteps steps(who, r.key, r.fingerprint, o, tokens[i]);
+      Step step = steps.met(std::move(it->second));
+      if (step == Step::take_over) {
+        step = steps.written(
+            ops.write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
+      }
+      if (step == Step::done) {
+        out.push_back(std::move(steps).result());
+        continue;
+      }
+    }
+    out.push_back(claim_on(who, ops, c, r.key, r.fingerprint, o, tokens[i], false));
+  }
+  return out;
+}
+
 // One repair on one connection: RepairSteps run by blocking calls.
 template <class Ops, class Connection>
 Record repair_on(std::string_view who, const Ops& ops, Connection& c, const Key& key,

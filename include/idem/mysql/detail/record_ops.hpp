@@ -168,38 +168,13 @@ class RecordOps {
       const ClaimRequest& r = *requests[std::min(i, requests.size() - 1)];
       keys.insert(keys.end(), {Param(r.key.id()), Param(r.key.biz_type())});
     }
-    std::unordered_map<Key, RowRead> rows;
+    std::unordered_map<Key, backend::RecordRead> rows;
     for (const Row& row : c.select(sql_.select_batch[cls], keys)) {
       RowRead read = decode_record(row);
       Key key = read.record.key;
-      rows.emplace(std::move(key), std::move(read));
+      rows.emplace(std::move(key), backend::RecordRead{std::move(read.record), read.now});
     }
-
-    std::vector<ClaimResult> out;
-    out.reserve(requests.size());
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      const ClaimRequest& r = *requests[i];
-      auto it = rows.find(r.key);
-      if (it != rows.end()) {
-        // The single claim's own steps from its read on: the same decision, the takeover
-        // written at once (after_crash for a stale claim), its own row recognised.
-        using Step = idem::backend::ClaimSteps::Step;
-        idem::backend::ClaimSteps steps("idem::mysql", r.key, r.fingerprint, o, tokens[i]);
-        Step step = steps.met(backend::RecordRead{std::move(it->second.record), it->second.now});
-        if (step == Step::take_over) {
-          step =
-              steps.written(write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
-        }
-        if (step == Step::done) {
-          out.push_back(std::move(steps).result());
-          continue;
-        }
-      }
-      // No row (purged in between), or a takeover lost to another writer: a claim from the top.
-      out.push_back(idem::backend::claim_on("idem::mysql", *this, c, r.key, r.fingerprint, o,
-                                            tokens[i], false));
-    }
-    return out;
+    return backend::settle_batch("idem::mysql", *this, c, requests, tokens, o, rows);
   }
 
   // The fenced UPDATE of complete/fail. Returns true if it changed the row.

@@ -134,29 +134,7 @@ class RecordOps {
       Key key = read.record.key;
       rows.emplace(std::move(key), std::move(read));
     }
-    std::vector<ClaimResult> out;
-    out.reserve(requests.size());
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      const ClaimRequest& q = *requests[i];
-      if (auto it = rows.find(q.key); it != rows.end()) {
-        // The single claim's own steps from its read on: its own row recognised, the same
-        // decision, a takeover written at once.
-        using Step = backend::ClaimSteps::Step;
-        backend::ClaimSteps steps("idem::pg", q.key, q.fingerprint, o, tokens[i]);
-        Step step = steps.met(std::move(it->second));
-        if (step == Step::take_over) {
-          step =
-              steps.written(write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
-        }
-        if (step == Step::done) {
-          out.push_back(std::move(steps).result());
-          continue;
-        }
-      }
-      out.push_back(
-          backend::claim_on("idem::pg", *this, c, q.key, q.fingerprint, o, tokens[i], false));
-    }
-    return out;
+    return backend::settle_batch("idem::pg", *this, c, requests, tokens, o, rows);
   }
 
   // A record-last claim's read: plain (under READ COMMITTED the latest committed row, under
