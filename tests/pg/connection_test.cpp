@@ -1,6 +1,7 @@
 // idem::pg::Connection (idem/pg/connection.hpp) on a real PostgreSQL: idem's own connections
 // prepare each statement once, a reopened one prepares again, and the service's connection (or
 // one told not to) is left without any prepared statement.
+#include <chrono>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -52,4 +53,24 @@ TEST_CASE(
     }
   }
   PQfinish(own);
+}
+
+TEST_CASE(
+    "pg Connection: statement_timeout bounds each statement of idem's connections - 0 "
+    "leaves the server's") {
+  idem::pg::Connection bounded(idem::pg::ConnectionParams{
+      .conninfo = idem_test::pg_conninfo(), .statement_timeout = std::chrono::milliseconds{200}});
+  try {
+    (void)bounded.exec("SELECT pg_sleep(5)", {});
+    FAIL("a 5 s statement ran under a 200 ms statement_timeout");
+  } catch (const idem::StoreError& e) {
+    CHECK(e.diagnostics().sqlstate == "57014");
+    CHECK(e.retryable());
+  }
+  CHECK(bounded.exec("SELECT 1", {}).integer(0, 0) == 1);  // the connection stays usable
+  idem::pg::Connection unbounded(idem::pg::ConnectionParams{
+      .conninfo = idem_test::pg_conninfo(), .statement_timeout = std::chrono::milliseconds{0}});
+  CHECK(unbounded.exec("SHOW statement_timeout", {}).text(0, 0) == "0");
+  idem::pg::Connection by_default(idem::pg::ConnectionParams{.conninfo = idem_test::pg_conninfo()});
+  CHECK(by_default.exec("SHOW statement_timeout", {}).text(0, 0) == "30s");
 }

@@ -108,6 +108,29 @@ TEST_CASE("pg Transaction: a retryable failure or a forgotten result commits not
   CHECK(own.text(settings_set_by_session) == "0");
 }
 
+TEST_CASE(
+    "pg Store without a pool: its table and transactions on the service's connection "
+    "only") {
+  ServiceConnection own;
+  const std::string table = idem_test::unique_pg_table("poolless");
+  idem::pg::Store store({.table = table});
+  CHECK_FALSE(store.has_pool());
+  CHECK_THROWS_AS(store.ensure_schema(), idem::UsageError);
+  CHECK_THROWS_AS(store.claim(idem::Key{"PAY", "x"}, "fp", {}), idem::UsageError);
+  (void)store.ensure_schema(own.conn);
+  (void)store.check_schema(own.conn);
+  {
+    idem::pg::Transaction tx(store, own.conn);
+    CHECK(idem::run_once(tx, idem::Key{"PAY", "poolless"}, "fp", [] { return 5; }).value() == 5);
+    tx.commit();
+  }
+  CHECK(own.text(("SELECT count(*) FROM " + table + " WHERE status = 1").c_str()) == "1");
+  own.text("BEGIN");
+  CHECK_THROWS_AS(store.ensure_schema(own.conn), idem::UsageError);
+  own.text("ROLLBACK");
+  own.text(("DROP TABLE " + table).c_str());
+}
+
 TEST_CASE("pg with_transaction: a body that throws commits nothing - the redelivery runs it") {
   PgTable t;
   PgBusiness biz(t.pool);

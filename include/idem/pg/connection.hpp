@@ -282,6 +282,17 @@ class Connection {
       PQfinish(conn);
       throw e;
     }
+    if (p.statement_timeout.count() > 0) {
+      PGresult* set = PQexec(
+          conn, fmt::format("SET statement_timeout = {}", p.statement_timeout.count()).c_str());
+      if (PQresultStatus(set) != PGRES_COMMAND_OK) {
+        StoreError e = error_from(conn, set, "connect");
+        PQclear(set);
+        PQfinish(conn);
+        throw e;
+      }
+      PQclear(set);
+    }
     return conn;
   }
 

@@ -21,6 +21,13 @@ struct ConnectionParams {
   // own connections; needed behind a pooler that does not keep a session's prepared
   // statements (PgBouncer in transaction mode before 1.21).
   bool prepared_statements = true;
+  // The server cancels a statement of idem's connections that runs longer (SQLSTATE 57014:
+  // retryable, so the store tries again under its RetryPolicy); set once per connection, so it
+  // bounds the service's own statements on idem's pool connections (with_transaction) too.
+  // 0: the server's setting (the role's or database's statement_timeout). The service's own
+  // connections are left as they are. A network that drops packets silently is libpq's to
+  // notice: tcp_user_timeout and keepalives_idle in conninfo.
+  std::chrono::milliseconds statement_timeout{30'000};
 };
 
 }  // namespace idem::pg

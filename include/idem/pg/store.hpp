@@ -13,10 +13,10 @@
 // - Serialization failures, deadlocks, lock and statement timeouts and lost connections are
 //   retried under StoreParams::retry; a write whose reply was lost is recognised by its owner
 //   token on the next try.
-//  - Same transaction (Store::bind -> BoundStore, Transaction, with_transaction in
-//    idem/pg/transaction.hpp): the claim and its result are written in the service's own
-//    transaction, on its own PGconn* or one of the pool's, and commit or roll back with the
-//    business's writes.
+// - Same transaction (Store::bind -> BoundStore, Transaction, with_transaction in
+//   idem/pg/transaction.hpp): the claim and its result are written in the service's own
+//   transaction, on its own PGconn* or one of the pool's, and commit or roll back with the
+//   business's writes.
 
 #include <memory>
 #include <string>
