@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -37,7 +38,11 @@ struct PrivatePgServer {
     if (run.status != 0) throw std::runtime_error("scripts/postgres start failed: " + run.err);
     socket_dir = run.out.substr(0, run.out.find('\n'));
   }
-  ~PrivatePgServer() { (void)script("stop"); }
+  ~PrivatePgServer() {
+    (void)script("stop");  // deletes the server's data; the directory that named it goes too
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
   PrivatePgServer(const PrivatePgServer&) = delete;
   PrivatePgServer& operator=(const PrivatePgServer&) = delete;
 
