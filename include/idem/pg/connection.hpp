@@ -127,24 +127,17 @@ class Connection {
   // `context` in its message; a connection that broke is marked so.
   Result exec(const std::string& sql, const std::vector<Param>& params,
               std::string_view context = "statement") {
-    std::vector<const char*> values;
-    std::vector<int> lengths;
-    values.reserve(params.size());
-    lengths.reserve(params.size());
-    for (const Param& p : params) {
-      values.push_back(p.is_null() ? nullptr : p.text().c_str());
-      lengths.push_back(static_cast<int>(p.text().size()));
-    }
-    const int n = static_cast<int>(params.size());
-    if (const std::string* name = prepared(sql, n, context)) {
-      return checked(Result(PQexecPrepared(conn_, name->c_str(), n, values.data(), lengths.data(),
+    Values v(params);
+    if (const std::string* name = prepared(sql, v.count(), context)) {
+      return checked(Result(PQexecPrepared(conn_, name->c_str(), v.count(), v.values(), v.lengths(),
                                            nullptr, 0)),
                      context);
     }
-    return checked(Result(PQexecParams(conn_, sql.c_str(), n, nullptr, values.data(),
-                                       lengths.data(), nullptr, 0)),
+    return checked(Result(PQexecParams(conn_, sql.c_str(), v.count(), nullptr, v.values(),
+                                       v.lengths(), nullptr, 0)),
                    context);
   }
+
   // Runs one statement and then COMMIT in a single round trip (libpq's pipeline mode), inside
   // the transaction open on the connection. The COMMIT runs only when the statement succeeded:
   // a failed statement leaves the transaction failed, for the caller to roll back, and is
