@@ -120,18 +120,16 @@ inline std::vector<idem::backend::LiveIndexColumn> live_indexes(const Result& r)
 
 }  // namespace detail
 
-// Checks that the record table `name` is the one idem expects and returns its layout (the
-// stamp in its comment, or what its columns show); throws SchemaMismatch listing every problem
-// with its fix (a table a newer idem migrated beyond this one's reach among them), StoreError
-// when the server cannot be asked. Three reads of the catalog, nothing written.
-inline TableLayout check_record_table(Connection& c, const TableName& name) {
+namespace detail {
+
+// The check's verdict on the three reads (live_columns_sql, live_indexes_sql,
+// table_comment_sql): the layout, or SchemaMismatch.
+inline TableLayout table_check(const TableName& name, const Result& columns, const Result& indexes,
+                               const Result& comment) {
   const std::string quoted = name.quoted();
-  const auto live =
-      detail::live_columns(c.exec(detail::live_columns_sql, {quoted}, "check_schema"));
-  auto problems = idem::backend::schema_problems(
-      detail::schema_dialect(), quoted, record_table_ddl(name), live,
-      detail::live_indexes(c.exec(detail::live_indexes_sql, {quoted}, "check_schema")));
-  const Result comment = c.exec(detail::table_comment_sql, {quoted}, "check_schema");
+  const auto live = live_columns(columns);
+  auto problems = idem::backend::schema_problems(schema_dialect(), quoted, record_table_ddl(name),
+                                                 live, live_indexes(indexes));
   const TableLayout layout = idem::detail::table_layout(
       idem::detail::parse_layout_stamp(comment.rows() > 0 ? comment.text(0, 0) : ""), true,
       record_table_stamp);
@@ -141,6 +139,20 @@ inline TableLayout check_record_table(Connection& c, const TableName& name) {
   }
   if (!problems.empty()) throw SchemaMismatch(quoted, std::move(problems));
   return layout;
+}
+
+}  // namespace detail
+
+// Checks that the record table `name` is the one idem expects and returns its layout (the
+// stamp in its comment, or what its columns show); throws SchemaMismatch listing every problem
+// with its fix (a table a newer idem migrated beyond this one's reach among them), StoreError
+// when the server cannot be asked. Three reads of the catalog, nothing written.
+inline TableLayout check_record_table(Connection& c, const TableName& name) {
+  const std::vector<Param> table{name.quoted()};
+  const Result columns = c.exec(detail::live_columns_sql, table, "check_schema");
+  const Result indexes = c.exec(detail::live_indexes_sql, table, "check_schema");
+  return detail::table_check(name, columns, indexes,
+                             c.exec(detail::table_comment_sql, table, "check_schema"));
 }
 
 }  // namespace idem::pg

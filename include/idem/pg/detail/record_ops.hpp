@@ -77,6 +77,104 @@ inline std::vector<Param> finished_values(const Record& r) {
           Param::time_or_null(r.repaired_at)};
 }
 
+// The values and answers of the record statements (make_record_sql), apart from any
+// connection: the blocking RecordOps below and the coroutine AsyncRecordOps
+// (idem/pg/async_store.hpp) send the same statements and decode the same way.
+
+inline std::vector<Param> key_values(const Key& key) {
+  return {key.id(), key.biz_type()};
+}
+
+// A row read by select (or none): the record and the server's now.
+inline std::optional<backend::RecordRead> read_answer(const Result& r, const Key& key) {
+  if (r.rows() == 0) return std::nullopt;
+  backend::RecordRead read = decode_record(r, 0);
+  backend::require_key_read("idem::pg", key, read.record);
+  return read;
+}
+
+inline std::vector<Param> claim_values(const Key& key, std::string_view fp, const Options& o,
+                                       const std::string& token) {
+  return {key.id(), key.biz_type(), token, fp, o.lease.count(), o.ttl.count()};
+}
+
+// The fresh claim, or nullopt when the key exists (no row from ON CONFLICT DO NOTHING).
+inline std::optional<Record> claim_answer(const Result& r, const Key& key, std::string_view fp,
+                                          const std::string& token) {
+  if (r.rows() == 0) return std::nullopt;
+  if (r.columns() != 3) throw CorruptRecord("idem::pg: unexpected column count from RETURNING");
+  return backend::claim_record(key, token, fp, time_of(r, 0, 1, "created_at"),
+                               time_of(r, 0, 0, "lease_until"), time_of(r, 0, 2, "expire_at"));
+}
+
+inline std::vector<Param> takeover_values(backend::Decision d, const Record& next,
+                                          const Ticket& read) {
+  std::vector<Param> values;
+  backend::takeover_values(d, next, read, [&](const auto& v) {
+    using V = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<V, TimePoint>)
+      values.push_back(Param::time(v));
+    else if constexpr (std::is_same_v<V, backend::PointsValue>)
+      values.emplace_back(v.bytes);
+    else
+      values.emplace_back(v);
+  });
+  return values;
+}
+
+inline std::vector<Param> finish_values(const Key& key, const Ticket& t, std::string_view snapshot,
+                                        Status to, bool retryable) {
+  require_storable_text(snapshot, "a snapshot");
+  return {static_cast<int>(to),
+          Param::text_or_null(snapshot),
+          backend::stored_retryable(to, retryable),
+          key.id(),
+          key.biz_type(),
+          t.fence,
+          t.owner};
+}
+
+inline std::vector<Param> purge_values(std::size_t batch) {
+  return {static_cast<std::int64_t>(batch)};
+}
+
+inline std::vector<Param> release_values(std::size_t batch) {
+  return {static_cast<int>(backend::released_status), backend::released_retryable,
+          backend::released_snapshot, static_cast<std::int64_t>(batch)};
+}
+
+inline std::vector<Param> repair_values(const Record& next, const Ticket& read) {
+  require_storable_text(next.snapshot, "a snapshot");
+  require_storable_text(next.repair_reason, "a repair reason");
+  return {static_cast<int>(next.status),
+          next.ticket.fence,
+          next.ticket.owner,
+          Param::text_or_null(next.snapshot),
+          next.retryable,
+          Param::time(next.updated_at),
+          Param::time(next.expire_at),
+          Param::text_or_null(next.repair_reason),
+          Param::time_or_null(next.repaired_at),
+          next.key.id(),
+          next.key.biz_type(),
+          read.fence,
+          read.owner};
+}
+
+inline std::vector<Param> points_values(const Key& key, const Ticket& held, std::string_view before,
+                                        std::string_view after) {
+  require_storable_text(after, "a step's result");
+  return {Param::text_or_null(after), key.id(), key.biz_type(), held.fence, held.owner, before};
+}
+
+inline std::vector<Record> list_answer(const Result& r) {
+  std::vector<Record> found;
+  found.reserve(static_cast<std::size_t>(r.rows()));
+  for (int row = 0; row < r.rows(); ++row)
+    found.push_back(decode_record(r, row).record);
+  return found;
+}
+
 // The record operations on one connection. Under READ COMMITTED (the standalone store's
 // autocommit statements) every statement reads the latest committed rows.
 class RecordOps {
@@ -87,23 +185,14 @@ class RecordOps {
   explicit RecordOps(const TableName& name) : name_(name.quoted()), sql_(make_record_sql(name_)) {}
 
   std::optional<backend::RecordRead> read(Connection& c, const Key& key, bool /*bound*/) const {
-    const Result r = c.exec(sql_.select, {key.id(), key.biz_type()}, "read");
-    if (r.rows() == 0) return std::nullopt;
-    backend::RecordRead read = decode_record(r, 0);
-    backend::require_key_read("idem::pg", key, read.record);
-    return read;
+    return read_answer(c.exec(sql_.select, key_values(key), "read"), key);
   }
 
   // The fresh claim, or nullopt when the key exists (no row from ON CONFLICT DO NOTHING).
   std::optional<Record> insert(Connection& c, const Key& key, std::string_view fp, const Options& o,
                                const std::string& token, bool /*bound*/) const {
-    const Result r =
-        c.exec(sql_.insert, {key.id(), key.biz_type(), token, fp, o.lease.count(), o.ttl.count()},
-               "claim");
-    if (r.rows() == 0) return std::nullopt;
-    if (r.columns() != 3) throw CorruptRecord("idem::pg: unexpected column count from RETURNING");
-    return backend::claim_record(key, token, fp, time_of(r, 0, 1, "created_at"),
-                                 time_of(r, 0, 0, "lease_until"), time_of(r, 0, 2, "expire_at"));
+    return claim_answer(c.exec(sql_.insert, claim_values(key, fp, o, token), "claim"), key, fp,
+                        token);
   }
 
   // Claims up to max_batch_rows distinct keys in one statement (make_record_sql's
@@ -141,7 +230,7 @@ class RecordOps {
   // REPEATABLE READ or SERIALIZABLE the transaction's snapshot), so that a duplicate holds no
   // lock while its body runs.
   same_transaction::RecordProbe probe(Connection& c, const Key& key) const {
-    const Result r = c.exec(sql_.probe, {key.id(), key.biz_type()}, "claim");
+    const Result r = c.exec(sql_.probe, key_values(key), "claim");
     if (r.rows() != 1) throw CorruptRecord("idem::pg: the probe did not answer one row");
     if (r.is_null(0, column::key)) {
       if (r.columns() != column::count_with_now) {
@@ -173,78 +262,39 @@ class RecordOps {
 
   bool write_takeover(Connection& c, backend::Decision d, const Record& next,
                       const Ticket& read) const {
-    std::vector<Param> values;
-    backend::takeover_values(d, next, read, [&](const auto& v) {
-      using V = std::decay_t<decltype(v)>;
-      if constexpr (std::is_same_v<V, TimePoint>)
-        values.push_back(Param::time(v));
-      else if constexpr (std::is_same_v<V, backend::PointsValue>)
-        values.emplace_back(v.bytes);
-      else
-        values.emplace_back(v);
-    });
-    const bool fresh = d == backend::Decision::take_over_expired;
-    return c.execute(fresh ? sql_.take_over_expired : sql_.take_over_retry, values, "takeover") ==
-           1;
+    return c.execute(takeover_sql(d), takeover_values(d, next, read), "takeover") == 1;
   }
 
   // The fenced UPDATE of complete/fail. Returns true if it changed the row.
   bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
               bool retryable) const {
-    require_storable_text(snapshot, "a snapshot");
-    return c.execute(sql_.finish,
-                     {static_cast<int>(to), Param::text_or_null(snapshot),
-                      backend::stored_retryable(to, retryable), key.id(), key.biz_type(), t.fence,
-                      t.owner},
-                     "record") == 1;
+    return c.execute(sql_.finish, finish_values(key, t, snapshot, to, retryable), "record") == 1;
   }
 
   std::size_t purge(Connection& c, std::size_t batch) const {
-    return static_cast<std::size_t>(
-        c.execute(sql_.purge, {static_cast<std::int64_t>(batch)}, "purge_expired"));
+    return static_cast<std::size_t>(c.execute(sql_.purge, purge_values(batch), "purge_expired"));
   }
 
   std::size_t release(Connection& c, std::size_t batch) const {
     return static_cast<std::size_t>(
-        c.execute(sql_.release,
-                  {static_cast<int>(backend::released_status), backend::released_retryable,
-                   backend::released_snapshot, static_cast<std::int64_t>(batch)},
-                  "release_stale"));
+        c.execute(sql_.release, release_values(batch), "release_stale"));
   }
 
   // Writes repaired() over the row read, while it still carries the ticket read.
   bool write_repair(Connection& c, const Record& next, const Ticket& read) const {
-    require_storable_text(next.snapshot, "a snapshot");
-    require_storable_text(next.repair_reason, "a repair reason");
-    return c.execute(
-               sql_.repair,
-               {static_cast<int>(next.status), next.ticket.fence, next.ticket.owner,
-                Param::text_or_null(next.snapshot), next.retryable, Param::time(next.updated_at),
-                Param::time(next.expire_at), Param::text_or_null(next.repair_reason),
-                Param::time_or_null(next.repaired_at), next.key.id(), next.key.biz_type(),
-                read.fence, read.owner},
-               "repair") == 1;
+    return c.execute(sql_.repair, repair_values(next, read), "repair") == 1;
   }
 
   // Replaces the recovery points `before` (as read) with `after` while `held` holds.
   bool write_points(Connection& c, const Key& key, const Ticket& held, std::string_view before,
                     std::string_view after) const {
-    require_storable_text(after, "a step's result");
-    return c.execute(sql_.points,
-                     {Param::text_or_null(after), key.id(), key.biz_type(), held.fence, held.owner,
-                      before},
-                     "record_step") == 1;
+    return c.execute(sql_.points, points_values(key, held, before, after), "record_step") == 1;
   }
 
   std::vector<Record> list(Connection& c, const RecordQuery& query) const {
     std::vector<Param> values;
     const std::string sql = list_sql(sql_, query, values);
-    const Result r = c.exec(sql, values, "list");
-    std::vector<Record> found;
-    found.reserve(static_cast<std::size_t>(r.rows()));
-    for (int row = 0; row < r.rows(); ++row)
-      found.push_back(decode_record(r, row).record);
-    return found;
+    return list_answer(c.exec(sql, values, "list"));
   }
 
   RecordStats stats(Connection& c) const {
@@ -270,6 +320,12 @@ class RecordOps {
       stats.table_bytes = static_cast<std::uint64_t>(*bytes);
     }
     return stats;
+  }
+
+  const RecordSql& sql() const noexcept { return sql_; }
+  const std::string& takeover_sql(backend::Decision d) const noexcept {
+    return d == backend::Decision::take_over_expired ? sql_.take_over_expired
+                                                     : sql_.take_over_retry;
   }
 
  private:
