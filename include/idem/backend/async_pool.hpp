@@ -127,4 +127,25 @@ class AsyncBasicPool {
   Channel slots_;
 };
 
+// A driver's ready() for an SQL connection (broken, in_transaction, mark_broken, ping and
+// query("ROLLBACK"), each a coroutine where it does I/O): the blocking pool's rules
+// (reopen_if_lost, reusable_after_rollback in idem/backend/pool.hpp) with their round trips
+// done here, when the connection is next handed out. A transaction left open is rolled back (a
+// connection whose rollback fails is replaced), one idle longer than `ping_after` is pinged,
+// and a broken one is replaced by co_await open(). Answers whether `c` was replaced.
+template <class Connection, class Open>
+net::awaitable<bool> ready_sql_connection(std::unique_ptr<Connection>& c, Duration idle_for,
+                                          Duration ping_after, Open open) {
+  if (!c->broken() && c->in_transaction()) {
+    try {
+      co_await c->query("ROLLBACK");
+    } catch (const StoreError&) {
+      c->mark_broken();
+    }
+  }
+  if (!c->broken() && (idle_for <= ping_after || co_await c->ping())) co_return false;
+  c = co_await open();
+  co_return true;
+}
+
 }  // namespace idem::backend

@@ -23,16 +23,13 @@
 #include <mysql.h>
 #include <sys/socket.h>
 
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,6 +37,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/async/detail/socket_wait.hpp"
 #include "idem/async/net.hpp"
 #include "idem/errors.hpp"
 #include "idem/mysql/connection_params.hpp"
@@ -69,14 +67,6 @@ namespace detail {
 struct FreeResult {
   MYSQL_STMT* stmt;
   ~FreeResult() { mysql_stmt_free_result(stmt); }
-};
-
-// Connector/C's socket, registered with the executor's reactor for one wait; the fd stays
-// Connector/C's.
-struct BorrowedSocket {
-  net::posix::stream_descriptor d;
-  BorrowedSocket(const net::any_io_executor& executor, int fd) : d(executor, fd) {}
-  ~BorrowedSocket() { d.release(); }
 };
 
 }  // namespace detail
@@ -310,31 +300,20 @@ class AsyncConnection {
       status = cont(co_await wait(status));
   }
 
-  // Waits on the calling coroutine's executor for what the driver asked. The socket is
-  // registered for this one wait, so the connection is tied to no executor (and to no
-  // io_context's lifetime).
+  // Waits on the calling coroutine's executor for what the driver asked.
   net::awaitable<int> wait(int status) {
-    const int fd = mysql_get_socket(mysql_);
-    const auto what = (status & MYSQL_WAIT_WRITE) != 0 ? net::posix::descriptor_base::wait_write
-                                                       : net::posix::descriptor_base::wait_read;
-    const int ready = (status & MYSQL_WAIT_WRITE) != 0 ? MYSQL_WAIT_WRITE : MYSQL_WAIT_READ;
-    const auto executor = co_await net::this_coro::executor;
-    detail::BorrowedSocket socket{executor, fd};
+    const bool write = (status & MYSQL_WAIT_WRITE) != 0;
+    std::optional<std::chrono::milliseconds> timeout;
+    if ((status & MYSQL_WAIT_TIMEOUT) != 0) {
+      timeout = std::chrono::milliseconds(mysql_get_timeout_value_ms(mysql_));
+    }
     try {
-      if ((status & MYSQL_WAIT_TIMEOUT) == 0) {
-        co_await socket.d.async_wait(what, net::use_awaitable);
-        co_return ready;
-      }
-      // The first to complete decides; an error of the wait (not a timeout) ends the call.
-      net::steady_timer timeout(executor,
-                                std::chrono::milliseconds(mysql_get_timeout_value_ms(mysql_)));
-      auto [order, waited, timed] =
-          co_await net::experimental::make_parallel_group(socket.d.async_wait(what, net::deferred),
-                                                          timeout.async_wait(net::deferred))
-              .async_wait(net::experimental::wait_for_one(), net::use_awaitable);
-      if (order[0] == 1 && !timed) co_return MYSQL_WAIT_TIMEOUT;
-      if (waited) throw boost::system::system_error(waited);
-      co_return ready;
+      const bool ready = co_await idem::async::detail::wait_for_socket(
+          mysql_get_socket(mysql_),
+          write ? idem::async::detail::SocketWait::wait_write
+                : idem::async::detail::SocketWait::wait_read,
+          timeout);
+      co_return ready ? (write ? MYSQL_WAIT_WRITE : MYSQL_WAIT_READ) : MYSQL_WAIT_TIMEOUT;
     } catch (...) {
       // Cancelled (or the loop is going away) in the middle of a call: the protocol state is
       // lost with it.

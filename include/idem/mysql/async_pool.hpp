@@ -31,18 +31,9 @@ struct AsyncPoolDriver {
   // it is next handed out: it needs round trips.
   net::awaitable<void> ready(std::unique_ptr<Connection>& c, Duration idle_for,
                              backend::ConnectionPurpose use) const {
-    if (!c->broken() && c->in_transaction()) {
-      try {
-        co_await c->query("ROLLBACK");
-      } catch (const StoreError&) {
-        c->mark_broken();
-      }
-    }
-    bool healthy = !c->broken();
-    if (healthy && idle_for > ping_after_idle) healthy = co_await c->ping();
-    if (!healthy) {
-      c = co_await AsyncConnection::open(params);
-    } else if (use == backend::ConnectionPurpose::statements) {
+    const bool reopened = co_await backend::ready_sql_connection(
+        c, idle_for, ping_after_idle, [this] { return AsyncConnection::open(params); });
+    if (!reopened && use == backend::ConnectionPurpose::statements) {
       co_await c->restore_autocommit();
     }
   }
