@@ -2,14 +2,11 @@
 // a server of the test's own (scripts/postgres in a temporary directory, stopped also when the
 // test fails): the pool follows the server without the process restarting, nothing
 // acknowledged is lost, and nothing runs twice.
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <random>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -17,48 +14,18 @@
 
 #include <idem/metrics.hpp>
 
-#include "../support/paths.hpp"
+#include "../support/pg_private_server.hpp"
 #include "../support/pg_server.hpp"
-#include "../support/run_program.hpp"
 #include "../support/threads.hpp"
 
 using namespace std::chrono_literals;
 
-namespace {
-
-// A server of this test's own, stopped (and its data deleted) when the test ends.
-struct PrivatePgServer {
-  std::string dir =
-      (std::filesystem::temp_directory_path() / ("idem-pg-restart-" + std::to_string(::getpid())))
-          .string();
-  std::string socket_dir;
-
-  PrivatePgServer() {
-    const auto run = script("start");
-    if (run.status != 0) throw std::runtime_error("scripts/postgres start failed: " + run.err);
-    socket_dir = run.out.substr(0, run.out.find('\n'));
-  }
-  ~PrivatePgServer() {
-    (void)script("stop");  // deletes the server's data; the directory that named it goes too
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  }
-  PrivatePgServer(const PrivatePgServer&) = delete;
-  PrivatePgServer& operator=(const PrivatePgServer&) = delete;
-
-  idem_test::ProgramRun script(const std::string& command) const {
-    return idem_test::run_program(
-        {std::string(idem_test::paths::source_dir) + "/scripts/postgres", command, dir});
-  }
-  std::string conninfo() const { return "host=" + socket_dir + " user=idem dbname=idem"; }
-};
-
-}  // namespace
+using idem_test::PrivatePgServer;
 
 TEST_CASE(
     "pg restart: a SIGKILLed server under same-transaction load - nothing acknowledged "
     "lost - nothing runs twice") {
-  PrivatePgServer server;
+  PrivatePgServer server("restart");
   auto pool = std::make_shared<idem::pg::Pool>(
       idem::pg::ConnectionParams{.conninfo = server.conninfo()}, idem::pg::PoolParams{.size = 8});
   idem::pg::Store store(pool, {.table = "restart_record"});
@@ -122,7 +89,7 @@ TEST_CASE(
 }
 
 TEST_CASE("pg restart: acknowledged standalone results replay after the server's crash") {
-  PrivatePgServer server;
+  PrivatePgServer server("restart");
   auto pool = std::make_shared<idem::pg::Pool>(
       idem::pg::ConnectionParams{.conninfo = server.conninfo()}, idem::pg::PoolParams{.size = 4});
   idem::pg::Store store(pool, {.table = "restart_record"});
