@@ -109,9 +109,10 @@ class Connection {
                         std::string_view context = "statement") {
     return exec(sql, params, context).affected();
   }
-  // Runs `sql` without parameters (it may hold several statements: BEGIN, DDL, COMMIT).
-  void query(const std::string& sql, std::string_view context = "statement") {
-    checked(Result(PQexec(conn_, sql.c_str())), context);
+  // Runs `sql` without parameters (it may hold several statements: BEGIN, DDL, COMMIT) and
+  // answers the last one's result (its PQcmdStatus says what a COMMIT did).
+  Result query(const std::string& sql, std::string_view context = "statement") {
+    return checked(Result(PQexec(conn_, sql.c_str())), context);
   }
 
   // Whether a transaction is open on the connection (or failed and waits for its ROLLBACK).

@@ -62,7 +62,7 @@ struct ConnectionTry {
   void commit() {
     // A COMMIT of a transaction that failed earlier (an error of the service's own SQL that
     // the body caught) succeeds as a ROLLBACK: say so rather than report a commit.
-    const Result r = c.exec("COMMIT", {}, "with_transaction");
+    const Result r = c.query("COMMIT", "with_transaction");
     if (std::string_view(PQcmdStatus(r.native())) == "ROLLBACK") {
       throw StoreError(
           "idem::pg::with_transaction: the transaction had failed (a statement in it was "
