@@ -92,6 +92,23 @@ bool reusable_after_rollback(Connection& c, Rollback&& rollback) noexcept {
   return !c.broken();
 }
 
+// The driver of a networked connection that opens from its Params (redis, pg): opened again
+// when lost (reopen_if_lost), pooled again unless broken. A backend whose connections need
+// more when they come back (a rollback) derives and hides reusable().
+template <class C, class Params>
+struct ReopeningPoolDriver {
+  using Connection = C;
+  Params params;
+  std::chrono::milliseconds ping_after_idle;
+
+  std::unique_ptr<Connection> open() const { return std::make_unique<Connection>(params); }
+  void ready(Connection& c, Duration idle_for, ConnectionPurpose) const {
+    reopen_if_lost(c, idle_for, ping_after_idle);
+  }
+  static bool reusable(Connection& c) noexcept { return !c.broken(); }
+  static std::string where() { return {}; }
+};
+
 // The bounds of a pool, blocking or coroutine, checked when it is made, and the error it
 // throws when no connection frees up in time.
 struct PoolBounds {

@@ -22,21 +22,13 @@ using PoolParams = idem::PoolParams;
 
 namespace detail {
 
-// How idem::pg::Pool opens, readies and takes back its connections (see BasicPool).
-struct PoolDriver {
-  using Connection = pg::Connection;
-  ConnectionParams params;
-  std::chrono::milliseconds ping_after_idle;
-
-  std::unique_ptr<Connection> open() const { return std::make_unique<Connection>(params); }
-  void ready(Connection& c, Duration idle_for, backend::ConnectionPurpose) const {
-    backend::reopen_if_lost(c, idle_for, ping_after_idle);
-  }
+// How idem::pg::Pool opens, readies and takes back its connections (see BasicPool): as
+// Redis's, and one handed back inside a transaction is rolled back.
+struct PoolDriver : backend::ReopeningPoolDriver<pg::Connection, ConnectionParams> {
   static bool reusable(Connection& c) noexcept {
     return backend::reusable_after_rollback(
         c, [](Connection& open) { open.query("ROLLBACK", "rollback of a returned connection"); });
   }
-  static std::string where() { return {}; }
 };
 
 }  // namespace detail
@@ -44,7 +36,7 @@ struct PoolDriver {
 class Pool : public backend::BasicPool<detail::PoolDriver> {
  public:
   explicit Pool(ConnectionParams params, PoolParams pool = {})
-      : BasicPool(detail::PoolDriver{std::move(params), pool.ping_after_idle}, pool.size,
+      : BasicPool(detail::PoolDriver{{std::move(params), pool.ping_after_idle}}, pool.size,
                   pool.acquire_timeout, "idem::pg::Pool") {}
 
   const ConnectionParams& params() const noexcept { return driver().params; }

@@ -22,18 +22,7 @@ using PoolParams = idem::PoolParams;
 namespace detail {
 
 // How idem::redis::Pool opens, readies and takes back its connections (see BasicPool).
-struct PoolDriver {
-  using Connection = redis::Connection;
-  ConnectionParams params;
-  std::chrono::milliseconds ping_after_idle;
-
-  std::unique_ptr<Connection> open() const { return std::make_unique<Connection>(params); }
-  void ready(Connection& c, Duration idle_for, backend::ConnectionPurpose) const {
-    backend::reopen_if_lost(c, idle_for, ping_after_idle);
-  }
-  static bool reusable(Connection& c) noexcept { return !c.broken(); }
-  static std::string where() { return {}; }
-};
+using PoolDriver = backend::ReopeningPoolDriver<redis::Connection, ConnectionParams>;
 
 }  // namespace detail
 
