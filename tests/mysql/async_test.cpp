@@ -3,20 +3,17 @@
 // cancelled requests.
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <map>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
 
+#include "../support/async_scenarios.hpp"
 #include "../support/mysql_async.hpp"
 #include "../support/workload.hpp"
 
@@ -58,98 +55,33 @@ TEST_CASE(
     "async mysql: one loop thread serves 1,000 concurrent requests at 12% duplicates - "
     "executions equal keys") {
   idem_test::AsyncTable t(32);
-  net::io_context io;
   const auto storm = idem_test::storm_of(1000, 17);
   idem_test::Executions executions;
-  int answered = 0;
-  int in_progress = 0;
-  std::vector<std::string> errors;
-  for (int k : storm.order) {
-    net::co_spawn(
-        io,
-        [&, k]() -> net::awaitable<void> {
-          const std::string id = "S-" + std::to_string(k);
-          auto body = [&]() -> net::awaitable<int> {
-            executions.executed(id);
-            co_await pause(std::chrono::milliseconds(1 + k % 3));
-            co_return k;
-          };
-          try {
-            const auto out =
-                co_await idem::async::run_once(t.store, {"PAY", id}, "fp", body, {.wait = 10s});
-            if (out && out.value() == k) ++answered;
-            if (out.verdict() == idem::Verdict::in_progress) ++in_progress;
-          } catch (const std::exception& e) {
-            errors.push_back(e.what());
-          }
-        },
-        net::detached);
-  }
   const auto start = std::chrono::steady_clock::now();
-  io.run();
+  const auto r = idem_test::async_storm(t.store, storm, executions);
   const auto took = std::chrono::steady_clock::now() - start;
   std::printf(
       "async mysql storm: 1000 requests on one thread in %lld ms\n",
       static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
-  INFO((errors.empty() ? std::string() : errors.front()));
-  CHECK(errors.empty());
-  CHECK(answered + in_progress == 1000);
+  INFO(r.first_error());
+  CHECK(r.errors.empty());
+  CHECK(r.answered + r.in_progress == 1000);
   CHECK(executions.total() == storm.distinct);
   CHECK(executions.max_per_key() == 1);
   CHECK(t.count("status = 1") == storm.distinct);
 }
 
 TEST_CASE("async mysql: a 1 ms timer on the loop keeps firing while 64 claims are in flight") {
-  // What a blocking store would break, without judging by the clock (a loaded sanitizer run
-  // can be late by any amount): a claim that blocked the loop would hold it until its answer,
-  // so no other claim could start meanwhile and the timer could not fire while one is out.
   idem_test::AsyncTable t(64);
-  net::io_context io;
-  int done = 0;
-  int in_flight = 0;
-  int most_in_flight = 0;
-  int ticks = 0;
-  int ticks_in_flight = 0;
-  std::chrono::nanoseconds worst{0};
-  constexpr int requests = 640;
-  for (int i = 0; i < 64; ++i) {
-    net::co_spawn(
-        io,
-        [&, i]() -> net::awaitable<void> {
-          for (int r = i; r < requests; r += 64) {
-            auto body = [&]() -> net::awaitable<int> { co_return r; };
-            most_in_flight = std::max(most_in_flight, ++in_flight);
-            co_await idem::async::run_once(t.store, {"TICK", std::to_string(r)}, "fp", body);
-            --in_flight;
-          }
-          ++done;
-        },
-        net::detached);
-  }
-  net::co_spawn(
-      io,
-      [&]() -> net::awaitable<void> {
-        net::steady_timer timer(co_await net::this_coro::executor);
-        while (done < 64) {
-          const auto due = std::chrono::steady_clock::now() + 1ms;
-          timer.expires_at(due);
-          co_await timer.async_wait(net::use_awaitable);
-          worst = std::max(worst, std::chrono::steady_clock::now() - due);
-          ++ticks;
-          if (in_flight > 0) ++ticks_in_flight;
-        }
-      },
-      net::detached);
-  io.run();
-  const auto worst_us = std::chrono::duration_cast<std::chrono::microseconds>(worst).count();
+  const auto r = idem_test::ticks_while_claiming(t.store, 64, 640);
   std::printf(
       "async mysql: %d ticks of 1 ms (%d with claims in flight), latest by %lld us, "
       "up to %d claims in flight\n",
-      ticks, ticks_in_flight, static_cast<long long>(worst_us), most_in_flight);
-  CHECK(done == 64);
-  CHECK(t.count("status = 1") == requests);
-  CHECK(most_in_flight > 1);   // the claims wait for the server side by side
-  CHECK(ticks_in_flight > 0);  // and the loop serves its timer while they wait
+      r.ticks, r.ticks_in_flight, r.latest_us, r.most_in_flight);
+  CHECK(r.done == 64);
+  CHECK(t.count("status = 1") == 640);
+  CHECK(r.most_in_flight > 1);   // the claims wait for the server side by side
+  CHECK(r.ticks_in_flight > 0);  // and the loop serves its timer while they wait
 }
 
 TEST_CASE("async mysql: connections killed at random under load - nothing runs twice") {
@@ -162,7 +94,6 @@ TEST_CASE("async mysql: connections killed at random under load - nothing runs t
   idem::mysql::ConnectionParams as_user = idem_test::server();
   as_user.user = user;
   idem_test::AsyncTable t(16, {}, as_user);
-  net::io_context io;
   const auto storm = idem_test::storm_of(3000, 23);
   idem_test::Executions executions;
   std::atomic<bool> stop{false};
@@ -188,35 +119,12 @@ TEST_CASE("async mysql: connections killed at random under load - nothing runs t
       }
     }
   });
-  int failed_calls = 0;
-  for (int k : storm.order) {
-    net::co_spawn(
-        io,
-        [&, k]() -> net::awaitable<void> {
-          const std::string id = "K-" + std::to_string(k);
-          auto body = [&]() -> net::awaitable<int> {
-            executions.executed(id);
-            co_return k;
-          };
-          // A client retries until it has an answer, as a gateway would.
-          for (int attempt = 0; attempt < 50; ++attempt) {
-            try {
-              const auto out =
-                  co_await idem::async::run_once(t.store, {"PAY", id}, "fp", body, {.wait = 10s});
-              if (out) co_return;
-            } catch (const idem::StoreError&) {
-              ++failed_calls;
-            }
-            co_await pause(5ms);
-          }
-        },
-        net::detached);
-  }
-  io.run();
+  const auto r = idem_test::retrying_clients(t.store, storm, 64, executions);
   stop = true;
   killer.join();
-  std::printf("async mysql kill: %d kills, %d failed calls (retried by the client)\n", kills.load(),
-              failed_calls);
+  std::printf("async mysql kill: %d kills, %d failed calls (retried by the client)%s%s\n",
+              kills.load(), r.failed_calls, r.failed_calls > 0 ? ", first: " : "",
+              r.first_failure.c_str());
   CHECK(kills > 10);
   CHECK(executions.max_per_key() == 1);
   CHECK(executions.total() == storm.distinct);
@@ -226,75 +134,17 @@ TEST_CASE("async mysql: connections killed at random under load - nothing runs t
 
 TEST_CASE("async mysql: a request cancelled at any point leaves no processing claim behind") {
   idem_test::AsyncTable t(16);
-  net::io_context io;
-  std::mt19937 rng(11);
-  int cancelled = 0;
-  constexpr int requests = 400;
-  // Two first rounds of the same requests on other keys: the first opens the pool's
-  // connections, the second measures how long a round takes here (a sanitizer build is
-  // several times slower; timing the first would count the connections' opening too, and
-  // under TSan leave too few timeouts short enough to cancel). The timeouts below are spread
-  // over one and a half times that, so that they fall on every step of a request and some
-  // requests finish.
-  auto round = std::chrono::microseconds{0};
-  for (const char* biz_type : {"WARM_UP", "CALIBRATE"}) {
-    const auto calibration_start = std::chrono::steady_clock::now();
-    for (int i = 0; i < requests; ++i) {
-      net::co_spawn(
-          io,
-          [&, i, biz_type]() -> net::awaitable<void> {
-            auto body = [&]() -> net::awaitable<int> {
-              co_await pause(1ms);
-              co_return i;
-            };
-            co_await idem::async::run_once(t.store, {biz_type, std::to_string(i)}, "fp", body);
-          },
-          net::detached);
-    }
-    io.restart();
-    io.run();
-    round = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                                  calibration_start);
-  }
-  const auto spread = static_cast<unsigned>(round.count() * 3 / 2) + 1;
-  for (int i = 0; i < requests; ++i) {
-    const auto timeout = std::chrono::microseconds(rng() % spread);
-    net::co_spawn(
-        io,
-        [&, i, timeout]() -> net::awaitable<void> {
-          using namespace net::experimental::awaitable_operators;
-          auto body = [&]() -> net::awaitable<int> {
-            co_await pause(1ms);
-            co_return i;
-          };
-          net::steady_timer timer(co_await net::this_coro::executor, timeout);
-          const auto first =
-              co_await (idem::async::run_once(t.store, {"CANCEL", std::to_string(i)}, "fp", body) ||
-                        timer.async_wait(net::use_awaitable));
-          if (first.index() == 1) ++cancelled;
-        },
-        net::detached);
-  }
-  io.restart();  // the calibration's run stopped the loop
-  io.run();      // also runs the clean-ups the cancelled claims started
-  const long long in_claim = t.count("response_snapshot LIKE '%idem.cancelled%'");
-  const long long in_body = t.count("response_snapshot LIKE '%idem.abandoned%'");
+  const auto r = idem_test::cancel_at_random(t.store, 400, 11);
   std::printf(
-      "async mysql cancel: %d of %d requests cancelled; retryable failures recorded: %lld "
-      "by a claim's clean-up, %lld by the guard\n",
-      cancelled, requests, in_claim, in_body);
-  CHECK(cancelled > 20);
-  CHECK(cancelled < requests);
+      "async mysql cancel: %d of %d requests cancelled in %d rounds; retryable failures "
+      "recorded: %lld by a claim's clean-up, %lld by the guard\n",
+      r.cancelled, r.requests, r.rounds, t.count("response_snapshot LIKE '%idem.cancelled%'"),
+      t.count("response_snapshot LIKE '%idem.abandoned%'"));
+  CHECK(r.cancelled > 20);
+  CHECK(r.finished > 0);
   CHECK(t.count("status = 0") == 0);
   // Every cancelled request's key runs at once on its next duplicate (or replays).
-  int acquired_or_replayed = 0;
-  for (int i = 0; i < requests; ++i) {
-    auto body = [&]() -> net::awaitable<int> { co_return i; };
-    const auto out =
-        run_on(io, idem::async::run_once(t.store, {"CANCEL", std::to_string(i)}, "fp", body));
-    if (out && out.value() == i) ++acquired_or_replayed;
-  }
-  CHECK(acquired_or_replayed == requests);
+  CHECK(idem_test::replayed_or_ran(t.store, r, 400) == r.requests);
 }
 
 TEST_CASE(

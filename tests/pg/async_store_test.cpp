@@ -1,7 +1,6 @@
 // idem::pg::AsyncStore on the test server, from one loop thread: a request storm, the loop's
 // responsiveness while claims are in flight, connections terminated under load, cancelled
 // requests, and the table's check.
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -10,10 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
 
+#include "../support/async_scenarios.hpp"
 #include "../support/pg_async.hpp"
 #include "../support/workload.hpp"
 
@@ -55,94 +53,28 @@ TEST_CASE(
     "async pg: one loop thread serves 1,000 concurrent requests at 12% duplicates - "
     "executions equal keys") {
   idem_test::PgAsyncTable t(32);
-  net::io_context io;
   const auto storm = idem_test::storm_of(1000, 29);
   idem_test::Executions executions;
-  int answered = 0;
-  int in_progress = 0;
-  std::vector<std::string> errors;
-  for (int k : storm.order) {
-    net::co_spawn(
-        io,
-        [&, k]() -> net::awaitable<void> {
-          const std::string id = "S-" + std::to_string(k);
-          auto body = [&]() -> net::awaitable<int> {
-            executions.executed(id);
-            co_await pg_pause(std::chrono::milliseconds(1 + k % 3));
-            co_return k;
-          };
-          try {
-            const auto out =
-                co_await idem::async::run_once(t.store, {"PAY", id}, "fp", body, {.wait = 10s});
-            if (out && out.value() == k) ++answered;
-            if (out.verdict() == idem::Verdict::in_progress) ++in_progress;
-          } catch (const std::exception& e) {
-            errors.push_back(e.what());
-          }
-        },
-        net::detached);
-  }
-  io.run();
-  INFO((errors.empty() ? std::string() : errors.front()));
-  CHECK(errors.empty());
-  CHECK(answered + in_progress == 1000);
+  const auto r = idem_test::async_storm(t.store, storm, executions);
+  INFO(r.first_error());
+  CHECK(r.errors.empty());
+  CHECK(r.answered + r.in_progress == 1000);
   CHECK(executions.total() == storm.distinct);
   CHECK(executions.max_per_key() == 1);
   CHECK(t.count("status = 1") == storm.distinct);
 }
 
 TEST_CASE("async pg: a 1 ms timer on the loop keeps firing while 64 claims are in flight") {
-  // What a blocking store would break, without judging by the clock (a loaded sanitizer run
-  // can be late by any amount): a claim that blocked the loop would hold it until its answer,
-  // so no other claim could start meanwhile and the timer could not fire while one is out.
   idem_test::PgAsyncTable t(64);
-  net::io_context io;
-  int done = 0;
-  int in_flight = 0;
-  int most_in_flight = 0;
-  int ticks = 0;
-  int ticks_in_flight = 0;
-  std::chrono::nanoseconds worst{0};
-  constexpr int requests = 640;
-  for (int i = 0; i < 64; ++i) {
-    net::co_spawn(
-        io,
-        [&, i]() -> net::awaitable<void> {
-          for (int r = i; r < requests; r += 64) {
-            auto body = [&]() -> net::awaitable<int> { co_return r; };
-            most_in_flight = std::max(most_in_flight, ++in_flight);
-            co_await idem::async::run_once(t.store, {"TICK", std::to_string(r)}, "fp", body);
-            --in_flight;
-          }
-          ++done;
-        },
-        net::detached);
-  }
-  net::co_spawn(
-      io,
-      [&]() -> net::awaitable<void> {
-        net::steady_timer timer(co_await net::this_coro::executor);
-        while (done < 64) {
-          const auto due = std::chrono::steady_clock::now() + 1ms;
-          timer.expires_at(due);
-          co_await timer.async_wait(net::use_awaitable);
-          worst = std::max(worst, std::chrono::steady_clock::now() - due);
-          ++ticks;
-          if (in_flight > 0) ++ticks_in_flight;
-        }
-      },
-      net::detached);
-  io.run();
+  const auto r = idem_test::ticks_while_claiming(t.store, 64, 640);
   std::printf(
       "async pg: %d ticks of 1 ms (%d with claims in flight), latest by %lld us, up to %d claims "
       "in flight\n",
-      ticks, ticks_in_flight,
-      static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(worst).count()),
-      most_in_flight);
-  CHECK(done == 64);
-  CHECK(t.count("status = 1") == requests);
-  CHECK(most_in_flight > 1);   // the claims wait for the server side by side
-  CHECK(ticks_in_flight > 0);  // and the loop serves its timer while they wait
+      r.ticks, r.ticks_in_flight, r.latest_us, r.most_in_flight);
+  CHECK(r.done == 64);
+  CHECK(t.count("status = 1") == 640);
+  CHECK(r.most_in_flight > 1);   // the claims wait for the server side by side
+  CHECK(r.ticks_in_flight > 0);  // and the loop serves its timer while they wait
 }
 
 TEST_CASE("async pg: connections terminated at random under load - nothing runs twice") {
@@ -152,7 +84,6 @@ TEST_CASE("async pg: connections terminated at random under load - nothing runs 
   idem_test::PgAsyncTable t(
       16, {.retry = {.max_attempts = 100, .max_backoff = 50ms}},
       idem::pg::ConnectionParams{.conninfo = idem_test::pg_conninfo(), .application_name = app});
-  net::io_context io;
   const auto storm = idem_test::storm_of(3000, 31);
   idem_test::Executions executions;
   std::atomic<bool> stop{false};
@@ -175,46 +106,12 @@ TEST_CASE("async pg: connections terminated at random under load - nothing runs 
       killer_errors.push_back(e.what());
     }
   });
-  int failed_calls = 0;
-  std::string first_failure;
-  // 64 clients on the loop, each sending its next request once it has the last one's answer:
-  // with all 3,000 waiting for the pool at once, the last in line would wait longer than the
-  // pool's acquire_timeout in a sanitizer build, where each replaced connection is slow to
-  // open, and a result whose recording fails that way is run again by design
-  // (docs/reliability.md, "What idem does not guarantee").
-  std::size_t next = 0;
-  for (int client = 0; client < 64; ++client) {
-    net::co_spawn(
-        io,
-        [&]() -> net::awaitable<void> {
-          while (next < storm.order.size()) {
-            const int k = storm.order[next++];
-            const std::string id = "K-" + std::to_string(k);
-            auto body = [&]() -> net::awaitable<int> {
-              executions.executed(id);
-              co_return k;
-            };
-            // A client retries until it has an answer, as a gateway would.
-            for (int attempt = 0; attempt < 50; ++attempt) {
-              try {
-                const auto out =
-                    co_await idem::async::run_once(t.store, {"PAY", id}, "fp", body, {.wait = 10s});
-                if (out) break;
-              } catch (const idem::StoreError& e) {
-                if (failed_calls++ == 0) first_failure = e.what();
-              }
-              co_await pg_pause(5ms);
-            }
-          }
-        },
-        net::detached);
-  }
-  io.run();
+  const auto r = idem_test::retrying_clients(t.store, storm, 64, executions);
   stop = true;
   killer.join();
   std::printf("async pg terminate: %d kills, %d failed calls (retried by the client)%s%s\n",
-              kills.load(), failed_calls, failed_calls > 0 ? ", first: " : "",
-              first_failure.c_str());
+              kills.load(), r.failed_calls, r.failed_calls > 0 ? ", first: " : "",
+              r.first_failure.c_str());
   INFO((killer_errors.empty() ? std::string() : killer_errors.front()));
   CHECK(killer_errors.empty());
   CHECK(kills > 20);
@@ -225,83 +122,17 @@ TEST_CASE("async pg: connections terminated at random under load - nothing runs 
 
 TEST_CASE("async pg: a request cancelled at any point leaves no processing claim behind") {
   idem_test::PgAsyncTable t(16);
-  net::io_context io;
-  std::mt19937 rng(13);
-  constexpr int requests = 400;
-  // Two first rounds on other keys: the first opens the pool's connections, the second
-  // measures how long a round takes here (a sanitizer build is several times slower). The
-  // timeouts are spread over one and a half times that, so that they fall on every step of a
-  // request. Each cancelled statement costs its connection, and a new PostgreSQL connection
-  // is a new server process: a round with cancellations runs slower than the calibration, so
-  // the spread doubles for another round (on new keys) until some requests finish too.
-  auto round = std::chrono::microseconds{0};
-  for (const char* biz_type : {"WARM_UP", "CALIBRATE"}) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < requests; ++i) {
-      net::co_spawn(
-          io,
-          [&, i, biz_type]() -> net::awaitable<void> {
-            auto body = [&]() -> net::awaitable<int> {
-              co_await pg_pause(1ms);
-              co_return i;
-            };
-            co_await idem::async::run_once(t.store, {biz_type, std::to_string(i)}, "fp", body);
-          },
-          net::detached);
-    }
-    io.restart();
-    io.run();
-    round = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                                  start);
-  }
-  int cancelled = 0;
-  int finished = 0;
-  int rounds = 0;
-  auto spread = static_cast<unsigned>(round.count() * 3 / 2) + 1;
-  for (; rounds < 6 && (cancelled <= 20 || finished == 0); ++rounds, spread *= 2) {
-    const std::string biz_type = "CANCEL_" + std::to_string(rounds);
-    for (int i = 0; i < requests; ++i) {
-      const auto timeout = std::chrono::microseconds(rng() % spread);
-      net::co_spawn(
-          io,
-          [&, i, timeout, biz_type]() -> net::awaitable<void> {
-            using namespace net::experimental::awaitable_operators;
-            auto body = [&]() -> net::awaitable<int> {
-              co_await pg_pause(1ms);
-              co_return i;
-            };
-            net::steady_timer timer(co_await net::this_coro::executor, timeout);
-            const auto first = co_await (
-                idem::async::run_once(t.store, {biz_type, std::to_string(i)}, "fp", body) ||
-                timer.async_wait(net::use_awaitable));
-            ++(first.index() == 1 ? cancelled : finished);
-          },
-          net::detached);
-    }
-    io.restart();
-    io.run();  // also runs the clean-ups the cancelled claims started
-  }
-  const long long in_claim = t.count("response_snapshot LIKE '%idem.cancelled%'");
-  const long long in_body = t.count("response_snapshot LIKE '%idem.abandoned%'");
+  const auto r = idem_test::cancel_at_random(t.store, 400, 13);
   std::printf(
       "async pg cancel: %d of %d requests cancelled in %d rounds; retryable failures recorded: "
       "%lld by a claim's clean-up, %lld by the guard\n",
-      cancelled, rounds * requests, rounds, in_claim, in_body);
-  CHECK(cancelled > 20);
-  CHECK(finished > 0);
+      r.cancelled, r.requests, r.rounds, t.count("response_snapshot LIKE '%idem.cancelled%'"),
+      t.count("response_snapshot LIKE '%idem.abandoned%'"));
+  CHECK(r.cancelled > 20);
+  CHECK(r.finished > 0);
   CHECK(t.count("status = 0") == 0);
   // Every cancelled request's key runs at once on its next duplicate (or replays).
-  int acquired_or_replayed = 0;
-  for (int r = 0; r < rounds; ++r) {
-    for (int i = 0; i < requests; ++i) {
-      auto body = [&]() -> net::awaitable<int> { co_return i; };
-      const auto out =
-          run_on(io, idem::async::run_once(
-                         t.store, {"CANCEL_" + std::to_string(r), std::to_string(i)}, "fp", body));
-      if (out && out.value() == i) ++acquired_or_replayed;
-    }
-  }
-  CHECK(acquired_or_replayed == rounds * requests);
+  CHECK(idem_test::replayed_or_ran(t.store, r, 400) == r.requests);
 }
 
 TEST_CASE("async pg: a store checks its table on its first operation") {

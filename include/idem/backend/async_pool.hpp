@@ -148,4 +148,24 @@ net::awaitable<bool> ready_sql_connection(std::unique_ptr<Connection>& c, Durati
   co_return true;
 }
 
+// The coroutine pool's driver of an SQL connection that opens from its Params (C::open(params),
+// a coroutine): readied by ready_sql_connection, pooled again unless broken. A backend whose
+// connections need more before they are handed out derives and hides ready().
+template <class C, class Params>
+struct SqlAsyncPoolDriver {
+  using Connection = C;
+  Params params;
+  std::chrono::milliseconds ping_after_idle;
+
+  net::awaitable<std::unique_ptr<Connection>> open() const {
+    co_return co_await Connection::open(params);
+  }
+  net::awaitable<void> ready(std::unique_ptr<Connection>& c, Duration idle_for,
+                             ConnectionPurpose) const {
+    co_await ready_sql_connection(c, idle_for, ping_after_idle, [this] { return open(); });
+  }
+  static bool reusable(const Connection& c) noexcept { return !c.broken(); }
+  static std::string where() { return {}; }
+};
+
 }  // namespace idem::backend

@@ -19,26 +19,17 @@ namespace idem::mysql {
 
 namespace detail {
 
-struct AsyncPoolDriver {
-  using Connection = AsyncConnection;
-  ConnectionParams params;
-  std::chrono::milliseconds ping_after_idle;
-
-  net::awaitable<std::unique_ptr<Connection>> open() const {
-    co_return co_await AsyncConnection::open(params);
-  }
-  // The clean-up that the blocking pool does when a connection comes back happens here, when
-  // it is next handed out: it needs round trips.
+// As the shared driver, and a connection used for statements gets autocommit back (a
+// transaction's try turned it off).
+struct AsyncPoolDriver : backend::SqlAsyncPoolDriver<AsyncConnection, ConnectionParams> {
   net::awaitable<void> ready(std::unique_ptr<Connection>& c, Duration idle_for,
                              backend::ConnectionPurpose use) const {
-    const bool reopened = co_await backend::ready_sql_connection(
-        c, idle_for, ping_after_idle, [this] { return AsyncConnection::open(params); });
+    const bool reopened = co_await backend::ready_sql_connection(c, idle_for, ping_after_idle,
+                                                                 [this] { return open(); });
     if (!reopened && use == backend::ConnectionPurpose::statements) {
       co_await c->restore_autocommit();
     }
   }
-  static bool reusable(const Connection& c) noexcept { return !c.broken(); }
-  static std::string where() { return {}; }
 };
 
 }  // namespace detail
@@ -47,8 +38,8 @@ class AsyncPool : public idem::backend::AsyncBasicPool<detail::AsyncPoolDriver> 
  public:
   // Coroutines on any executor, of any thread, may share the pool.
   explicit AsyncPool(ConnectionParams params, PoolParams pool = {})
-      : AsyncBasicPool(detail::AsyncPoolDriver{std::move(params), pool.ping_after_idle}, pool.size,
-                       pool.acquire_timeout, "idem::mysql::AsyncPool") {}
+      : AsyncBasicPool(detail::AsyncPoolDriver{{std::move(params), pool.ping_after_idle}},
+                       pool.size, pool.acquire_timeout, "idem::mysql::AsyncPool") {}
 
   const ConnectionParams& params() const noexcept { return driver().params; }
 };

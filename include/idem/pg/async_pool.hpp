@@ -21,24 +21,7 @@ namespace idem::pg {
 
 namespace detail {
 
-struct AsyncPoolDriver {
-  using Connection = AsyncConnection;
-  ConnectionParams params;
-  std::chrono::milliseconds ping_after_idle;
-
-  net::awaitable<std::unique_ptr<Connection>> open() const {
-    co_return co_await AsyncConnection::open(params);
-  }
-  // The clean-up that the blocking pool does when a connection comes back happens here, when
-  // it is next handed out: it needs round trips.
-  net::awaitable<void> ready(std::unique_ptr<Connection>& c, Duration idle_for,
-                             backend::ConnectionPurpose) const {
-    co_await backend::ready_sql_connection(c, idle_for, ping_after_idle,
-                                           [this] { return AsyncConnection::open(params); });
-  }
-  static bool reusable(const Connection& c) noexcept { return !c.broken(); }
-  static std::string where() { return {}; }
-};
+using AsyncPoolDriver = backend::SqlAsyncPoolDriver<AsyncConnection, ConnectionParams>;
 
 }  // namespace detail
 

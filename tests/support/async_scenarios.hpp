@@ -1,0 +1,251 @@
+#pragma once
+// The races every coroutine store runs from one loop thread (tests/mysql/async_test.cpp,
+// tests/pg/async_store_test.cpp): a request storm, a timer beside claims in flight, clients
+// retrying through a killer's work, and requests cancelled at random points. Each returns what
+// happened; the test states what must hold, and reads its own table.
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <idem/async.hpp>
+
+#include "loop.hpp"
+#include "workload.hpp"
+
+namespace idem_test {
+
+namespace async_net = idem::async::net;
+
+inline async_net::awaitable<void> async_pause(std::chrono::milliseconds d) {
+  co_await idem::async::sleep_for(d);
+}
+
+struct AsyncStormResult {
+  int answered = 0;     // with the request's own result, run or replayed
+  int in_progress = 0;  // a duplicate that outwaited its wait
+  std::vector<std::string> errors;
+  std::string first_error() const { return errors.empty() ? std::string() : errors.front(); }
+};
+
+// Every request of `storm` at once on one loop thread, each a run_once whose business counts
+// itself in `executions` and takes 1-3 ms.
+template <class Store>
+AsyncStormResult async_storm(Store& store, const Storm& storm, Executions& executions) {
+  async_net::io_context io;
+  AsyncStormResult result;
+  for (int k : storm.order) {
+    async_net::co_spawn(
+        io,
+        [&, k]() -> async_net::awaitable<void> {
+          const std::string id = "S-" + std::to_string(k);
+          auto body = [&]() -> async_net::awaitable<int> {
+            executions.executed(id);
+            co_await async_pause(std::chrono::milliseconds(1 + k % 3));
+            co_return k;
+          };
+          try {
+            const auto out = co_await idem::async::run_once(store, {"PAY", id}, "fp", body,
+                                                            {.wait = std::chrono::seconds(10)});
+            if (out && out.value() == k) ++result.answered;
+            if (out.verdict() == idem::Verdict::in_progress) ++result.in_progress;
+          } catch (const std::exception& e) {
+            result.errors.push_back(e.what());
+          }
+        },
+        async_net::detached);
+  }
+  io.run();
+  return result;
+}
+
+struct TicksResult {
+  int done = 0;             // clients that finished their requests
+  int most_in_flight = 0;   // claims out at once, at the most
+  int ticks = 0;            // 1 ms timer firings
+  int ticks_in_flight = 0;  // of them, while a claim was out
+  long long latest_us = 0;  // the latest a firing came
+};
+
+// `clients` coroutines share `requests` run_once calls (biz type TICK) while a 1 ms timer runs
+// on the same loop. What a blocking store would break, without judging by the clock (a loaded
+// sanitizer run can be late by any amount): a claim that blocked the loop would hold it until
+// its answer, so no other claim could start meanwhile and the timer could not fire while one
+// is out.
+template <class Store>
+TicksResult ticks_while_claiming(Store& store, int clients, int requests) {
+  async_net::io_context io;
+  TicksResult r;
+  int in_flight = 0;
+  std::chrono::nanoseconds worst{0};
+  for (int i = 0; i < clients; ++i) {
+    async_net::co_spawn(
+        io,
+        [&, i]() -> async_net::awaitable<void> {
+          for (int n = i; n < requests; n += clients) {
+            auto body = [n]() -> async_net::awaitable<int> { co_return n; };
+            r.most_in_flight = std::max(r.most_in_flight, ++in_flight);
+            co_await idem::async::run_once(store, {"TICK", std::to_string(n)}, "fp", body);
+            --in_flight;
+          }
+          ++r.done;
+        },
+        async_net::detached);
+  }
+  async_net::co_spawn(
+      io,
+      [&]() -> async_net::awaitable<void> {
+        async_net::steady_timer timer(co_await async_net::this_coro::executor);
+        while (r.done < clients) {
+          const auto due = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+          timer.expires_at(due);
+          co_await timer.async_wait(async_net::use_awaitable);
+          worst = std::max(worst, std::chrono::steady_clock::now() - due);
+          ++r.ticks;
+          if (in_flight > 0) ++r.ticks_in_flight;
+        }
+      },
+      async_net::detached);
+  io.run();
+  r.latest_us = std::chrono::duration_cast<std::chrono::microseconds>(worst).count();
+  return r;
+}
+
+struct RetryingClientsResult {
+  int failed_calls = 0;  // calls that threw (each retried by its client)
+  std::string first_failure;
+};
+
+// `clients` coroutines on one loop send the requests of `storm` (biz type PAY, keys "K-n"),
+// each sending its next request once the last one has its answer; a request's call that
+// throws StoreError is tried again after 5 ms, as a gateway would, up to 50 times. A storm
+// queued for the pool all at once would make the last in line outwait the pool's
+// acquire_timeout in a sanitizer build while a killer replaces connections, and a result whose
+// recording fails that way runs again by design (docs/reliability.md).
+template <class Store>
+RetryingClientsResult retrying_clients(Store& store, const Storm& storm, int clients,
+                                       Executions& executions) {
+  async_net::io_context io;
+  RetryingClientsResult r;
+  std::size_t next = 0;
+  for (int client = 0; client < clients; ++client) {
+    async_net::co_spawn(
+        io,
+        [&]() -> async_net::awaitable<void> {
+          while (next < storm.order.size()) {
+            const int k = storm.order[next++];
+            const std::string id = "K-" + std::to_string(k);
+            auto body = [&]() -> async_net::awaitable<int> {
+              executions.executed(id);
+              co_return k;
+            };
+            for (int attempt = 0; attempt < 50; ++attempt) {
+              try {
+                const auto out = co_await idem::async::run_once(store, {"PAY", id}, "fp", body,
+                                                                {.wait = std::chrono::seconds(10)});
+                if (out) break;
+              } catch (const idem::StoreError& e) {
+                if (r.failed_calls++ == 0) r.first_failure = e.what();
+              }
+              co_await async_pause(std::chrono::milliseconds(5));
+            }
+          }
+        },
+        async_net::detached);
+  }
+  io.run();
+  return r;
+}
+
+struct CancelResult {
+  int requests = 0;   // sent in the cancelled rounds
+  int cancelled = 0;  // cut by their timer
+  int finished = 0;   // answered before it
+  int rounds = 0;
+};
+
+// Rounds of `requests` run_once calls (biz type CANCEL_<round>), each raced against a timer
+// that cancels it (`||`). Two first rounds on other keys open the pool's connections and
+// measure how long a round takes here (a sanitizer build is several times slower); the
+// timeouts are spread over one and a half times that, so that they fall on every step of a
+// request: a pool wait, a claim, the business (1 ms), a commit. A round with cancellations can
+// run slower than the calibration (each statement cut costs its connection), so the spread
+// doubles for another round until some requests finish too.
+template <class Store>
+CancelResult cancel_at_random(Store& store, int requests, unsigned seed) {
+  async_net::io_context io;
+  std::mt19937 rng(seed);
+  auto round = std::chrono::microseconds{0};
+  for (const char* biz_type : {"WARM_UP", "CALIBRATE"}) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < requests; ++i) {
+      async_net::co_spawn(
+          io,
+          [&, i, biz_type]() -> async_net::awaitable<void> {
+            auto body = [i]() -> async_net::awaitable<int> {
+              co_await async_pause(std::chrono::milliseconds(1));
+              co_return i;
+            };
+            co_await idem::async::run_once(store, {biz_type, std::to_string(i)}, "fp", body);
+          },
+          async_net::detached);
+    }
+    io.restart();
+    io.run();
+    round = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                  start);
+  }
+  CancelResult r;
+  auto spread = static_cast<unsigned>(round.count() * 3 / 2) + 1;
+  for (; r.rounds < 6 && (r.cancelled <= 20 || r.finished == 0); ++r.rounds, spread *= 2) {
+    const std::string biz_type = "CANCEL_" + std::to_string(r.rounds);
+    for (int i = 0; i < requests; ++i) {
+      const auto timeout = std::chrono::microseconds(rng() % spread);
+      async_net::co_spawn(
+          io,
+          [&, i, timeout, biz_type]() -> async_net::awaitable<void> {
+            using namespace async_net::experimental::awaitable_operators;
+            auto body = [i]() -> async_net::awaitable<int> {
+              co_await async_pause(std::chrono::milliseconds(1));
+              co_return i;
+            };
+            async_net::steady_timer timer(co_await async_net::this_coro::executor, timeout);
+            const auto first =
+                co_await (idem::async::run_once(store, {biz_type, std::to_string(i)}, "fp", body) ||
+                          timer.async_wait(async_net::use_awaitable));
+            ++(first.index() == 1 ? r.cancelled : r.finished);
+          },
+          async_net::detached);
+    }
+    r.requests += requests;
+    io.restart();
+    io.run();  // also runs the clean-ups the cancelled claims started
+  }
+  return r;
+}
+
+// Asks every key of cancel_at_random's rounds again; answers how many ran or replayed at once
+// (none left blocked by a cancelled claim).
+template <class Store>
+int replayed_or_ran(Store& store, const CancelResult& cancelled, int requests) {
+  async_net::io_context io;
+  int n = 0;
+  for (int round = 0; round < cancelled.rounds; ++round) {
+    for (int i = 0; i < requests; ++i) {
+      auto body = [i]() -> async_net::awaitable<int> { co_return i; };
+      const auto out = run_on(
+          io, idem::async::run_once(store, {"CANCEL_" + std::to_string(round), std::to_string(i)},
+                                    "fp", body));
+      if (out && out.value() == i) ++n;
+    }
+  }
+  return n;
+}
+
+}  // namespace idem_test
