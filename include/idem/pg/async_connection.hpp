@@ -15,8 +15,8 @@
 // - An operation interrupted by cancellation leaves the protocol in the middle of a statement:
 //   the connection is marked broken and closed. The server may still run the statement;
 //   idem's stores account for that (docs/async.md).
-// - What still blocks: resolving a host name of conninfo (give an IP address or a unix socket
-//   directory) and, with sslmode, parts of the TLS handshake that libpq does itself.
+// - What still blocks: libpq resolves a host name of conninfo synchronously (give hostaddr,
+//   an IP address, or a unix socket directory).
 
 #include <libpq-fe.h>
 
