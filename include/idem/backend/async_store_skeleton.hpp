@@ -121,6 +121,18 @@ net::awaitable<std::string> record_step_on(std::string_view who, const Ops& ops,
   }
 }
 
+// An Ops::settled for a server that lists its sessions: co_await alive() (is the cancelled
+// claim's session still there?) until it answers false, every 10 ms; after a second of that,
+// co_await end() once (kill the session: its statement then ends at once).
+template <class Alive, class End>
+net::awaitable<bool> wait_until_session_ends(Alive alive, End end) {
+  for (int look = 0; co_await alive(); ++look) {
+    if (look == 100) co_await end();
+    co_await sleep_for(Duration{10});
+  }
+  co_return true;
+}
+
 inline constexpr std::string_view cancelled_snapshot =
     R"({"error":"idem.cancelled","detail":"the claim was cancelled before it answered"})";
 

@@ -117,18 +117,18 @@ class AsyncRecordOps {
     const std::string alive = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?";
     // (Built apart from the co_await: GCC 12 cannot keep a braced list alive across one.)
     const std::vector<Param> values{static_cast<std::uint64_t>(id)};
-    for (int look = 0;; ++look) {
-      const auto rows = co_await c.select(alive, values);
-      if (rows.empty() || rows.front().at(0).integer<long>().value_or(0) == 0) co_return true;
-      if (look == 100) {
-        try {
-          co_await c.query(fmt::format("KILL CONNECTION {}", id));
-        } catch (const StoreError& e) {
-          if (e.diagnostics().code != unknown_thread) throw;
-        }
-      }
-      co_await idem::async::sleep_for(Duration{10});
-    }
+    co_return co_await idem::async::detail::wait_until_session_ends(
+        [&]() -> net::awaitable<bool> {
+          const auto rows = co_await c.select(alive, values);
+          co_return !rows.empty() && rows.front().at(0).integer<long>().value_or(0) != 0;
+        },
+        [&]() -> net::awaitable<void> {
+          try {
+            co_await c.query(fmt::format("KILL CONNECTION {}", id));
+          } catch (const StoreError& e) {
+            if (e.diagnostics().code != unknown_thread) throw;
+          }
+        });
   }
 
  private:

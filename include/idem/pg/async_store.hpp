@@ -112,14 +112,14 @@ class AsyncRecordOps {
     static const std::string terminate = "SELECT pg_terminate_backend($1)";
     // (Built apart from the co_await: GCC 12 cannot keep a braced list alive across one.)
     const std::vector<Param> process{static_cast<std::int64_t>(pid)};
-    for (int look = 0;; ++look) {
-      const Result r = co_await c.exec(alive, process, "settle a cancelled claim");
-      if (r.rows() == 0 || r.integer(0, 0).value_or(0) == 0) co_return true;
-      if (look == 100) {
-        co_await c.exec(terminate, process, "settle a cancelled claim");
-      }
-      co_await idem::async::sleep_for(std::chrono::milliseconds(10));
-    }
+    co_return co_await idem::async::detail::wait_until_session_ends(
+        [&]() -> net::awaitable<bool> {
+          const Result r = co_await c.exec(alive, process, "settle a cancelled claim");
+          co_return r.rows() > 0 && r.integer(0, 0).value_or(0) > 0;
+        },
+        [&]() -> net::awaitable<void> {
+          co_await c.exec(terminate, process, "settle a cancelled claim");
+        });
   }
 
  private:
