@@ -1,6 +1,7 @@
-// pg.claim, pg.cycle, pg.mix, pg.tx, pg.tx_handwritten: idem::pg against bare libpq on the same
-// server, same table shapes, same thread count. Both sides prepare each statement once per
-// connection and run it by name (what idem does on its own connections).
+// pg.claim, pg.claim_shape, pg.cycle, pg.mix, pg.mix_handwritten, pg.tx, pg.tx_handwritten:
+// idem::pg against bare libpq on the same server, same table shapes, same thread count. Both
+// sides prepare each statement once per connection and run it by name (what idem does on its
+// own connections).
 #include "common.hpp"
 #include "scenarios.hpp"
 
@@ -124,13 +125,13 @@ struct PgServer {
   void truncate(const std::string& table) { raw[0]->query(("TRUNCATE " + table).c_str()); }
 };
 
-// The raw claim: the same row the library's claim writes, by a plain INSERT.
+// The hand-written claim: the same row the library's claim writes, by a plain INSERT.
 constexpr const char* raw_claim_sql =
     "INSERT INTO bench_pg_raw (idempotent_key, biz_type, status, fence, owner_token, "
     "request_hash, response_snapshot, retryable, attempts, lease_until, created_at, updated_at, "
     "expire_at) VALUES ($1, 'BENCH', 0, 1, $2, $3, NULL, 0, 1, now() + interval '30 seconds', "
     "now(), now(), now() + interval '1 day')";
-// The same, skipping a duplicate (the mix's baseline).
+// The same, skipping a duplicate (the hand-written mix).
 const std::string raw_claim_or_skip_sql =
     std::string(raw_claim_sql) + " ON CONFLICT (idempotent_key, biz_type) DO NOTHING";
 constexpr const char* raw_complete_sql =
@@ -142,14 +143,53 @@ const std::string& owner_token() {
   return token;
 }
 
-void claim_scenario(const Config& config) {
+// The library's own statements on the baseline's table, sent through bare libpq with the
+// values idem would send: the statements' cost without the library's.
+struct LibraryStatements {
+  idem::pg::detail::RecordSql sql =
+      idem::pg::detail::make_record_sql(idem::pg::TableName{"", pg_raw_table}.quoted());
+  std::string lease = std::to_string(idem::Options{}.lease.count());
+  std::string ttl = std::to_string(idem::Options{}.ttl.count());
+
+  // The claim: true for a fresh one (its row answered), false when the key exists.
+  bool claim(RawPg& c, const std::string& id) const {
+    return c.run(sql.insert.c_str(), {id.c_str(), "BENCH", owner_token().c_str(),
+                                      fixed_fingerprint().c_str(), lease.c_str(), ttl.c_str()}) ==
+           1;
+  }
+  // The fresh claim's commit (succeeded, at fence 1, by its owner).
+  void complete(RawPg& c, const std::string& id, const std::string& snapshot) const {
+    if (c.run(sql.finish.c_str(),
+              {"1", snapshot.c_str(), "0", id.c_str(), "BENCH", "1", owner_token().c_str()}) != 1)
+      throw std::runtime_error("the baseline's commit missed its claim");
+  }
+  // A duplicate's read of the stored record.
+  void read(RawPg& c, const std::string& id) const {
+    if (c.run(sql.select.c_str(), {id.c_str(), "BENCH"}) != 1)
+      throw std::runtime_error("the baseline's read found no record");
+  }
+};
+
+// pg.claim: Store::claim against its own statement through bare libpq (goal 0.9);
+// pg.claim_shape: that statement against the hand-written INSERT of the same row (report):
+// what ON CONFLICT DO NOTHING and RETURNING the server's times cost on the server.
+void claim_scenario(const Config& config, bool shape) {
+  const std::string name = shape ? "pg.claim_shape" : "pg.claim";
   const int threads = config.threads > 0 ? config.threads : 32;
   PgServer server(config, threads);
-  const std::size_t per = config.ops(10'000, 3'000) / static_cast<std::size_t>(threads);
+  const std::size_t per = config.ops(30'000, 3'000) / static_cast<std::size_t>(threads);
   const std::size_t total = per * static_cast<std::size_t>(threads);
   const idem::Options options{};
-  Side library{[&](int) { server.truncate(pg_lib_table); },
+  const LibraryStatements statements;
+  auto raw = [&](int t) -> RawPg& { return *server.raw[static_cast<std::size_t>(t)]; };
+  auto library_statement = [&](int t, int r) {
+    for (std::size_t i = 0; i < per; ++i)
+      if (!statements.claim(raw(t), key_id(r, t, i)))
+        throw std::runtime_error("the statement's claim found a row");
+  };
+  Side library{[&](int) { server.truncate(shape ? pg_raw_table : pg_lib_table); },
                [&](int t, int r) {
+                 if (shape) return library_statement(t, r);
                  for (std::size_t i = 0; i < per; ++i) {
                    const auto res = server.store->claim(idem::Key{"BENCH", key_id(r, t, i)},
                                                         fixed_fingerprint(), options);
@@ -159,31 +199,44 @@ void claim_scenario(const Config& config) {
                }};
   Side baseline{[&](int) { server.truncate(pg_raw_table); },
                 [&](int t, int r) {
-                  RawPg& c = *server.raw[static_cast<std::size_t>(t)];
+                  if (!shape) return library_statement(t, r);
                   for (std::size_t i = 0; i < per; ++i) {
                     const std::string id = key_id(r, t, i);
-                    if (c.run(raw_claim_sql, {id.c_str(), owner_token().c_str(),
-                                              fixed_fingerprint().c_str()}) != 1)
+                    if (raw(t).run(raw_claim_sql, {id.c_str(), owner_token().c_str(),
+                                                   fixed_fingerprint().c_str()}) != 1)
                       throw std::runtime_error("raw claim failed");
                   }
                 }};
-  const auto t = alternate("pg.claim", config.rounds_per_side(), threads, total, library, baseline);
-  auto j = throughput_json("pg.claim", threads, total, t, ">= 0.9");
+  const auto t = alternate(name, config.rounds_per_side(), threads, total, library, baseline);
+  auto j = throughput_json(name, threads, total, t, shape ? "report" : ">= 0.9");
   j["connections"] = threads;
-  j["library"] =
-      "idem::pg::Store::claim on fresh keys: INSERT ... ON CONFLICT DO NOTHING RETURNING the "
-      "server's times";
-  j["baseline"] = "autocommit INSERT of the same row (libpq, prepared, a connection per thread)";
+  if (shape) {
+    j["library"] = "idem's claim statement through bare libpq (prepared), fresh keys";
+    j["baseline"] = "autocommit INSERT of the same row (libpq, prepared, a connection per thread)";
+  } else {
+    j["library"] =
+        "idem::pg::Store::claim on fresh keys: INSERT ... ON CONFLICT DO NOTHING RETURNING the "
+        "server's times";
+    j["baseline"] = "the same statement through bare libpq (prepared, a connection per thread)";
+  }
   emit(j);
 }
 
-void cycle_scenario(const Config& config, bool mix) {
-  const std::string name = mix ? "pg.mix" : "pg.cycle";
+// pg.cycle and pg.mix: run_once against bare libpq sending idem's statements (the claim, then
+// the commit; a duplicate's read of the stored response) (goal 0.9); pg.mix_handwritten:
+// against the hand-written dedup (INSERT ... ON CONFLICT DO NOTHING, UPDATE; a duplicate
+// skipped without reading anything) (report).
+enum class CycleBaseline { statements, handwritten };
+
+void cycle_scenario(const Config& config, bool mix, CycleBaseline against) {
+  const bool handwritten = against == CycleBaseline::handwritten;
+  const std::string name = handwritten ? "pg.mix_handwritten" : (mix ? "pg.mix" : "pg.cycle");
   const int threads = config.threads > 0 ? config.threads : 32;
   PgServer server(config, threads);
-  const std::size_t per = config.ops(5'000, 1'500) / static_cast<std::size_t>(threads);
+  const std::size_t per = config.ops(15'000, 1'500) / static_cast<std::size_t>(threads);
   const std::size_t total = per * static_cast<std::size_t>(threads);
   const idem::Options options{};
+  const LibraryStatements statements;
   auto id_of = [&](int r, int t, std::size_t i) {
     return mix ? mix_key_id(r, t, i) : key_id(r, t, i);
   };
@@ -210,29 +263,39 @@ void cycle_scenario(const Config& config, bool mix) {
                   long runs = 0;
                   for (std::size_t i = 0; i < per; ++i) {
                     const std::string id = id_of(r, t, i);
-                    if (c.run(raw_claim_or_skip_sql.c_str(), {id.c_str(), owner_token().c_str(),
-                                                              fixed_fingerprint().c_str()}) != 1)
-                      continue;  // a duplicate: skipped
-                    if (c.run(raw_complete_sql, {snapshot.c_str(), id.c_str()}) != 1)
-                      throw std::runtime_error("raw UPDATE missed");
+                    if (!handwritten) {
+                      if (!statements.claim(c, id)) {
+                        statements.read(c, id);
+                        continue;
+                      }
+                      statements.complete(c, id, snapshot);
+                    } else {
+                      if (c.run(raw_claim_or_skip_sql.c_str(), {id.c_str(), owner_token().c_str(),
+                                                                fixed_fingerprint().c_str()}) != 1)
+                        continue;  // a duplicate: skipped
+                      if (c.run(raw_complete_sql, {snapshot.c_str(), id.c_str()}) != 1)
+                        throw std::runtime_error("raw UPDATE missed");
+                    }
                     ++runs;
                   }
                   raw_runs += runs;
                 }};
   const auto t = alternate(name, config.rounds_per_side(), threads, total, library, baseline);
-  auto j = throughput_json(name, threads, total, t, ">= 0.9");
+  auto j = throughput_json(name, threads, total, t, handwritten ? "report" : ">= 0.9");
   j["connections"] = threads;
   j["library_executions"] = lib_runs.load() / config.rounds_per_side();
   j["baseline_executions"] = raw_runs.load() / config.rounds_per_side();
-  if (mix) {
-    j["duplicates"] = 0.12;
-    j["library"] = "run_once (no-op business); a duplicate replays the stored response";
+  if (mix) j["duplicates"] = 0.12;
+  j["library"] = mix ? "run_once (no-op business); a duplicate replays the stored response"
+                     : "run_once on fresh keys: claim, no-op business, commit of a small JSON";
+  if (handwritten) {
     j["baseline"] =
         "INSERT ... ON CONFLICT DO NOTHING + UPDATE; a duplicate's INSERT writes nothing and is "
         "skipped";
   } else {
-    j["library"] = "run_once on fresh keys: claim, no-op business, commit of a small JSON";
-    j["baseline"] = "INSERT of the claim row + UPDATE to succeeded with the JSON (libpq)";
+    j["baseline"] = mix ? "idem's statements through bare libpq: the claim, then the commit; a "
+                          "duplicate's claim, then the read of the stored record"
+                        : "idem's statements through bare libpq: the claim, then the commit";
   }
   emit(j);
 }
@@ -351,9 +414,19 @@ void tx_scenario(const Config& config, bool against_handwritten) {
 
 int run_pg(const Config& config, const Selected& selected) {
   int failed = 0;
-  if (selected("pg.claim")) failed += attempt("pg.claim", [&] { claim_scenario(config); });
-  if (selected("pg.cycle")) failed += attempt("pg.cycle", [&] { cycle_scenario(config, false); });
-  if (selected("pg.mix")) failed += attempt("pg.mix", [&] { cycle_scenario(config, true); });
+  if (selected("pg.claim")) failed += attempt("pg.claim", [&] { claim_scenario(config, false); });
+  if (selected("pg.claim_shape"))
+    failed += attempt("pg.claim_shape", [&] { claim_scenario(config, true); });
+  if (selected("pg.cycle")) {
+    failed +=
+        attempt("pg.cycle", [&] { cycle_scenario(config, false, CycleBaseline::statements); });
+  }
+  if (selected("pg.mix"))
+    failed += attempt("pg.mix", [&] { cycle_scenario(config, true, CycleBaseline::statements); });
+  if (selected("pg.mix_handwritten")) {
+    failed += attempt("pg.mix_handwritten",
+                      [&] { cycle_scenario(config, true, CycleBaseline::handwritten); });
+  }
   if (selected("pg.tx")) failed += attempt("pg.tx", [&] { tx_scenario(config, false); });
   if (selected("pg.tx_handwritten"))
     failed += attempt("pg.tx_handwritten", [&] { tx_scenario(config, true); });
@@ -368,7 +441,8 @@ namespace bench {
 
 int run_pg(const Config&, const Selected& selected) {
   int failed = 0;
-  for (const char* name : {"pg.claim", "pg.cycle", "pg.mix", "pg.tx", "pg.tx_handwritten"}) {
+  for (const char* name : {"pg.claim", "pg.claim_shape", "pg.cycle", "pg.mix", "pg.mix_handwritten",
+                           "pg.tx", "pg.tx_handwritten"}) {
     if (!selected(name)) continue;
     progress(std::string(name) + ": idem-bench was built without idem::pg (libpq)");
     ++failed;

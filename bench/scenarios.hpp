@@ -55,8 +55,10 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "mysql.footprint",
                                                  "amqp.consume",
                                                  "pg.claim",
+                                                 "pg.claim_shape",
                                                  "pg.cycle",
                                                  "pg.mix",
+                                                 "pg.mix_handwritten",
                                                  "pg.tx",
                                                  "pg.tx_handwritten"};
   return names;
