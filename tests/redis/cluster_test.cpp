@@ -401,6 +401,9 @@ TEST_CASE(
   idem_test::Errors errors;
   std::mutex mutex;
   std::set<std::string> acked;
+  // Claims the killed master took with it: a duplicate claimed the key afresh on the promoted
+  // replica and ran it, and the first owner's commit was refused (LeaseLost).
+  std::set<std::string> claims_lost;
   std::atomic<int> answered{0};
   Clock::duration slowest{};
   auto request = [&](const std::string& id) {
@@ -417,6 +420,9 @@ TEST_CASE(
         std::lock_guard lock(mutex);
         acked.insert(id);
       }
+    } catch (const idem::LeaseLost&) {
+      std::lock_guard lock(mutex);
+      claims_lost.insert(id);
     } catch (const std::exception& e) {
       errors.add(id + ": " + e.what());
     }
@@ -468,13 +474,15 @@ TEST_CASE(
   CHECK(killed_at < storm_end);
   CHECK(storm_errors == 0);
   CHECK(errors.size() == 0);
-  CHECK(runs.twice() <= lost);
+  // Only what the killed master lost ran again: an acknowledged record, or a claim.
+  CHECK(runs.twice() <= lost + static_cast<int>(claims_lost.size()));
   for (int k = 0; k < distinct; ++k) {
     const auto r = store.find(idem::Key{"ORDER", "order-" + std::to_string(k)});
     CHECK((r && r->status == idem::Status::succeeded));
   }
   WARN("redis cluster failover: "
        << acked.size() << " acknowledged, " << lost << " lost with the killed master, "
-       << runs.twice() << " keys ran twice, slowest call "
+       << claims_lost.size() << " claims lost with it, " << runs.twice()
+       << " keys ran twice, slowest call "
        << std::chrono::duration_cast<std::chrono::milliseconds>(storm_slowest).count() << " ms");
 }
