@@ -22,6 +22,11 @@ namespace idem {
 template <class T>
 class Outcome {
  public:
+  // Holds nothing, with the verdict in_progress (answer "retry later"): what an asynchronous
+  // completion hands its handler beside an exception (co_spawn, parallel_group), never an
+  // answer of idem's. Check the exception first.
+  Outcome() noexcept : verdict_(Verdict::in_progress) {}
+
   static Outcome success(Verdict v, T value, std::optional<Record> record = std::nullopt) {
     Outcome o(v, std::move(record));
     o.value_.emplace(std::move(value));

@@ -5,6 +5,7 @@
 #include <idem/async.hpp>
 #include <idem/idem.hpp>
 
+#include "../support/async_scenarios.hpp"
 #include "../support/loop.hpp"
 #include "optional_operations.hpp"
 
@@ -24,4 +25,16 @@ TEST_CASE("async inline store: repair, list and record_step answer as the memory
     co_return 0;
   }());
   CHECK(memory.find({"PAY", "ab-1"})->status == idem::Status::succeeded);
+}
+
+TEST_CASE(
+    "async inline store: requests cancelled at any point (||, parallel_group, a signal) leave "
+    "each key settled when their call returns") {
+  idem::MemoryStore memory;
+  idem::async::InlineStore store{memory};
+  const auto r = idem_test::cancel_at_random(store, 400, 23);
+  CHECK(r.cancelled > 20);
+  CHECK(r.finished > 0);
+  CHECK(r.processing_after == 0);
+  CHECK(idem_test::replayed_or_ran(store, r, 400) == r.requests);
 }

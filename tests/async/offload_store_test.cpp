@@ -3,6 +3,7 @@
 // record_step on the pool as well.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
@@ -11,6 +12,7 @@
 #include <idem/async.hpp>
 #include <idem/sqlite.hpp>
 
+#include "../support/async_scenarios.hpp"
 #include "../support/loop.hpp"
 #include "../support/sqlite_file.hpp"
 #include "optional_operations.hpp"
@@ -109,4 +111,38 @@ TEST_CASE("async offload: SQLite's repair, list and record_step through the pool
   }());
   CHECK(sqlite.find({"PAY", "ab-1"})->status == idem::Status::succeeded);
   pool.join();
+}
+
+// The caller's cancellation never reaches the call on the pool (Boost 1.81's co_spawn would carry
+// it there through a signal freed with the caller's frame), and the cancelled request's claim is
+// settled before its call returns.
+TEST_CASE(
+    "async offload: requests cancelled at any point (||, parallel_group, a signal) never crash, "
+    "and each leaves its key settled when its call returns") {
+  idem::MemoryStore memory;
+  net::thread_pool calls{2};
+  idem::async::OffloadStore store{memory, calls.get_executor()};
+  const auto r = idem_test::cancel_at_random(store, 400, 17);
+  std::printf("async offload cancel: %d of %d requests cancelled in %d rounds\n", r.cancelled,
+              r.requests, r.rounds);
+  CHECK(r.cancelled > 20);
+  CHECK(r.finished > 0);
+  CHECK(r.processing_after == 0);
+  CHECK(idem_test::replayed_or_ran(store, r, 400) == r.requests);
+  calls.join();
+}
+
+TEST_CASE(
+    "async offload: SQLite - requests cancelled at any point leave each key settled when their "
+    "call returns") {
+  idem_test::TempDir dir;
+  idem::sqlite::Store sqlite{dir / "cancel.db"};
+  net::thread_pool calls{2};
+  idem::async::OffloadStore store{sqlite, calls.get_executor()};
+  const auto r = idem_test::cancel_at_random(store, 200, 19);
+  CHECK(r.cancelled > 20);
+  CHECK(r.finished > 0);
+  CHECK(r.processing_after == 0);
+  CHECK(idem_test::replayed_or_ran(store, r, 200) == r.requests);
+  calls.join();
 }

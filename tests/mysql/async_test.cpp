@@ -142,6 +142,7 @@ TEST_CASE("async mysql: a request cancelled at any point leaves no processing cl
       t.count("response_snapshot LIKE '%idem.abandoned%'"));
   CHECK(r.cancelled > 20);
   CHECK(r.finished > 0);
+  CHECK(r.processing_after == 0);
   CHECK(t.count("status = 0") == 0);
   // Every cancelled request's key runs at once on its next duplicate (or replays).
   CHECK(idem_test::replayed_or_ran(t.store, r, 400) == r.requests);

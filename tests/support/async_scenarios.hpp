@@ -7,11 +7,16 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <idem/async.hpp>
@@ -168,15 +173,70 @@ struct CancelResult {
   int cancelled = 0;  // cut by their timer
   int finished = 0;   // answered before it
   int rounds = 0;
+  // Read right after the cancelled call returned: a processing claim of its key (the claim's
+  // clean-up or the guard's abandon had not been written yet).
+  int processing_after = 0;
 };
 
+// How a request is cancelled: the three ways a service's code does it.
+enum class CancelWay { either_operator, parallel_group, signal };
+
+// run_once(key) of a business answering `answer`, raced against `timer`, cancelled `way`; true
+// when the timer won.
+template <class Store>
+async_net::awaitable<bool> cancelled_by_timer(Store& store, idem::Key key, int answer,
+                                              async_net::steady_timer& timer, CancelWay way) {
+  namespace experimental = async_net::experimental;
+  auto body = [answer]() -> async_net::awaitable<int> {
+    co_await async_pause(std::chrono::milliseconds(1));
+    co_return answer;
+  };
+  switch (way) {
+    case CancelWay::either_operator: {
+      using namespace experimental::awaitable_operators;
+      const auto first = co_await (idem::async::run_once(store, key, "fp", body) ||
+                                   timer.async_wait(async_net::use_awaitable));
+      co_return first.index() == 1;
+    }
+    case CancelWay::parallel_group: {
+      auto [order, run_error, outcome, timer_error] =
+          co_await experimental::make_parallel_group(
+              async_net::co_spawn(co_await async_net::this_coro::executor,
+                                  idem::async::run_once(store, key, "fp", body),
+                                  async_net::deferred),
+              timer.async_wait(async_net::deferred))
+              .async_wait(experimental::wait_for_one(), async_net::use_awaitable);
+      co_return order[0] == 1;
+    }
+    case CancelWay::signal: {
+      // Shared with the timer's handler, which may run after this frame ends.
+      auto signal = std::make_shared<async_net::cancellation_signal>();
+      timer.async_wait([signal](boost::system::error_code e) {
+        if (!e) signal->emit(async_net::cancellation_type::terminal);
+      });
+      std::exception_ptr error;
+      try {
+        co_await async_net::co_spawn(
+            co_await async_net::this_coro::executor, idem::async::run_once(store, key, "fp", body),
+            async_net::bind_cancellation_slot(signal->slot(), async_net::use_awaitable));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      timer.cancel();
+      co_return error != nullptr;
+    }
+  }
+  co_return false;
+}
+
 // Rounds of `requests` run_once calls (biz type CANCEL_<round>), each raced against a timer
-// that cancels it (`||`). Two first rounds on other keys open the pool's connections and
-// measure how long a round takes here (a sanitizer build is several times slower); the
-// timeouts are spread over one and a half times that, so that they fall on every step of a
-// request: a pool wait, a claim, the business (1 ms), a commit. A round with cancellations can
-// run slower than the calibration (each statement cut costs its connection), so the spread
-// doubles for another round until some requests finish too.
+// that cancels it, request i the (i % 3)th CancelWay. Two first rounds on other keys open the
+// pool's connections and measure how long a round takes here (a sanitizer build is several
+// times slower); the timeouts are spread over one and a half times that, so that they fall on
+// every step of a request: a pool wait, a claim, the business (1 ms), a commit. A round with
+// cancellations can run slower than the calibration (each statement cut costs its connection),
+// so the spread doubles for another round until some requests finish too. Each request's key is
+// read as soon as its call returned.
 template <class Store>
 CancelResult cancel_at_random(Store& store, int requests, unsigned seed) {
   async_net::io_context io;
@@ -210,22 +270,19 @@ CancelResult cancel_at_random(Store& store, int requests, unsigned seed) {
       async_net::co_spawn(
           io,
           [&, i, timeout, biz_type]() -> async_net::awaitable<void> {
-            using namespace async_net::experimental::awaitable_operators;
-            auto body = [i]() -> async_net::awaitable<int> {
-              co_await async_pause(std::chrono::milliseconds(1));
-              co_return i;
-            };
+            const idem::Key key{biz_type, std::to_string(i)};
             async_net::steady_timer timer(co_await async_net::this_coro::executor, timeout);
-            const auto first =
-                co_await (idem::async::run_once(store, {biz_type, std::to_string(i)}, "fp", body) ||
-                          timer.async_wait(async_net::use_awaitable));
-            ++(first.index() == 1 ? r.cancelled : r.finished);
+            const bool cancelled =
+                co_await cancelled_by_timer(store, key, i, timer, static_cast<CancelWay>(i % 3));
+            ++(cancelled ? r.cancelled : r.finished);
+            const auto stored = co_await store.find(key);
+            if (stored && stored->status == idem::Status::processing) ++r.processing_after;
           },
           async_net::detached);
     }
     r.requests += requests;
     io.restart();
-    io.run();  // also runs the clean-ups the cancelled claims started
+    io.run();
   }
   return r;
 }

@@ -18,11 +18,16 @@
 // coroutine waits on its executor (idem/async/resolver.hpp). A claim cancelled during that
 // wait leaves the resolver to finish: its answer is then applied as the Janitor applies it
 // (not_happened releases the key, so the next duplicate runs at once), or, if that cannot be
-// written, the lease runs out as after a crash. A guard that goes out of scope still open (an
-// exception, an early co_return, a cancelled coroutine) cannot co_await in its destructor: it
-// starts the recording of a retryable failure on the executor it claimed on, and that runs to its
-// end on its own (a store inside the caller's transaction only notes it: the transaction rolls
-// back). co_await abandon() to record it before going on.
+// written, the lease runs out as after a crash. A claim the store made reaches its guard even
+// when the coroutine is cancelled meanwhile, and the guard's records (commit, fail,
+// mark_unknown, abandon) run to their end whatever happens to the coroutine. But Asio refuses
+// every co_await of a cancelled coroutine before it starts: after a cancellation, co_await
+// net::this_coro::throw_if_cancelled(false) before co_awaiting the guard's records, as
+// run_once does (idem/async/detail/to_completion.hpp). A guard that goes out of scope still
+// open (an exception, an early co_return) cannot co_await in its destructor: it starts the
+// recording of a retryable failure on the executor it claimed on, and that runs to its end on
+// its own (a store inside the caller's transaction only notes it: the transaction rolls back).
+// co_await abandon() to record it before going on.
 
 #include <exception>
 #include <optional>
@@ -33,6 +38,7 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/async/attempt.hpp"
+#include "idem/async/detail/to_completion.hpp"
 #include "idem/async/net.hpp"
 #include "idem/async/resolver.hpp"
 #include "idem/async/store.hpp"
@@ -119,20 +125,31 @@ net::awaitable<ClaimResult> observed_claim(S& store, const Key& key, std::string
   validate(options);
   const idem::detail::ClaimReport report(idem::detail::observer_for(store, options.observer), key,
                                          idem::detail::store_failure_event<S>(), options.context);
+  // A claim the store made must reach its guard: were Asio to refuse a co_await after it (a
+  // cancellation that arrived meanwhile), the claim would block its key for the lease. A
+  // cancellation still ends a wait for another caller's claim (its timer is cancelled).
+  const bool throws = co_await net::this_coro::throw_if_cancelled();
+  co_await net::this_coro::throw_if_cancelled(false);
+  std::optional<ClaimResult> result;
+  std::exception_ptr failed;
   try {
-    ClaimResult result = co_await store.claim(key, fingerprint, options);
+    result.emplace(co_await store.claim(key, fingerprint, options));
     idem::detail::ClaimWait wait(options, supports_wait_v<S>);
-    while (const std::optional<Duration> pause = wait.pause(result)) {
+    while (const std::optional<Duration> pause = wait.pause(*result)) {
       co_await sleep_for(*pause);
-      result = co_await store.claim(key, fingerprint, options);
+      *result = co_await store.claim(key, fingerprint, options);
     }
-    result = co_await async::detail::resolve_crashed(store, std::move(result), options);
-    report.answered(result);
-    co_return result;
+    *result = co_await async::detail::resolve_crashed(store, std::move(*result), options);
+    report.answered(*result);
   } catch (const StoreError& e) {
     report.failed(e);
-    throw;
+    failed = std::current_exception();
+  } catch (...) {
+    failed = std::current_exception();
   }
+  co_await net::this_coro::throw_if_cancelled(throws);
+  if (failed) std::rethrow_exception(failed);
+  co_return std::move(*result);
 }
 
 }  // namespace detail
@@ -216,7 +233,7 @@ class IdempotencyGuard {
     std::optional<Record> written;
     std::exception_ptr failed;
     try {
-      written.emplace(co_await store_->repair(state_.key(), repair));
+      written.emplace(co_await detail::to_completion(store_->repair(state_.key(), repair)));
     } catch (...) {
       failed = std::current_exception();  // no co_await inside a handler
     }
@@ -226,10 +243,9 @@ class IdempotencyGuard {
 
   // Records now the retryable failure the destructor would record later (so the next
   // duplicate runs again at once). Never throws: a failure to write is reported to the
-  // observer, and the lease runs out instead. Runs even in a coroutine being cancelled.
+  // observer, and the lease runs out instead.
   net::awaitable<void> abandon() {
     if (!state_.open()) co_return;
-    co_await net::this_coro::reset_cancellation_state();
     co_await record_abandoned(*store_, state_);
     state_.close();
   }
@@ -244,7 +260,7 @@ class IdempotencyGuard {
  private:
   net::awaitable<void> finish(net::awaitable<void> write) {
     try {
-      co_await std::move(write);
+      co_await detail::to_completion(std::move(write));
     } catch (...) {
       state_.write_failed(std::current_exception());
       throw;
@@ -257,9 +273,11 @@ class IdempotencyGuard {
     std::exception_ptr error;
     try {
       if constexpr (AbandoningAsyncStore<S>) {
-        co_await store.abandon(state.key(), state.ticket(), abandoned_snapshot);
+        co_await detail::to_completion(
+            store.abandon(state.key(), state.ticket(), abandoned_snapshot));
       } else {
-        co_await store.fail(state.key(), state.ticket(), abandoned_snapshot, true);
+        co_await detail::to_completion(
+            store.fail(state.key(), state.ticket(), abandoned_snapshot, true));
       }
     } catch (...) {
       error = std::current_exception();

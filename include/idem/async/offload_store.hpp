@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "idem/async/detail/to_completion.hpp"
 #include "idem/async/net.hpp"
 #include "idem/async/store.hpp"
 #include "idem/key.hpp"
@@ -86,25 +87,21 @@ class OffloadStore {
 
  private:
   // Runs call() on the offload executor; the caller resumes on its own with the answer or the
-  // exception. The caller is suspended meanwhile, so call's references stay valid.
+  // exception. The caller waits for the call even when it is cancelled meanwhile (a blocking call
+  // cannot be interrupted), so call's references stay valid; its cancellation shows at its next
+  // co_await (idem/async/detail/to_completion.hpp).
   template <class Call>
   net::awaitable<std::invoke_result_t<Call&>> offload(Call call) {
     using R = std::invoke_result_t<Call&>;
     if constexpr (std::is_void_v<R>) {
-      co_await net::co_spawn(
-          executor_,
-          [&call]() -> net::awaitable<void> {
-            call();
-            co_return;
-          },
-          net::use_awaitable);
+      co_await detail::to_completion(run(std::move(call)), executor_);
     } else {
-      // In an optional: co_spawn needs a default value for a call that threw.
-      std::optional<R> answer = co_await net::co_spawn(
-          executor_, [&call]() -> net::awaitable<std::optional<R>> { co_return call(); },
-          net::use_awaitable);
-      co_return std::move(*answer);
+      co_return co_await detail::to_completion(run(std::move(call)), executor_);
     }
+  }
+  template <class Call>
+  static net::awaitable<std::invoke_result_t<Call&>> run(Call call) {
+    co_return call();
   }
 
   S* store_;

@@ -18,7 +18,8 @@
 // permanent one and comes back as a failed Outcome; idem::EffectUnknown marks the record
 // outcome_unknown and comes back with that verdict (as with idem::run_once). A coroutine cancelled
 // while fn runs records the retryable failure too (the cancellation reaches fn as an exception), so
-// the next duplicate runs again at once.
+// the next duplicate runs again at once; a cancellation after fn returned does not stop its
+// response from being recorded. Either record is written before run_once completes.
 
 #include <concepts>
 #include <exception>
@@ -70,6 +71,41 @@ net::awaitable<business_response_t<F, A>> invoke_business(F& fn, A& attempt) {
   }
 }
 
+// run_once's record of what the business did: the business's exception (the claim abandoned,
+// then the exception rethrown), an unknown effect, a permanent failure, or its response.
+template <class T, class S>
+net::awaitable<Outcome<T>> record_result(IdempotencyGuard<S>& guard, std::optional<T> value,
+                                         std::optional<nlohmann::json> permanent,
+                                         std::optional<std::string> unknown,
+                                         std::exception_ptr thrown) {
+  if (thrown) {
+    co_await guard.abandon();
+    std::rethrow_exception(thrown);
+  }
+  if constexpr (MarksUnknown<S>) {
+    if (unknown) {
+      co_await guard.mark_unknown(*unknown);
+      co_return Outcome<T>::none(Verdict::outcome_unknown, guard.record());
+    }
+  }
+  if (permanent) {
+    co_await guard.fail(*permanent, false);
+    co_return Outcome<T>::failure(Verdict::acquired, std::move(*permanent), guard.record());
+  }
+  std::optional<nlohmann::json> unstorable;
+  try {
+    co_await guard.commit(*value);
+  } catch (const InvalidArgument& e) {
+    unstorable = idem::detail::unstorable_response(e);
+    thrown = std::current_exception();
+  }
+  if (unstorable) {
+    co_await guard.fail(*unstorable, false);
+    std::rethrow_exception(thrown);
+  }
+  co_return Outcome<T>::success(Verdict::acquired, std::move(*value), guard.record());
+}
+
 }  // namespace detail
 
 template <AwaitableStore S, class F>
@@ -105,33 +141,23 @@ requires std::invocable<F&> || std::invocable < F&, Attempt<S>
   } catch (...) {
     thrown = std::current_exception();
   }
-  if (thrown) {
-    co_await guard.abandon();  // no co_await inside a handler: recorded here, then rethrown
-    std::rethrow_exception(thrown);
-  }
-  if constexpr (detail::MarksUnknown<S>) {
-    if (unknown) {
-      co_await guard.mark_unknown(*unknown);
-      co_return Outcome<T>::none(Verdict::outcome_unknown, guard.record());
-    }
-  }
-  if (permanent) {
-    co_await guard.fail(*permanent, false);
-    co_return Outcome<T>::failure(Verdict::acquired, std::move(*permanent), guard.record());
-  }
-
-  std::optional<nlohmann::json> unstorable;
+  // What happened is recorded before run_once returns, also when this coroutine was cancelled
+  // meanwhile: Asio's refusal of a cancelled coroutine's co_awaits is off until then, and the
+  // records run to their end (idem/async/detail/to_completion.hpp). The caller's cancellation
+  // shows at its own next co_await.
+  const bool throws = co_await net::this_coro::throw_if_cancelled();
+  co_await net::this_coro::throw_if_cancelled(false);
+  std::optional<Outcome<T>> outcome;
+  std::exception_ptr failed;
   try {
-    co_await guard.commit(*value);
-  } catch (const InvalidArgument& e) {
-    unstorable = idem::detail::unstorable_response(e);
-    thrown = std::current_exception();
+    outcome.emplace(co_await detail::record_result(guard, std::move(value), std::move(permanent),
+                                                   std::move(unknown), thrown));
+  } catch (...) {
+    failed = std::current_exception();
   }
-  if (unstorable) {
-    co_await guard.fail(*unstorable, false);
-    std::rethrow_exception(thrown);
-  }
-  co_return Outcome<T>::success(Verdict::acquired, std::move(*value), guard.record());
+  co_await net::this_coro::throw_if_cancelled(throws);
+  if (failed) std::rethrow_exception(failed);
+  co_return std::move(*outcome);
 }
 
 }  // namespace idem::async

@@ -34,6 +34,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/async/detail/to_completion.hpp"
 #include "idem/async/net.hpp"
 #include "idem/backend/housekeeping.hpp"
 #include "idem/backend/record_rules.hpp"
@@ -171,8 +172,12 @@ class AsyncStoreSkeleton {
       if (sent_on == 0) throw;
       interrupted = std::current_exception();  // no co_await inside a handler
     }
-    net::co_spawn(co_await net::this_coro::executor, clean_up_cancelled(key, token, sent_on),
-                  net::detached);
+    // The clean-up ends before the cancelled claim answers its caller, so that a read right
+    // after it finds no processing claim of this call's (idem/async/detail/to_completion.hpp).
+    const bool throws = co_await net::this_coro::throw_if_cancelled();
+    co_await net::this_coro::throw_if_cancelled(false);
+    co_await async::detail::to_completion(clean_up_cancelled(key, token, sent_on));
+    co_await net::this_coro::throw_if_cancelled(throws);
     std::rethrow_exception(interrupted);
   }
 
