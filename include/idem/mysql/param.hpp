@@ -1,7 +1,7 @@
 #pragma once
 // idem::mysql::Param: one value bound to a `?` placeholder of Connection::execute / select.
-// A Param refers to the text it was made from (string_view): keep that alive until the call
-// returns.
+// A Param holds its own copy of the text it was made from (a temporary string is moved in), so
+// a parameter list built from temporaries stays valid until the call returns.
 
 #include <concepts>
 #include <cstddef>
@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -32,12 +33,13 @@ class Param {
       u64_ = static_cast<std::uint64_t>(v);
     }
   }
-  // Text: a std::string, a string_view or a C string (viewed, not copied).
+  // Text: a std::string (a temporary is moved in), a string_view or a C string (copied).
+  Param(std::string s) noexcept : kind_(Kind::text), text_(std::move(s)) {}  // NOLINT
   template <class S>
-  requires(std::convertible_to<const S&, std::string_view> && !std::is_same_v<S, std::nullptr_t>)
-      Param(const S& s)
-  noexcept : kind_(Kind::text), text_(std::string_view(s)) {}  // NOLINT
-  static Param blob(std::string_view bytes) noexcept {
+  requires(std::convertible_to<const S&, std::string_view> && !std::is_same_v<S, std::nullptr_t> &&
+           !std::is_same_v<S, std::string>) Param(const S& s)
+      : kind_(Kind::text), text_(std::string_view(s)) {}  // NOLINT
+  static Param blob(std::string_view bytes) {
     Param p(bytes);
     p.kind_ = Kind::blob;
     return p;
@@ -61,7 +63,7 @@ class Param {
   Kind kind_ = Kind::null;
   std::int64_t i64_ = 0;  // int64, and time as milliseconds since the epoch
   std::uint64_t u64_ = 0;
-  std::string_view text_;
+  std::string text_;
 };
 
 namespace detail {
