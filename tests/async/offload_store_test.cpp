@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <thread>
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <catch2/catch.hpp>
@@ -144,5 +145,43 @@ TEST_CASE(
   CHECK(r.finished > 0);
   CHECK(r.processing_after == 0);
   CHECK(idem_test::replayed_or_ran(store, r, 200) == r.requests);
+  calls.join();
+}
+
+namespace {
+
+// A memory store whose claims take a while on the pool's thread, and are counted.
+struct SlowClaims : idem::MemoryStore {
+  std::atomic<int> claims{0};
+  idem::ClaimResult claim(const idem::Key& key, std::string_view fp, const idem::Options& o) {
+    ++claims;
+    std::this_thread::sleep_for(20ms);
+    return MemoryStore::claim(key, fp, o);
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "async offload: a request cancelled while its claim was on the pool stops waiting for "
+    "another caller's claim instead of polling on") {
+  SlowClaims memory;
+  const auto held = memory.claim({"PAY", "held"}, "fp", {.lease = 1h});  // another caller's
+  REQUIRE(held.verdict == idem::Verdict::acquired);
+  memory.claims = 0;
+  net::thread_pool calls{1};
+  idem::async::OffloadStore store{memory, calls.get_executor()};
+  net::io_context io;
+  const auto first = idem_test::run_on(io, [&]() -> net::awaitable<int> {
+    using namespace net::experimental::awaitable_operators;
+    net::steady_timer timer(co_await net::this_coro::executor, 5ms);  // cuts the first claim
+    auto body = []() -> net::awaitable<int> { co_return 1; };
+    const auto r =
+        co_await (idem::async::run_once(store, {"PAY", "held"}, "fp", body, {.wait = 10s}) ||
+                  timer.async_wait(net::use_awaitable));
+    co_return static_cast<int>(r.index());
+  }());
+  CHECK(first == 1);
+  CHECK(memory.claims == 1);  // no claim after the cancellation
   calls.join();
 }

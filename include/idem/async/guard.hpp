@@ -35,6 +35,8 @@
 #include <string_view>
 #include <utility>
 
+#include <boost/asio/error.hpp>
+#include <boost/system/system_error.hpp>
 #include <nlohmann/json.hpp>
 
 #include "idem/async/attempt.hpp"
@@ -146,6 +148,12 @@ net::awaitable<ClaimResult> observed_claim(S& store, const Key& key, std::string
     result.emplace(co_await store.claim(key, fingerprint, options));
     idem::detail::ClaimWait wait(options, supports_wait_v<S>);
     while (const std::optional<Duration> pause = wait.pause(*result)) {
+      // Nothing of ours to settle yet: a caller cancelled meanwhile stops waiting, as Asio
+      // would have stopped it.
+      const net::cancellation_state state = co_await net::this_coro::cancellation_state;
+      if (throws && state.cancelled() != net::cancellation_type::none) {
+        throw boost::system::system_error(net::error::operation_aborted, "co_await");
+      }
       co_await sleep_for(*pause);
       *result = co_await store.claim(key, fingerprint, options);
     }
