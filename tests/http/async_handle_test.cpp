@@ -294,18 +294,21 @@ TEST_CASE_METHOD(Loop,
 
 TEST_CASE_METHOD(Loop,
                  "async_handle: a request cancelled while the business runs records a retryable "
-                 "failure") {
+                 "failure before the call returns") {
   int runs = 0;
   const auto slow = [&]() -> net::awaitable<Response> { co_return co_await charge(++runs, 10s); };
   const Request request = post(R"("c-1")");
+  std::optional<idem::Status> right_after;  // read as soon as the cancelled call returned
   const auto timed = [&]() -> net::awaitable<int> {
     net::steady_timer timeout(co_await net::this_coro::executor, 20ms);
     auto winner = co_await (idem::http::async_handle(store, request, slow) ||
                             timeout.async_wait(net::use_awaitable));
+    if (const auto r = memory.find(idem::Key{"http", "c-1"})) right_after = r->status;
     co_return static_cast<int>(winner.index());
   };
   const auto start = std::chrono::steady_clock::now();
   CHECK(run(timed()) == 1);  // the timeout won
+  CHECK(right_after == idem::Status::failed);
   CHECK(std::chrono::steady_clock::now() - start < 5s);
   const auto record = memory.find(idem::Key{"http", "c-1"});
   REQUIRE(record);

@@ -52,6 +52,30 @@ idem::async::net::awaitable<void> record(idem::async::IdempotencyGuard<S>& guard
   }
 }
 
+// What async_handle records once the business ended: an unknown effect (the answer a duplicate
+// gets from now on, as handle() gives it), the business's exception (the claim abandoned, then
+// the exception rethrown), or the response's recording.
+template <idem::async::AwaitableStore S>
+idem::async::net::awaitable<Response> record_answer(idem::async::IdempotencyGuard<S>& guard,
+                                                    std::optional<Response> response,
+                                                    std::optional<Recording> recording,
+                                                    std::optional<std::string> unknown,
+                                                    std::exception_ptr thrown,
+                                                    const Policy& policy) {
+  if constexpr (idem::async::detail::MarksUnknown<S>) {
+    if (unknown) {
+      co_await guard.mark_unknown(*unknown);
+      co_return *answer_without_running(Verdict::outcome_unknown, guard.record(), policy);
+    }
+  }
+  if (thrown) {
+    co_await guard.abandon();
+    std::rethrow_exception(thrown);
+  }
+  co_await record(guard, *recording);
+  co_return std::move(*response);
+}
+
 }  // namespace detail
 
 template <idem::async::AwaitableStore S, std::invocable F>
@@ -87,20 +111,21 @@ requires std::convertible_to<idem::async::detail::response_of<F>, Response>
   } catch (...) {
     thrown = std::current_exception();
   }
-  if constexpr (idem::async::detail::MarksUnknown<S>) {
-    if (unknown) {  // as handle(): the answer a duplicate gets from now on
-      co_await guard.mark_unknown(*unknown);
-      co_return *detail::answer_without_running(Verdict::outcome_unknown, guard.record(), policy);
-    }
+  // Recorded before async_handle returns, also when this coroutine was cancelled meanwhile,
+  // as run_once records (idem/async/detail/to_completion.hpp).
+  const bool throws = co_await idem::async::net::this_coro::throw_if_cancelled();
+  co_await idem::async::net::this_coro::throw_if_cancelled(false);
+  std::optional<Response> answer;
+  std::exception_ptr failed;
+  try {
+    answer.emplace(co_await detail::record_answer(guard, std::move(response), std::move(recording),
+                                                  std::move(unknown), thrown, policy));
+  } catch (...) {
+    failed = std::current_exception();
   }
-  if (thrown) {
-    // Recorded before the exception goes on (no co_await inside a handler), so a retry runs
-    // at once rather than after the guard's detached recording.
-    co_await guard.abandon();
-    std::rethrow_exception(thrown);
-  }
-  co_await detail::record(guard, *recording);
-  co_return std::move(*response);
+  co_await idem::async::net::this_coro::throw_if_cancelled(throws);
+  if (failed) std::rethrow_exception(failed);
+  co_return std::move(*answer);
 }
 
 // With the default Policy. An overload, not a default argument: that would build the Policy
