@@ -4,6 +4,8 @@
 // idem::async. The non-blocking MariaDB store is idem/mysql/async.hpp.
 
 #include "idem/async/attempt.hpp"
+#include "idem/async/batch.hpp"
+#include "idem/async/consume.hpp"
 #include "idem/async/guard.hpp"
 #include "idem/async/inline_store.hpp"
 #include "idem/async/net.hpp"

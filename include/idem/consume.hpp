@@ -178,6 +178,77 @@ struct Produced<void> {
   std::nullptr_t value = nullptr;  // stored as JSON null
 };
 
+// What a failed attempt records and answers: a retryable failure and retry_later after the
+// policy's delay, or on the key's last attempt a permanent failure with the last error and
+// dead_letter.
+struct FailedAttempt {
+  nlohmann::json retry;      // the retryable failure's error
+  nlohmann::json exhausted;  // the last attempt's permanent failure
+  bool last = false;
+  std::uint32_t attempts = 0;  // this one included
+  std::string what;
+  Duration delay{};
+
+  const nlohmann::json& error() const noexcept { return last ? exhausted : retry; }
+  // `counted`: the store recorded the attempt (a bound store whose transaction rolls back
+  // may not), so the last one gives up.
+  Ack ack(bool counted) const {
+    if (last && counted) {
+      return {Ack::dead_letter, Verdict::acquired,
+              fmt::format("gave up after {} attempts: {}", attempts, what)};
+    }
+    return {Ack::retry_later, Verdict::acquired, what, delay};
+  }
+};
+
+inline FailedAttempt failed_attempt(const ConsumerPolicy& policy, const Key& key,
+                                    std::uint32_t attempts, std::string what) {
+  const std::uint32_t limit = policy.max_attempts_for(key.biz_type());
+  FailedAttempt f;
+  f.retry = {{"error", "idem.consumer_exception"}, {"detail", what}};
+  f.exhausted = {{"error", attempts_exhausted}, {"attempts", attempts}, {"detail", what}};
+  f.last = limit != 0 && attempts >= limit;
+  f.attempts = attempts;
+  f.delay = policy.delay_after(attempts);
+  f.what = std::move(what);
+  return f;
+}
+
+// What the business's exception means for its message (the table at the top of this file).
+struct BusinessFailure {
+  enum Kind {
+    permanent,  // PermanentFailure: recorded as permanent; the message is acknowledged
+    unknown,    // EffectUnknown: the record waits for its resolver
+    transient,  // a retryable StoreError: propagates, the message is not acknowledged
+    failed      // anything else: a failed attempt
+  };
+  Kind kind = failed;
+  std::string what;
+  nlohmann::json error;  // permanent: the failure to record
+};
+
+inline BusinessFailure business_failure(std::exception_ptr thrown) {
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const PermanentFailure& e) {
+    return {BusinessFailure::permanent, e.what(), e.error()};
+  } catch (const EffectUnknown& e) {
+    return {BusinessFailure::unknown, e.what(), nullptr};
+  } catch (const StoreError& e) {
+    // A transient failure of the database under the business (in same-transaction mode a
+    // deadlock has already rolled back the claim with it) propagates, so that with_transaction
+    // can run the transaction again, or the message comes again. A non-retryable one of the
+    // business's own SQL (a value out of range) fails again on every delivery: a failed attempt.
+    if (e.retryable()) return {BusinessFailure::transient, e.what(), nullptr};
+    return {BusinessFailure::failed, fmt::format("the business's SQL failed: {}", e.what()),
+            nullptr};
+  } catch (const std::exception& e) {
+    return {BusinessFailure::failed, e.what(), nullptr};
+  } catch (...) {
+    return {BusinessFailure::failed, "a non-standard exception", nullptr};
+  }
+}
+
 // Runs fn under an acquired guard and records its result.
 template <Store S, class F>
 Ack run_acquired(S& store, IdempotencyGuard<S>& guard, F& fn, const ConsumerPolicy& policy,
@@ -187,33 +258,23 @@ Ack run_acquired(S& store, IdempotencyGuard<S>& guard, F& fn, const ConsumerPoli
   const Key key = guard.record().key;
   const std::string fingerprint = guard.record().fingerprint;
   const std::uint32_t attempts = guard.record().attempts;  // this one included
-  // A failed attempt: retryable, or on the key's last attempt a permanent failure with the
-  // last error, and the message is dead-lettered.
-  const auto failed = [&](const std::string& what) -> Ack {
-    const std::uint32_t limit = policy.max_attempts_for(key.biz_type());
-    const bool last = limit != 0 && attempts >= limit;
-    const nlohmann::json retry = {{"error", "idem.consumer_exception"}, {"detail", what}};
-    const nlohmann::json exhausted = {
-        {"error", detail::attempts_exhausted}, {"attempts", attempts}, {"detail", what}};
+  const auto failed = [&](std::string what) -> Ack {
+    const FailedAttempt f = failed_attempt(policy, key, attempts, std::move(what));
     bool counted = true;
     if constexpr (RollbackOnlyStore<S>) {
       // The try rolls back, this claim with the business's writes; the store writes the
       // attempt once it has, or nobody counts it.
-      guard.fail(retry, true);
+      guard.fail(f.retry, true);
       counted = false;
       if constexpr (AttemptCountingStore<S>) {
-        counted = store.fail_after_rollback(key, fingerprint, options,
-                                            (last ? exhausted : retry).dump(), !last);
+        counted = store.fail_after_rollback(key, fingerprint, options, f.error().dump(), !f.last);
       }
     } else {
-      guard.fail(last ? exhausted : retry, !last);
+      guard.fail(f.error(), !f.last);
     }
-    if (last && counted) {
-      return {Ack::dead_letter, Verdict::acquired,
-              fmt::format("gave up after {} attempts: {}", attempts, what)};
-    }
-    return {Ack::retry_later, Verdict::acquired, what, policy.delay_after(attempts)};
+    return f.ack(counted);
   };
+  std::exception_ptr thrown;
   try {
     if constexpr (std::is_void_v<R>) {
       std::invoke(fn);
@@ -221,29 +282,29 @@ Ack run_acquired(S& store, IdempotencyGuard<S>& guard, F& fn, const ConsumerPoli
     } else {
       produced.emplace(Produced<R>{std::invoke(fn)});
     }
-  } catch (const PermanentFailure& e) {
-    guard.fail(e.error(), false);
-    return {Ack::commit, Verdict::acquired, e.what()};
-  } catch (const EffectUnknown& e) {
-    // Redelivered, the message meets an outcome_unknown record and waits for its resolver.
-    if constexpr (detail::MarksUnknown<S>) {
-      guard.mark_unknown(e.what());
-      return {Ack::retry_later, Verdict::acquired, e.what(), policy.delay_after(attempts)};
-    } else {
-      return failed(e.what());
-    }
-  } catch (const StoreError& e) {
-    // A transient failure of the database under the business (in same-transaction mode a
-    // deadlock has already rolled back the claim with it): propagate, so that with_transaction
-    // can run the transaction again, or the message comes again. The guard's destructor
-    // records a retryable failure if it still can. A non-retryable one of the business's own
-    // SQL (a value out of range) fails again on every delivery: a failed attempt.
-    if (e.retryable()) throw;
-    return failed(fmt::format("the business's SQL failed: {}", e.what()));
-  } catch (const std::exception& e) {
-    return failed(e.what());
   } catch (...) {
-    return failed("a non-standard exception");
+    thrown = std::current_exception();
+  }
+  if (thrown) {
+    BusinessFailure failure = business_failure(thrown);
+    switch (failure.kind) {
+      case BusinessFailure::permanent:
+        guard.fail(failure.error, false);
+        return {Ack::commit, Verdict::acquired, std::move(failure.what)};
+      case BusinessFailure::unknown:
+        // Redelivered, the message meets an outcome_unknown record and waits for its resolver.
+        if constexpr (detail::MarksUnknown<S>) {
+          guard.mark_unknown(failure.what);
+          return {Ack::retry_later, Verdict::acquired, std::move(failure.what),
+                  policy.delay_after(attempts)};
+        }
+        return failed(std::move(failure.what));
+      case BusinessFailure::transient:
+        // The guard's destructor records a retryable failure if it still can.
+        std::rethrow_exception(thrown);
+      case BusinessFailure::failed:
+        return failed(std::move(failure.what));
+    }
   }
   try {
     guard.commit(produced->value);
@@ -256,24 +317,52 @@ Ack run_acquired(S& store, IdempotencyGuard<S>& guard, F& fn, const ConsumerPoli
   return {Ack::commit, Verdict::acquired, ""};
 }
 
+// A bound batch's message `failed` must run again, and the messages before it were written in
+// the same transaction: the batch comes back whole. Why, for the records and the acks.
+inline std::string batch_rollback_reason(const std::vector<Ack>& acks, std::size_t failed) {
+  return fmt::format("rolled back with message {} of the batch: {}", failed, acks[failed].reason);
+}
+inline nlohmann::json batch_rollback_error(const std::string& why) {
+  return {{"error", "idem.batch_rolled_back"}, {"detail", why}};
+}
+// Every message but the failed one is answered retry_later, when the failed one may run again.
+template <class Guards>
+void answer_rolled_back_batch(const Guards& guards, std::vector<Ack>& acks, std::size_t failed,
+                              const std::string& why) {
+  for (std::size_t j = 0; j < acks.size(); ++j) {
+    if (j != failed) {
+      acks[j] = {Ack::retry_later, guards[j] ? Verdict::acquired : acks[j].verdict, why,
+                 acks[failed].delay};
+    }
+  }
+}
+
 // A bound batch whose message `failed` must run again: the messages not yet run are released
 // (not abandoned: this is no misuse) and every message is answered retry_later.
 template <class S>
 void roll_back_batch(S& store, std::vector<std::optional<IdempotencyGuard<S>>>& guards,
                      std::vector<Ack>& acks, std::size_t failed) {
   store.set_rollback_only();
-  const std::string why =
-      fmt::format("rolled back with message {} of the batch: {}", failed, acks[failed].reason);
-  for (std::size_t j = 0; j < acks.size(); ++j) {
-    if (j > failed && guards[j]) {
-      guards[j]->fail({{"error", "idem.batch_rolled_back"}, {"detail", why}}, true);
-    }
-    // The batch comes back whole, when the failed message may run again.
-    if (j != failed) {
-      acks[j] = {Ack::retry_later, guards[j] ? Verdict::acquired : acks[j].verdict, why,
-                 acks[failed].delay};
-    }
+  const std::string why = batch_rollback_reason(acks, failed);
+  for (std::size_t j = failed + 1; j < acks.size(); ++j) {
+    if (guards[j]) guards[j]->fail(batch_rollback_error(why), true);
   }
+  answer_rolled_back_batch(guards, acks, failed, why);
+}
+
+// A batch's claims reported as single claims are: each answer, or the failure for every message.
+inline void report_batch_claims(Observer* observer, const std::vector<ClaimResult>& claims,
+                                std::chrono::nanoseconds latency, std::string_view context) {
+  if (observer == nullptr) return;
+  for (const ClaimResult& c : claims)
+    notify(observer, claim_event(c), c.record.key, latency, context, &c.record);
+}
+template <class S>
+void report_batch_failure(Observer* observer, std::span<const ClaimRequest> messages,
+                          std::chrono::nanoseconds latency, std::string_view context,
+                          const StoreError& e) {
+  for (const ClaimRequest& m : messages)
+    notify(observer, store_failure_event<S>(), m.key, latency, context, nullptr, &e);
 }
 
 }  // namespace detail
@@ -336,19 +425,12 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
     claims =
         detail::claim_message<S>(policy, [&] { return claim_batch(store, messages, options); });
   } catch (const StoreError& e) {
-    const auto latency = std::chrono::steady_clock::now() - start;
-    for (const ClaimRequest& m : messages) {
-      detail::notify(observer, detail::store_failure_event<S>(), m.key, latency, options.context,
-                     nullptr, &e);
-    }
+    detail::report_batch_failure<S>(observer, messages, std::chrono::steady_clock::now() - start,
+                                    options.context, e);
     throw;
   }
-  if (observer != nullptr) {
-    const auto latency = std::chrono::steady_clock::now() - start;
-    for (const ClaimResult& c : claims)
-      detail::notify(observer, detail::claim_event(c), c.record.key, latency, options.context,
-                     &c.record);
-  }
+  detail::report_batch_claims(observer, claims, std::chrono::steady_clock::now() - start,
+                              options.context);
 
   // Every acquired claim gets its guard before anything runs, so that an escaping exception
   // releases the claims of the messages not yet run.

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -87,20 +88,43 @@ inline void validate(const ConsumerPolicy& p) {
 //       return idem::consume(tx, key, fp, [&] { credit(c, msg); }, {.consumer = &policy});
 //     });
 //   });
+namespace detail {
+
+// through_store_outage's schedule, for its blocking and coroutine forms: after a failed try,
+// the pause before the next one, or none when the error must propagate.
+class StoreOutageWait {
+ public:
+  explicit StoreOutageWait(const ConsumerPolicy& policy)
+      : deadline_(std::chrono::steady_clock::now() + policy.store_outage) {}
+
+  std::optional<Duration> pause_after(const StoreError& e) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!e.retryable() || now >= deadline_) return std::nullopt;
+    const Duration left = std::chrono::duration_cast<Duration>(deadline_ - now);
+    const Duration pause = std::min(next_, left);
+    next_ = std::min<Duration>(next_ * 2, std::chrono::seconds{2});
+    return pause;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point deadline_;
+  Duration next_ = std::chrono::milliseconds{50};
+};
+
+}  // namespace detail
+
 template <class F>
 auto through_store_outage(const ConsumerPolicy& policy, F&& f) -> decltype(f()) {
-  const auto deadline = std::chrono::steady_clock::now() + policy.store_outage;
-  Duration pause = std::chrono::milliseconds{50};
+  detail::StoreOutageWait outage(policy);
   for (;;) {
+    std::optional<Duration> pause;
     try {
       return f();
     } catch (const StoreError& e) {
-      const auto now = std::chrono::steady_clock::now();
-      if (!e.retryable() || now >= deadline) throw;
-      std::this_thread::sleep_for(
-          std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
-      pause = std::min<Duration>(pause * 2, std::chrono::seconds{2});
+      pause = outage.pause_after(e);
+      if (!pause) throw;
     }
+    std::this_thread::sleep_for(*pause);
   }
 }
 

@@ -12,12 +12,14 @@
 
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "idem/async/net.hpp"
 #include "idem/async/store.hpp"
+#include "idem/batch.hpp"
 #include "idem/key.hpp"
 #include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
@@ -41,6 +43,11 @@ class InlineStore {
   net::awaitable<ClaimResult> claim(const Key& key, std::string_view fingerprint,
                                     const Options& options) {
     co_return store_->claim(key, fingerprint, options);
+  }
+  // idem::claim_batch (idem/batch.hpp) on the loop thread.
+  net::awaitable<std::vector<ClaimResult>> claim_batch(std::span<const ClaimRequest> requests,
+                                                       const Options& options) {
+    co_return idem::claim_batch(*store_, requests, options);
   }
   net::awaitable<void> complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
     store_->complete(key, ticket, snapshot);

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -23,6 +24,7 @@
 #include "idem/async/detail/to_completion.hpp"
 #include "idem/async/net.hpp"
 #include "idem/async/store.hpp"
+#include "idem/batch.hpp"
 #include "idem/key.hpp"
 #include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
@@ -46,6 +48,11 @@ class OffloadStore {
   net::awaitable<ClaimResult> claim(const Key& key, std::string_view fingerprint,
                                     const Options& options) {
     co_return co_await offload([&] { return store_->claim(key, fingerprint, options); });
+  }
+  // The whole batch in one call on the offload executor (idem::claim_batch, idem/batch.hpp).
+  net::awaitable<std::vector<ClaimResult>> claim_batch(std::span<const ClaimRequest> requests,
+                                                       const Options& options) {
+    co_return co_await offload([&] { return idem::claim_batch(*store_, requests, options); });
   }
   net::awaitable<void> complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
     co_await offload([&] { store_->complete(key, ticket, snapshot); });

@@ -19,6 +19,7 @@
 #include <concepts>
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -87,6 +88,23 @@ template <class S>
 concept RecoveryPointAsyncStore = AwaitableStore<S> &&
     requires(S& store, const Key& key, const Ticket& ticket, std::string_view text) {
   { store.record_step(key, ticket, text, text) } -> std::same_as<net::awaitable<std::string>>;
+};
+
+// The coroutine counterparts of idem::BatchClaimingStore and idem::RollbackOnlyStore: a store
+// that claims a batch in fewer round trips than one claim each (idem::async::claim_batch,
+// idem/async/batch.hpp), and one whose whole transaction can be marked to roll back
+// (idem::async::consume_batch on a bound store).
+template <class S>
+concept BatchClaimingAsyncStore = AwaitableStore<S> &&
+    requires(S& store, std::span<const ClaimRequest> requests, const Options& options) {
+  {
+    store.claim_batch(requests, options)
+    } -> std::same_as<net::awaitable<std::vector<ClaimResult>>>;
+};
+
+template <class S>
+concept RollbackOnlyAsyncStore = AwaitableStore<S> && requires(S& store) {
+  store.set_rollback_only();
 };
 
 }  // namespace idem::async
