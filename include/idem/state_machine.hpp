@@ -111,6 +111,14 @@ class StateMachine {
   template <std::invocable ReadRow>
   TransitionResult<E> conclude(const GuardedTransition& t, std::uint64_t changed,
                                TransitionOptions options, ReadRow&& read_row) const {
+    if (auto result = concluded(t, changed, options)) return std::move(*result);
+    return explained(t, read_row());
+  }
+
+  // conclude() in two halves, for a backend whose read is a coroutine: the result the changed
+  // rows give, or none when the rejection is to be explained by explained() of the row read.
+  std::optional<TransitionResult<E>> concluded(const GuardedTransition& t, std::uint64_t changed,
+                                               TransitionOptions options) const {
     if (changed == 1) return TransitionResult<E>::success();
     if (changed > 1) {
       throw UsageError(fmt::format(
@@ -119,7 +127,10 @@ class StateMachine {
           changed, t.table, t.key_column));
     }
     if (!options.explain) return TransitionResult<E>::rejection();
-    const std::optional<ProbeRow> row = read_row();
+    return std::nullopt;
+  }
+  TransitionResult<E> explained(const GuardedTransition& t,
+                                const std::optional<ProbeRow>& row) const {
     return explain_stored(t.from.text().value_or(""), t.expected_version, row);
   }
 

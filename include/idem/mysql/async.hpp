@@ -6,5 +6,6 @@
 #include "idem/async.hpp"
 #include "idem/mysql/async_connection.hpp"
 #include "idem/mysql/async_pool.hpp"
+#include "idem/mysql/async_state_machine.hpp"
 #include "idem/mysql/async_store.hpp"
 #include "idem/mysql/async_transaction.hpp"

@@ -80,19 +80,22 @@ inline Statement probe_statement(const GuardedTransition& t) {
 
 namespace detail {
 
+// What probe_statement's rows say: the row's status (and version), or none.
+inline std::optional<ProbeRow> probe_row(const GuardedTransition& t, const std::vector<Row>& rows) {
+  if (rows.empty()) return std::nullopt;
+  ProbeRow row{rows.front().at(0).to_text(), std::nullopt};
+  if (t.versioned()) row.version = rows.front().at(1).to_text();
+  return row;
+}
+
 // One transition on one connection: the UPDATE, then the machine's conclusion.
 struct RunTransition {
   template <StatusEnum E>
   static TransitionResult<E> run(Connection& c, const StateMachine<E>& machine,
                                  const GuardedTransition& t, TransitionOptions options) {
     const std::uint64_t changed = execute(c, update_statement(t));
-    return machine.conclude(t, changed, options, [&]() -> std::optional<ProbeRow> {
-      const auto rows = select(c, probe_statement(t));
-      if (rows.empty()) return std::nullopt;
-      ProbeRow row{rows.front().at(0).to_text(), std::nullopt};
-      if (t.versioned()) row.version = rows.front().at(1).to_text();
-      return row;
-    });
+    return machine.conclude(t, changed, options,
+                            [&] { return probe_row(t, select(c, probe_statement(t))); });
   }
 };
 

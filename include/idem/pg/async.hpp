@@ -6,4 +6,5 @@
 #include "idem/async.hpp"
 #include "idem/pg/async_connection.hpp"
 #include "idem/pg/async_pool.hpp"
+#include "idem/pg/async_state_machine.hpp"
 #include "idem/pg/async_store.hpp"

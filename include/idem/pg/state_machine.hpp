@@ -92,21 +92,24 @@ inline Statement probe_statement(const GuardedTransition& t) {
 
 namespace detail {
 
+// What probe_statement's result says: the row's status (and version), or none.
+inline std::optional<ProbeRow> probe_row(const GuardedTransition& t, const Result& r) {
+  if (r.rows() == 0) return std::nullopt;
+  auto text = [&](int column) -> std::optional<std::string> {
+    if (r.is_null(0, column)) return std::nullopt;
+    return std::string(r.text(0, column));
+  };
+  return ProbeRow{text(0), t.versioned() ? text(1) : std::nullopt};
+}
+
 // One transition on one connection: the UPDATE, then the machine's conclusion.
 struct RunTransition {
   template <StatusEnum E>
   static TransitionResult<E> run(Connection& c, const StateMachine<E>& machine,
                                  const GuardedTransition& t, TransitionOptions options) {
     const std::uint64_t changed = execute(c, update_statement(t));
-    return machine.conclude(t, changed, options, [&]() -> std::optional<ProbeRow> {
-      const Result r = select(c, probe_statement(t));
-      if (r.rows() == 0) return std::nullopt;
-      auto text = [&](int column) -> std::optional<std::string> {
-        if (r.is_null(0, column)) return std::nullopt;
-        return std::string(r.text(0, column));
-      };
-      return ProbeRow{text(0), t.versioned() ? text(1) : std::nullopt};
-    });
+    return machine.conclude(t, changed, options,
+                            [&] { return probe_row(t, select(c, probe_statement(t))); });
   }
 };
 
