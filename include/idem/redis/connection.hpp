@@ -43,12 +43,6 @@
 
 namespace idem::redis {
 
-// One script call: its keys (all in one hash slot) and its arguments.
-struct ScriptCall {
-  std::vector<std::string_view> keys;
-  std::vector<std::string_view> args;
-};
-
 class Connection {
  public:
   explicit Connection(ConnectionParams params) : params_(std::move(params)) {
@@ -215,15 +209,7 @@ class Connection {
 
   static std::vector<std::string_view> evalsha_args(const detail::Script& script,
                                                     const ScriptCall& call) {
-    static constexpr std::string_view counts[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8"};
-    std::vector<std::string_view> args;
-    args.reserve(3 + call.keys.size() + call.args.size());
-    args.push_back("EVALSHA");
-    args.push_back(script.sha);
-    args.push_back(counts[std::min<std::size_t>(call.keys.size(), std::size(counts) - 1)]);
-    args.insert(args.end(), call.keys.begin(), call.keys.end());
-    args.insert(args.end(), call.args.begin(), call.args.end());
-    return args;
+    return detail::script_args(script, call);
   }
 
   // One EVALSHA on `l` (after ASKING when `asking`), and EVAL when the node answers NOSCRIPT.
@@ -236,9 +222,8 @@ class Connection {
         l.append(args);
         if (asking) (void)l.receive();  // +OK
         Reply r = l.receive();
-        if (pass == 1 || !r.is_error() || error_name(r.text()) != "NOSCRIPT") return r;
-        args[0] = "EVAL";
-        args[1] = script.source;
+        if (pass == 1 || !detail::unknown_script(r)) return r;
+        detail::send_source(script, args);
       }
     } catch (const StoreError&) {
       drop(l);

@@ -4,7 +4,10 @@
 // message: its text) or the server's error reply (from_server true, code 0, message: the
 // reply verbatim, which begins with the error's name: "LOADING ...", "READONLY ...").
 
+#include <string>
 #include <string_view>
+
+#include <fmt/format.h>
 
 #include "idem/errors.hpp"
 
@@ -46,5 +49,15 @@ constexpr bool is_retryable_reply(std::string_view reply) noexcept {
 constexpr bool is_connection_lost(unsigned c) noexcept {
   return c == code::io || c == code::eof || c == code::other;
 }
+
+namespace detail {
+
+// An error reply of the server at `where`, as the StoreError the stores throw.
+inline StoreError server_error(std::string_view where, std::string_view reply) {
+  return StoreError(fmt::format("idem::redis: {} answered: {}", where, reply),
+                    is_retryable_reply(reply), Diagnostics{0, "", std::string(reply), true});
+}
+
+}  // namespace detail
 
 }  // namespace idem::redis

@@ -149,9 +149,7 @@ class Link {
   // The reply, or its error as a StoreError with the server's text.
   Reply checked(Reply r) const {
     if (!r.is_error()) return r;
-    const std::string_view text = r.text();
-    throw StoreError(fmt::format("idem::redis: {} answered: {}", where(), text),
-                     is_retryable_reply(text), Diagnostics{0, "", std::string(text), true});
+    throw server_error(where(), r.text());
   }
 
   Reply command(std::span<const std::string_view> args) {
