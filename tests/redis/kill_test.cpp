@@ -22,22 +22,7 @@
 #include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
-
-namespace {
-
-// The ids of the clients named `name` in CLIENT LIST.
-std::vector<std::string> clients_named(idem::redis::Connection& admin, const std::string& name) {
-  std::vector<std::string> ids;
-  std::istringstream lines{std::string(admin.command({"CLIENT", "LIST"}).text())};
-  for (std::string line; std::getline(lines, line);) {
-    if (line.find(" name=" + name + " ") == std::string::npos) continue;
-    const auto id = line.find("id=");
-    if (id == 0) ids.push_back(line.substr(3, line.find(' ') - 3));
-  }
-  return ids;
-}
-
-}  // namespace
+using idem_test::clients_named;
 
 TEST_CASE(
     "connections killed at random during a sustained load - nothing runs twice, lost replies "

@@ -2,7 +2,8 @@
 // The races every coroutine store runs from one loop thread (tests/mysql/async_test.cpp,
 // tests/pg/async_store_test.cpp): a request storm, a timer beside claims in flight, clients
 // retrying through a killer's work, and requests cancelled at random points. Each returns what
-// happened; the test states what must hold, and reads its own table.
+// happened; the test states what must hold, and reads its own table. Each runs on test_loop()
+// (loop.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -43,7 +44,8 @@ struct AsyncStormResult {
 // itself in `executions` and takes 1-3 ms.
 template <class Store>
 AsyncStormResult async_storm(Store& store, const Storm& storm, Executions& executions) {
-  async_net::io_context io;
+  async_net::io_context& io = test_loop();
+  io.restart();
   AsyncStormResult result;
   for (int k : storm.order) {
     async_net::co_spawn(
@@ -85,7 +87,8 @@ struct TicksResult {
 // is out.
 template <class Store>
 TicksResult ticks_while_claiming(Store& store, int clients, int requests) {
-  async_net::io_context io;
+  async_net::io_context& io = test_loop();
+  io.restart();
   TicksResult r;
   int in_flight = 0;
   std::chrono::nanoseconds worst{0};
@@ -136,7 +139,8 @@ struct RetryingClientsResult {
 template <class Store>
 RetryingClientsResult retrying_clients(Store& store, const Storm& storm, int clients,
                                        Executions& executions) {
-  async_net::io_context io;
+  async_net::io_context& io = test_loop();
+  io.restart();
   RetryingClientsResult r;
   std::size_t next = 0;
   for (int client = 0; client < clients; ++client) {
@@ -239,7 +243,8 @@ async_net::awaitable<bool> cancelled_by_timer(Store& store, idem::Key key, int a
 // read as soon as its call returned.
 template <class Store>
 CancelResult cancel_at_random(Store& store, int requests, unsigned seed) {
-  async_net::io_context io;
+  async_net::io_context& io = test_loop();
+  io.restart();
   std::mt19937 rng(seed);
   auto round = std::chrono::microseconds{0};
   for (const char* biz_type : {"WARM_UP", "CALIBRATE"}) {
@@ -291,7 +296,8 @@ CancelResult cancel_at_random(Store& store, int requests, unsigned seed) {
 // (none left blocked by a cancelled claim).
 template <class Store>
 int replayed_or_ran(Store& store, const CancelResult& cancelled, int requests) {
-  async_net::io_context io;
+  async_net::io_context& io = test_loop();
+  io.restart();
   int n = 0;
   for (int round = 0; round < cancelled.rounds; ++round) {
     for (int i = 0; i < requests; ++i) {

@@ -25,4 +25,11 @@ T run_on(boost::asio::io_context& io, idem::async::net::awaitable<T> a) {
   return std::move(*out);
 }
 
+// The loop the shared scenarios (async_scenarios.hpp) run on: one per test thread, so that a
+// store whose connections live on a loop (idem::redis::AsyncPool) can be made on it first.
+inline boost::asio::io_context& test_loop() {
+  thread_local boost::asio::io_context io;
+  return io;
+}
+
 }  // namespace idem_test

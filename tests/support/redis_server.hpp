@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -32,6 +33,19 @@ inline idem::redis::ConnectionParams redis_server() {
 
 inline std::shared_ptr<idem::redis::Pool> make_redis_pool(std::size_t size = 8) {
   return std::make_shared<idem::redis::Pool>(redis_server(), idem::redis::PoolParams{.size = size});
+}
+
+// The ids of the clients named `name` in CLIENT LIST.
+inline std::vector<std::string> clients_named(idem::redis::Connection& admin,
+                                              const std::string& name) {
+  std::vector<std::string> ids;
+  std::istringstream lines{std::string(admin.command({"CLIENT", "LIST"}).text())};
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(" name=" + name + " ") == std::string::npos) continue;
+    const auto id = line.find("id=");
+    if (id == 0) ids.push_back(line.substr(3, line.find(' ') - 3));
+  }
+  return ids;
 }
 
 // A key prefix no other test (or test process) uses: each test sees an empty store.

@@ -9,7 +9,8 @@
 //     using Connection = ...;  // a non-blocking connection
 //     using Pool = ...;        // an AsyncBasicPool of them (idem/backend/async_pool.hpp)
 //     using Ops = ...;         // as the blocking skeleton's Ops, each returning net::awaitable
-//                              // (repair, record_step and list exist when the Ops have
+//                              // (insert_or_read in place of insert when the Ops have it;
+//                              // repair, record_step and list exist when the Ops have
 //                              // write_repair, write_points and list)
 //     static constexpr std::string_view name = "idem::mysql";
 //     static FailureKind classify(const StoreError&);
@@ -63,7 +64,11 @@ net::awaitable<ClaimResult> claim_on(std::string_view who, const Ops& ops, Conne
   for (Step step = steps.start();;) {
     switch (step) {
       case Step::insert:
-        step = steps.inserted(co_await ops.insert(c, key, fp, o, token, bound));
+        if constexpr (requires { ops.insert_or_read(c, key, fp, o, token); }) {
+          step = steps.answered(co_await ops.insert_or_read(c, key, fp, o, token));
+        } else {
+          step = steps.inserted(co_await ops.insert(c, key, fp, o, token, bound));
+        }
         break;
       case Step::read:
         step = steps.met(co_await ops.read(c, key, bound));
@@ -293,14 +298,33 @@ class AsyncStoreSkeleton {
     OperationTries tries(retry_, Backend::name, what, &Backend::classify);
     co_return co_await async::detail::retrying<R>(
         [&]() -> net::awaitable<R> {
+          if (check_table) co_await check_table_once();
           auto handle = co_await pool().acquire();
-          if (check_table && check_table_ && !table_checked_.load(std::memory_order_acquire)) {
-            co_await check_table_(*handle);
-            table_checked();
-          }
           co_return co_await op(*handle, tries.uncertain());
         },
         [&](const StoreError& e) { return tries.failed(e); });
+  }
+
+  // The first operations of a store wait for one check of its table, run by the first of them:
+  // a thousand requests arriving together do not each read the table's layout. A check that
+  // fails lets the next operation run it again.
+  net::awaitable<void> check_table_once() {
+    while (check_table_ && !table_checked_.load(std::memory_order_acquire)) {
+      if (!checking_.exchange(true, std::memory_order_acq_rel)) {
+        std::exception_ptr failed;
+        try {
+          auto handle = co_await pool().acquire();
+          co_await check_table_(*handle);
+          table_checked();
+        } catch (...) {
+          failed = std::current_exception();
+        }
+        checking_.store(false, std::memory_order_release);
+        if (failed) std::rethrow_exception(failed);
+        co_return;
+      }
+      co_await async::sleep_for(Duration{1});
+    }
   }
 
   net::awaitable<void> finish(const Key& key, const Ticket& ticket, std::string_view snapshot,
@@ -348,6 +372,7 @@ class AsyncStoreSkeleton {
   Pool* pool_ = nullptr;
   std::function<net::awaitable<void>(Connection&)> check_table_;
   std::atomic<bool> table_checked_{false};
+  std::atomic<bool> checking_{false};  // an operation is checking the table now
 };
 
 }  // namespace idem::backend

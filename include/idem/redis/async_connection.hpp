@@ -19,8 +19,9 @@
 //   diagnostics say the reply was lost (it may have run), and so does every later command.
 //   AsyncPool (idem/redis/async_pool.hpp) opens a new one in its place.
 // - Every argument is passed with its length: keys and values are binary-safe.
-// - Its state lives on a strand of the executor it was opened with: callers may run on any
-//   thread of the loop; each resumes on its own executor.
+// - It lives on a strand of the executor it was opened on, which must be running while it is
+//   used: callers may run on any thread of that loop, or on other loops; each resumes on its
+//   own executor.
 // - It is not a cluster connection: idem::redis::AsyncStore refuses cluster_nodes.
 
 #include <hiredis/hiredis.h>
@@ -78,17 +79,23 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   // A command: its arguments, the name first.
   using Command = std::span<const std::string_view>;
 
-  // Opens a connection on the calling coroutine's executor. Throws StoreError.
-  static net::awaitable<std::shared_ptr<AsyncConnection>> open(ConnectionParams params) {
+  // Opens a connection that lives on `executor` (on a strand of it): its reads and writes
+  // run there, whichever executors its callers run on, so that executor must be running
+  // while the connection is used. Throws StoreError.
+  static net::awaitable<std::shared_ptr<AsyncConnection>> open(net::any_io_executor executor,
+                                                               ConnectionParams params) {
     if (!params.cluster_nodes.empty()) {
       throw InvalidArgument(
           "idem::redis::AsyncConnection: a Redis Cluster is not supported by the coroutine "
           "connection yet; use idem::redis::Store through idem::async::OffloadStore");
     }
-    auto c = std::make_shared<AsyncConnection>(Private{}, co_await net::this_coro::executor,
-                                               std::move(params));
+    auto c = std::make_shared<AsyncConnection>(Private{}, executor, std::move(params));
     co_await c->connect();
     co_return c;
+  }
+  // The same on the calling coroutine's executor.
+  static net::awaitable<std::shared_ptr<AsyncConnection>> open(ConnectionParams params) {
+    co_return co_await open(co_await net::this_coro::executor, std::move(params));
   }
 
   AsyncConnection(Private, const net::any_io_executor& executor, ConnectionParams params)
@@ -165,8 +172,8 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   }
 
   bool broken() const noexcept { return broken_flag_.load(std::memory_order_acquire); }
-  // The server's id of this connection (CLIENT ID), unique on the server.
-  std::int64_t id() const noexcept { return id_; }
+  // The server's id of this connection (CLIENT ID), unique on the server and never 0.
+  unsigned long id() const noexcept { return id_; }
   std::string where() const { return address_.text(); }
   const ConnectionParams& params() const noexcept { return params_; }
 
@@ -200,13 +207,17 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
       complete(std::move(handler), std::make_exception_ptr(*broken_), {});
       return;
     }
+    if (list.empty()) {  // no reply will come for nothing
+      complete(std::move(handler), nullptr, {});
+      return;
+    }
     for (const Command& args : list)
       append(args);
-    const bool was_idle = waiting_.empty();
     waiting_.push_back(Waiting{list.size(), {}, std::move(handler), Clock::now()});
     waiting_.back().replies.reserve(list.size());
-    if (was_idle) watchdog_.cancel();  // it waits for the oldest command now
     write_more();
+    read_more();
+    watch();
   }
 
   // RESP: *<n>\r\n then $<len>\r\n<bytes>\r\n per argument.
@@ -241,66 +252,74 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
             }));
   }
 
-  static net::awaitable<void> read_loop(std::shared_ptr<AsyncConnection> self) {
-    std::array<char, 16 * 1024> buffer;
-    for (;;) {
-      std::size_t n = 0;
-      boost::system::error_code ec;
-      n = co_await self->socket_.async_read_some(net::buffer(buffer),
-                                                 net::redirect_error(net::use_awaitable, ec));
-      if (ec) {
-        self->fail(self->lost(ec));
-        co_return;
-      }
-      if (redisReaderFeed(self->reader_, buffer.data(), n) != REDIS_OK) {
-        self->fail(self->client_error(code::protocol, "a reply could not be parsed"));
-        co_return;
-      }
-      std::vector<std::pair<Handler, std::vector<Reply>>> done;
-      for (;;) {
-        void* r = nullptr;
-        if (redisReaderGetReply(self->reader_, &r) != REDIS_OK) {
-          self->fail(self->client_error(code::protocol, "a reply could not be parsed"));
-          break;
-        }
-        if (r == nullptr) break;
-        Reply reply(static_cast<redisReply*>(r));
-        if (self->waiting_.empty()) {
-          self->fail(
-              self->client_error(code::protocol, "the server sent a reply nobody asked for"));
-          break;
-        }
-        Waiting& w = self->waiting_.front();
-        w.replies.push_back(std::move(reply));
-        if (w.replies.size() == w.count) {
-          done.emplace_back(std::move(w.handler), std::move(w.replies));
-          self->waiting_.pop_front();
-        }
-      }
-      // Completed after the loop: a caller resumed here may send its next command at once.
-      for (auto& [handler, replies] : done)
-        complete(std::move(handler), nullptr, std::move(replies));
-      if (self->broken_) co_return;
+  // The socket is read, and the oldest command watched, only while commands wait for replies:
+  // an idle connection leaves no work on the loop (io_context::run() returns).
+  void read_more() {
+    if (reading_now_ || waiting_.empty() || broken_) return;
+    reading_now_ = true;
+    socket_.async_read_some(
+        net::buffer(in_),
+        net::bind_executor(strand_, [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                std::size_t n) {
+          self->reading_now_ = false;
+          self->on_read(ec, n);
+        }));
+  }
+
+  void on_read(const boost::system::error_code& ec, std::size_t n) {
+    if (broken_) return;
+    if (ec) {
+      fail(lost(ec));
+      return;
     }
+    if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
+      fail(client_error(code::protocol, "a reply could not be parsed"));
+      return;
+    }
+    std::vector<std::pair<Handler, std::vector<Reply>>> done;
+    for (;;) {
+      void* r = nullptr;
+      if (redisReaderGetReply(reader_, &r) != REDIS_OK) {
+        fail(client_error(code::protocol, "a reply could not be parsed"));
+        break;
+      }
+      if (r == nullptr) break;
+      Reply reply(static_cast<redisReply*>(r));
+      if (waiting_.empty()) {
+        fail(client_error(code::protocol, "the server sent a reply nobody asked for"));
+        break;
+      }
+      Waiting& w = waiting_.front();
+      w.replies.push_back(std::move(reply));
+      if (w.replies.size() == w.count) {
+        done.emplace_back(std::move(w.handler), std::move(w.replies));
+        waiting_.pop_front();
+      }
+    }
+    if (!done.empty()) watchdog_.cancel();  // it watches the new oldest, or nothing
+    read_more();
+    // Completed last: a caller resumed here may send its next command at once.
+    for (auto& [handler, replies] : done)
+      complete(std::move(handler), nullptr, std::move(replies));
   }
 
   // Breaks the connection when its oldest command has waited read_timeout.
-  static net::awaitable<void> watch(std::shared_ptr<AsyncConnection> self) {
-    const auto timeout = self->params_.read_timeout;
-    while (!self->broken_) {
-      if (self->waiting_.empty()) {
-        self->watchdog_.expires_at(Clock::time_point::max());
-      } else {
-        self->watchdog_.expires_at(self->waiting_.front().sent + timeout);
-      }
-      boost::system::error_code ec;
-      co_await self->watchdog_.async_wait(net::redirect_error(net::use_awaitable, ec));
-      if (self->broken_) break;
+  void watch() {
+    if (watching_ || waiting_.empty() || broken_) return;
+    watching_ = true;
+    watchdog_.expires_at(waiting_.front().sent + params_.read_timeout);
+    watchdog_.async_wait(net::bind_executor(strand_, [self = shared_from_this()](
+                                                         const boost::system::error_code&) {
+      self->watching_ = false;
+      if (self->broken_) return;
+      const auto timeout = self->params_.read_timeout;
       if (!self->waiting_.empty() && Clock::now() - self->waiting_.front().sent >= timeout) {
         self->fail(self->client_error(
             code::io, fmt::format("no reply within the read timeout of {} ms", timeout.count())));
+        return;
       }
-    }
+      self->watch();
+    }));
   }
 
   static void complete(Handler handler, std::exception_ptr error, std::vector<Reply> replies) {
@@ -367,8 +386,6 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
       }
     }
     if (failed) throw client_error(code::other, "cannot connect: " + failed->message());
-    net::co_spawn(strand_, read_loop(shared_from_this()), net::detached);
-    net::co_spawn(strand_, watch(shared_from_this()), net::detached);
     try {
       std::vector<std::vector<std::string_view>> setup;
       const std::string database = std::to_string(params_.database);
@@ -386,7 +403,7 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
       std::vector<Reply> replies = co_await commands(list);
       for (Reply& r : replies)
         r = checked(std::move(r));
-      id_ = replies.back().integer();
+      id_ = static_cast<unsigned long>(replies.back().integer());
     } catch (const StoreError& e) {
       close();
       // A refused AUTH or SELECT is the configuration's fault, not the moment's.
@@ -415,10 +432,13 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   std::string out_;      // commands not written yet
   std::string writing_;  // the commands being written
   bool writing_now_ = false;
-  std::deque<Waiting> waiting_;  // in the order their replies come
+  bool reading_now_ = false;
+  bool watching_ = false;
+  std::array<char, 16 * 1024> in_{};  // what the last read brought
+  std::deque<Waiting> waiting_;       // in the order their replies come
   std::optional<StoreError> broken_;
   std::atomic<bool> broken_flag_{false};
-  std::int64_t id_ = 0;
+  unsigned long id_ = 0;
 };
 
 }  // namespace idem::redis

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -114,6 +115,44 @@ inline Record decode_record(const Key& key, ReplyView fields) {
                 .repaired_at = repaired_at};
 }
 
+// One script call of a record operation with the strings its views point into: the record's
+// keys and the arguments made for it. They live on the heap, so that the request can move
+// (from RecordOps to a connection, into a coroutine frame) without its views dangling.
+class ScriptRequest {
+ public:
+  // A call of `script` with the record's `keys`, all five, as every write script takes them.
+  ScriptRequest(const Script& script, RecordKeys keys)
+      : script_(&script), held_(std::make_unique<Held>()) {
+    held_->keys = std::move(keys);
+    held_->call.keys = held_->keys.all();
+  }
+
+  // A call of `script` with one key of its own.
+  ScriptRequest(const Script& script, std::string key)
+      : script_(&script), held_(std::make_unique<Held>()) {
+    held_->call.keys = {hold(std::move(key))};
+  }
+
+  // Keeps `value` for the call's lifetime; answers a view of it for the call's arguments.
+  std::string_view hold(std::string value) {
+    held_->strings.push_back(std::move(value));
+    return held_->strings.back();
+  }
+
+  const Script& script() const noexcept { return *script_; }
+  const ScriptCall& call() const noexcept { return held_->call; }
+  ScriptCall& call() noexcept { return held_->call; }
+
+ private:
+  struct Held {
+    RecordKeys keys;
+    std::deque<std::string> strings;  // a deque: earlier strings stay where they are
+    ScriptCall call;
+  };
+  const Script* script_;
+  std::unique_ptr<Held> held_;
+};
+
 // The record operations (see idem/backend/store_skeleton.hpp), one script each.
 class RecordOps {
  public:
@@ -122,95 +161,139 @@ class RecordOps {
         keep_(decimal(keep_expired.count())),
         scripts_(make_record_scripts()) {}
 
-  backend::InsertOrRead insert_or_read(Connection& c, const Key& key, std::string_view fp,
-                                       const Options& o, const std::string& token) const {
-    const std::string member = Layout::member(key);
-    const RecordKeys k = layout_.keys(member);
-    const std::string lease = decimal(o.lease.count());
-    const std::string ttl = decimal(o.ttl.count());
-    const Reply r = c.eval(scripts_.claim, {k.all(), {token, fp, lease, ttl, keep_, member}});
+  // Each operation below is a script call made here (a ScriptRequest), sent by a connection
+  // (redis::Connection, or the coroutine AsyncConnection: idem/redis/async_store.hpp), and its
+  // reply read here: the keys, arguments and decoding exist once for both.
+
+  ScriptRequest claim_request(const Key& key, std::string_view fp, const Options& o,
+                              const std::string& token) const {
+    ScriptRequest q(scripts_.claim, layout_.keys(Layout::member(key)));
+    const std::string_view member = q.hold(Layout::member(key));
+    q.call().args = {token, fp,    q.hold(decimal(o.lease.count())), q.hold(decimal(o.ttl.count())),
+                     keep_, member};
+    return q;
+  }
+  backend::InsertOrRead claim_answer(const Key& key, std::string_view fp, const Options& o,
+                                     const std::string& token, const Reply& r) const {
     const TimePoint now{Duration{r[1].integer()}};
     if (r[0].integer() == 1) return {backend::claim_record(key, token, fp, now, o), std::nullopt};
     return {std::nullopt, backend::RecordRead{decode_record(key, r[2]), now}};
   }
+  backend::InsertOrRead insert_or_read(Connection& c, const Key& key, std::string_view fp,
+                                       const Options& o, const std::string& token) const {
+    const ScriptRequest q = claim_request(key, fp, o, token);
+    return claim_answer(key, fp, o, token, c.eval(q.script(), q.call()));
+  }
 
-  std::optional<backend::RecordRead> read(Connection& c, const Key& key, bool) const {
-    const std::string member = Layout::member(key);
-    const RecordKeys k = layout_.keys(member);
-    const Reply r = c.eval(scripts_.read, {{k.record}, {}});
+  ScriptRequest read_request(const Key& key) const {
+    ScriptRequest q(scripts_.read, layout_.keys(Layout::member(key)));
+    q.call().keys.resize(1);  // the record's key alone
+    return q;
+  }
+  std::optional<backend::RecordRead> read_answer(const Key& key, const Reply& r) const {
     if (r.size() < 2) return std::nullopt;
     return backend::RecordRead{decode_record(key, r[1]), TimePoint{Duration{r[0].integer()}}};
+  }
+  std::optional<backend::RecordRead> read(Connection& c, const Key& key, bool) const {
+    const ScriptRequest q = read_request(key);
+    return read_answer(key, c.eval(q.script(), q.call()));
   }
 
   // A retry or stale takeover keeps the recovery points read (take_over()), so next's points
   // are those read, and the script is guarded by them too.
+  ScriptRequest takeover_request(backend::Decision d, const Record& next,
+                                 const Ticket& read) const {
+    ScriptRequest q(scripts_.take_over, layout_.keys(Layout::member(next.key)));
+    const std::string_view member = q.hold(Layout::member(next.key));
+    q.call().args = {d == backend::Decision::take_over_expired ? "expired" : "retry",
+                     q.hold(decimal(static_cast<std::int64_t>(read.fence))),
+                     read.owner,
+                     next.recovery_points,
+                     keep_,
+                     member};
+    for (std::string& value : encode(next))
+      q.call().args.push_back(q.hold(std::move(value)));
+    return q;
+  }
   bool write_takeover(Connection& c, backend::Decision d, const Record& next,
                       const Ticket& read) const {
-    const std::string member = Layout::member(next.key);
-    const RecordKeys k = layout_.keys(member);
-    const std::string read_fence = decimal(static_cast<std::int64_t>(read.fence));
-    const std::array<std::string, record_fields.size()> values = encode(next);
-    ScriptCall call{k.all(),
-                    {d == backend::Decision::take_over_expired ? "expired" : "retry", read_fence,
-                     read.owner, next.recovery_points, keep_, member}};
-    call.args.insert(call.args.end(), values.begin(), values.end());
-    return c.eval(scripts_.take_over, call).integer() == 1;
+    const ScriptRequest q = takeover_request(d, next, read);
+    return written(c.eval(q.script(), q.call()));
   }
 
   // Writes what repaired() computed from the record read (idem/backend/steps.hpp, RepairSteps),
   // guarded by the ticket read; the indexes and the key's expiry follow the new status.
-  bool write_repair(Connection& c, const Record& next, const Ticket& read) const {
-    const std::string member = Layout::member(next.key);
-    const RecordKeys k = layout_.keys(member);
-    const std::array<std::string, record_fields.size()> values = encode(next);
-    const std::string read_fence = decimal(static_cast<std::int64_t>(read.fence));
-    ScriptCall call{k.all(), {read_fence, read.owner, keep_, member}};
+  ScriptRequest repair_request(const Record& next, const Ticket& read) const {
+    ScriptRequest q(scripts_.repair, layout_.keys(Layout::member(next.key)));
+    const std::string_view member = q.hold(Layout::member(next.key));
+    std::array<std::string, record_fields.size()> values = encode(next);
+    q.call().args = {q.hold(decimal(static_cast<std::int64_t>(read.fence))), read.owner, keep_,
+                     member};
     for (const std::string_view field : repaired_fields) {
-      call.args.push_back(field);
-      call.args.push_back(values[field_index(field)]);
+      q.call().args.push_back(field);
+      q.call().args.push_back(q.hold(std::move(values[field_index(field)])));
     }
-    return c.eval(scripts_.repair, call).integer() == 1;
+    return q;
+  }
+  bool write_repair(Connection& c, const Record& next, const Ticket& read) const {
+    const ScriptRequest q = repair_request(next, read);
+    return written(c.eval(q.script(), q.call()));
   }
 
   // The recovery points computed from those read (StepSteps), guarded by holds() and by the
   // points read.
+  ScriptRequest points_request(const Key& key, const Ticket& t, std::string_view before,
+                               std::string_view after) const {
+    ScriptRequest q(scripts_.points, layout_.keys(Layout::member(key)));
+    q.call().args = {q.hold(decimal(static_cast<std::int64_t>(t.fence))), t.owner, before, after};
+    return q;
+  }
   bool write_points(Connection& c, const Key& key, const Ticket& t, std::string_view before,
                     std::string_view after) const {
-    const RecordKeys k = layout_.keys(Layout::member(key));
-    const std::string fence = decimal(static_cast<std::int64_t>(t.fence));
+    const ScriptRequest q = points_request(key, t, before, after);
     const auto start = std::chrono::steady_clock::now();
-    const bool won =
-        c.eval(scripts_.points, {k.all(), {fence, t.owner, before, after}}).integer() == 1;
-    // Callers that write steps of one claim at once and lose a round meet again in the same
-    // order (the winner's next write arrives first, round after round), so a loser waits a
-    // random part of a few round trips before it reads again, twice as many after each round
-    // it lost in a row (capped): a crowd of writers spreads out instead of colliding until a
-    // caller runs out of rounds.
+    const bool won = written(c.eval(q.script(), q.call()));
+    const auto pause = points_backoff(won, std::chrono::steady_clock::now() - start);
+    if (pause > std::chrono::nanoseconds::zero()) std::this_thread::sleep_for(pause);
+    return won;
+  }
+
+  // Callers that write steps of one claim at once and lose a round meet again in the same
+  // order (the winner's next write arrives first, round after round), so a loser waits a
+  // random part of a few round trips (`took`) before it reads again, twice as many after each
+  // round it lost in a row (capped): a crowd of writers spreads out instead of colliding until
+  // a caller runs out of rounds. Zero after a round won.
+  static std::chrono::nanoseconds points_backoff(bool won, std::chrono::nanoseconds took) {
     thread_local int lost_in_a_row = 0;
     if (won) {
       lost_in_a_row = 0;
-    } else {
-      thread_local std::minstd_rand jitter{std::random_device{}()};
-      lost_in_a_row = std::min(lost_in_a_row + 1, 6);
-      const int spread = 100 << lost_in_a_row;  // in hundredths of the round trip
-      const auto took = std::chrono::steady_clock::now() - start;
-      std::this_thread::sleep_for(took * std::uniform_int_distribution<int>(0, spread)(jitter) /
-                                  100);
+      return std::chrono::nanoseconds::zero();
     }
-    return won;
+    thread_local std::minstd_rand jitter{std::random_device{}()};
+    lost_in_a_row = std::min(lost_in_a_row + 1, 6);
+    const int spread = 100 << lost_in_a_row;  // in hundredths of the round trip
+    return took * std::uniform_int_distribution<int>(0, spread)(jitter) / 100;
   }
+
+  // What a guarded write script answers: 1 written, 0 refused (the guard did not hold).
+  static bool written(const Reply& r) { return r.integer() == 1; }
 
   // The layout of the prefix's records, from every bucket's layout key (pipelined reads):
   // stamped when every bucket is, else layout 1 (a bucket without a stamp holds hashes).
   // Throws SchemaMismatch when a bucket holds a layout this idem must not write, or a key that
   // is not a stamp.
   TableLayout layout_of(Connection& c) const {
+    const std::vector<ScriptRequest> reads = layout_requests();
+    return layout_answer(c.eval_all(scripts_.get, calls(reads)));
+  }
+  std::vector<ScriptRequest> layout_requests() const {
+    std::vector<ScriptRequest> reads;
+    for (std::string& k : layout_keys())
+      reads.emplace_back(scripts_.get, std::move(k));
+    return reads;
+  }
+  TableLayout layout_answer(const std::vector<Reply>& stamps) const {
     const std::vector<std::string> keys = layout_keys();
-    std::vector<ScriptCall> calls;
-    calls.reserve(keys.size());
-    for (const std::string& k : keys)
-      calls.push_back({{k}, {}});
-    const std::vector<Reply> stamps = c.eval_all(scripts_.get, calls);
     std::optional<TableLayout> oldest;
     std::size_t stamped = 0;
     for (std::size_t b = 0; b < stamps.size(); ++b) {
@@ -236,17 +319,17 @@ class RecordOps {
   // answers how many it stamped.
   std::size_t stamp_layout(Connection& c) const {
     layout_of(c);  // refuses a newer idem's layout first
-    const std::vector<std::string> keys = layout_keys();
+    const std::vector<ScriptRequest> stamps = stamp_requests();
+    return changed(c.eval_all(scripts_.stamp, calls(stamps)));
+  }
+  std::vector<ScriptRequest> stamp_requests() const {
     const std::string stamp = idem::detail::layout_stamp(record_layout);
-    std::vector<ScriptCall> calls;
-    calls.reserve(keys.size());
-    for (const std::string& k : keys)
-      calls.push_back({{k}, {stamp}});
-    std::size_t stamped = 0;
-    for (const Reply& r : c.eval_all(scripts_.stamp, calls)) {
-      if (r.integer() == 1) ++stamped;
+    std::vector<ScriptRequest> stamps;
+    for (std::string& k : layout_keys()) {
+      stamps.emplace_back(scripts_.stamp, std::move(k));
+      stamps.back().call().args = {stamps.back().hold(stamp)};
     }
-    return stamped;
+    return stamps;
   }
 
   // "of Redis prefix idem", for SchemaMismatch's message.
@@ -276,25 +359,83 @@ class RecordOps {
                    : list_walk(c, q, std::move(cursors));
   }
 
+  ScriptRequest finish_request(const Key& key, const Ticket& t, std::string_view snapshot,
+                               Status to, bool retryable) const {
+    ScriptRequest q(scripts_.finish, layout_.keys(Layout::member(key)));
+    const std::string_view member = q.hold(Layout::member(key));
+    q.call().args = {
+        q.hold(decimal(static_cast<std::int64_t>(t.fence))),  t.owner, to_string(to), snapshot,
+        backend::stored_retryable(to, retryable) ? "1" : "0", member};
+    return q;
+  }
   bool finish(Connection& c, const Key& key, const Ticket& t, std::string_view snapshot, Status to,
               bool retryable) const {
-    const std::string member = Layout::member(key);
-    const RecordKeys k = layout_.keys(member);
-    const std::string fence = decimal(static_cast<std::int64_t>(t.fence));
-    return c.eval(scripts_.finish, {k.all(),
-                                    {fence, t.owner, to_string(to), snapshot,
-                                     backend::stored_retryable(to, retryable) ? "1" : "0", member}})
-               .integer() == 1;
+    const ScriptRequest q = finish_request(key, t, snapshot, to, retryable);
+    return written(c.eval(q.script(), q.call()));
+  }
+
+  // One batch of purge or release: the due members of every bucket's index (a few per
+  // bucket, pipelined: due_requests()), then the guarded script on at most `batch` of them
+  // (pipelined: act_requests()), with the record's keys and the sweep's arguments. Answers how
+  // many records the script changed.
+  struct Sweep {
+    bool leases;  // the lease index (release), else the expiry index (purge)
+    const Script* act;
+    std::vector<std::string_view> extra;
+  };
+  Sweep purge_sweep() const { return {false, &scripts_.purge, {}}; }
+  Sweep release_sweep() const {
+    return {true,
+            &scripts_.release,
+            {to_string(backend::released_status), backend::released_snapshot,
+             backend::released_retryable ? "1" : "0"}};
+  }
+
+  std::vector<ScriptRequest> due_requests(const Sweep& sweep, std::size_t batch) const {
+    const std::uint32_t buckets = layout_.buckets();
+    // Records spread evenly over the buckets: twice the even share, so that one batch finds
+    // `batch` due members unless fewer are due.
+    const std::string limit =
+        decimal(static_cast<std::int64_t>(std::min<std::size_t>(batch, 2 * (batch / buckets) + 2)));
+    std::vector<ScriptRequest> scans;
+    scans.reserve(buckets);
+    for (std::uint32_t b = 0; b < buckets; ++b) {
+      scans.emplace_back(scripts_.due, sweep.leases ? layout_.leases(b) : layout_.expiry(b));
+      scans.back().call().args = {scans.back().hold(limit)};
+    }
+    return scans;
+  }
+  std::vector<ScriptRequest> act_requests(const Sweep& sweep, std::size_t batch,
+                                          const std::vector<Reply>& due) const {
+    std::vector<ScriptRequest> acts;
+    for (std::uint32_t b = 0; b < due.size() && acts.size() < batch; ++b) {
+      for (std::size_t i = 0; i < due[b].size() && acts.size() < batch; ++i) {
+        const std::string_view member = due[b][i].text();
+        acts.emplace_back(*sweep.act, layout_.keys(b, member));
+        acts.back().call().args = {acts.back().hold(std::string(member))};
+        acts.back().call().args.insert(acts.back().call().args.end(), sweep.extra.begin(),
+                                       sweep.extra.end());
+      }
+    }
+    return acts;
+  }
+  static std::size_t changed(const std::vector<Reply>& replies) {
+    return static_cast<std::size_t>(std::count_if(replies.begin(), replies.end(), written));
+  }
+  // The calls of requests of one script, for eval_all.
+  static std::vector<ScriptCall> calls(const std::vector<ScriptRequest>& requests) {
+    std::vector<ScriptCall> out;
+    out.reserve(requests.size());
+    for (const ScriptRequest& q : requests)
+      out.push_back(q.call());
+    return out;
   }
 
   std::size_t purge(Connection& c, std::size_t batch) const {
-    return sweep(c, batch, [&](std::uint32_t b) { return layout_.expiry(b); }, scripts_.purge, {});
+    return sweep(c, batch, purge_sweep());
   }
-
   std::size_t release(Connection& c, std::size_t batch) const {
-    return sweep(c, batch, [&](std::uint32_t b) { return layout_.leases(b); }, scripts_.release,
-                 {to_string(backend::released_status), backend::released_snapshot,
-                  backend::released_retryable ? "1" : "0"});
+    return sweep(c, batch, release_sweep());
   }
 
   // Every record once: the expiry and unknown indexes walked as list() walks them (walk(); a
@@ -551,49 +692,12 @@ class RecordOps {
             r.repaired_at ? ms(*r.repaired_at) : std::string()};
   }
 
-  // One batch of purge or release: the due members of every bucket's index (a few per
-  // bucket, pipelined), then the guarded script on at most `batch` of them (pipelined), with
-  // the record's keys and `extra` arguments.
-  // Answers how many records the script changed.
-  template <class IndexOf>
-  std::size_t sweep(Connection& c, std::size_t batch, IndexOf index_of, const Script& act,
-                    std::vector<std::string_view> extra) const {
+  std::size_t sweep(Connection& c, std::size_t batch, const Sweep& sweep) const {
     if (batch == 0) return 0;
-    const std::uint32_t buckets = layout_.buckets();
-    // Records spread evenly over the buckets: twice the even share, so that one batch finds
-    // `batch` due members unless fewer are due.
-    const std::string limit =
-        decimal(static_cast<std::int64_t>(std::min<std::size_t>(batch, 2 * (batch / buckets) + 2)));
-    std::vector<std::string> indexes;
-    indexes.reserve(buckets);
-    std::vector<ScriptCall> scans;
-    scans.reserve(buckets);
-    for (std::uint32_t b = 0; b < buckets; ++b) {
-      indexes.push_back(index_of(b));
-      scans.push_back({{indexes.back()}, {limit}});
-    }
-    const std::vector<Reply> due = c.eval_all(scripts_.due, scans);
-
-    std::vector<std::string> members;
-    std::vector<RecordKeys> keys;
-    for (std::uint32_t b = 0; b < buckets && members.size() < batch; ++b) {
-      for (std::size_t i = 0; i < due[b].size() && members.size() < batch; ++i) {
-        members.emplace_back(due[b][i].text());
-        keys.push_back(layout_.keys(b, members.back()));
-      }
-    }
-    std::vector<ScriptCall> acts;
-    acts.reserve(members.size());
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      ScriptCall call{keys[i].all(), {members[i]}};
-      call.args.insert(call.args.end(), extra.begin(), extra.end());
-      acts.push_back(std::move(call));
-    }
-    std::size_t changed = 0;
-    for (const Reply& r : c.eval_all(act, acts)) {
-      if (r.integer() == 1) ++changed;
-    }
-    return changed;
+    const std::vector<ScriptRequest> scans = due_requests(sweep, batch);
+    const std::vector<Reply> due = c.eval_all(scripts_.due, calls(scans));
+    const std::vector<ScriptRequest> acts = act_requests(sweep, batch, due);
+    return changed(c.eval_all(*sweep.act, calls(acts)));
   }
 
   Layout layout_;

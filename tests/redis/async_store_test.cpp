@@ -1,0 +1,188 @@
+// idem::redis::AsyncStore on the real redis-server, from one loop thread: many requests
+// pipelined on one connection, a request storm, the loop's responsiveness while claims are in
+// flight, connections killed under load, cancelled requests, the layout check and a read
+// timeout.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "../support/async_scenarios.hpp"
+#include "../support/redis_async.hpp"
+#include "../support/workload.hpp"
+
+using namespace std::chrono_literals;
+namespace net = idem::async::net;
+using idem_test::run_on;
+
+TEST_CASE("async redis: run_once runs once and replays; the blocking store reads the same record") {
+  net::io_context io;
+  idem_test::RedisAsyncStore t(io.get_executor());
+  const idem::Key key{"PAY", "AR-1"};
+  int ran = 0;
+  auto pay = [&]() -> net::awaitable<int> {
+    ++ran;
+    co_await idem::async::sleep_for(1ms);
+    co_return 299;
+  };
+  const auto first = run_on(io, idem::async::run_once(t.store, key, "fp", pay));
+  CHECK(first.acquired());
+  CHECK(first.value() == 299);
+  const auto again = run_on(io, idem::async::run_once(t.store, key, "fp", pay));
+  CHECK(again.replayed());
+  CHECK(again.value() == 299);
+  CHECK(ran == 1);
+  CHECK(t.blocking.find(key)->snapshot == "299");
+}
+
+TEST_CASE(
+    "async redis: one loop thread, 1,000 concurrent requests at 12% duplicates pipelined "
+    "on one connection - executions equal keys") {
+  idem::redis::ConnectionParams params = idem_test::redis_server();
+  params.client_name = idem_test::unique_prefix("pipelined");
+  idem_test::RedisAsyncStore t(idem_test::test_loop().get_executor(), 1, {}, params);
+  const auto storm = idem_test::storm_of(1000, 17);
+  idem_test::Executions executions;
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = idem_test::async_storm(t.store, storm, executions);
+  const auto took = std::chrono::steady_clock::now() - start;
+  std::printf(
+      "async redis storm: 1000 requests on one thread, one connection, in %lld ms\n",
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  INFO(r.first_error());
+  CHECK(r.errors.empty());
+  CHECK(r.answered + r.in_progress == 1000);
+  CHECK(executions.total() == storm.distinct);
+  CHECK(executions.max_per_key() == 1);
+  // All of it went over one connection.
+  idem::redis::Connection admin(idem_test::redis_server());
+  CHECK(idem_test::clients_named(admin, params.client_name).size() == 1);
+}
+
+TEST_CASE("async redis: a 1 ms timer on the loop keeps firing while 64 claims are in flight") {
+  idem_test::RedisAsyncStore t(idem_test::test_loop().get_executor());
+  const auto r = idem_test::ticks_while_claiming(t.store, 64, 2000);
+  std::printf(
+      "async redis: %d ticks of 1 ms (%d with claims in flight), latest by %lld us, "
+      "up to %d claims in flight\n",
+      r.ticks, r.ticks_in_flight, r.latest_us, r.most_in_flight);
+  CHECK(r.done == 64);
+  CHECK(r.most_in_flight > 1);   // the claims are out side by side, on one connection
+  CHECK(r.ticks_in_flight > 0);  // and the loop serves its timer while they wait
+}
+
+TEST_CASE("async redis: connections killed at random under load - nothing runs twice") {
+  idem::redis::ConnectionParams params = idem_test::redis_server();
+  params.client_name = idem_test::unique_prefix("async-killed");
+  idem_test::RedisAsyncStore t(idem_test::test_loop().get_executor(), 2,
+                               {.retry = {.max_attempts = 30, .max_backoff = 50ms}}, params);
+  const auto storm = idem_test::storm_of(5000, 29);
+  idem_test::Executions executions;
+  std::atomic<bool> stop{false};
+  std::atomic<long> kills{0};
+  std::thread killer([&] {
+    idem::redis::Connection admin(idem_test::redis_server());
+    std::mt19937 pick(5);
+    while (!stop) {
+      const auto ids = idem_test::clients_named(admin, params.client_name);
+      if (!ids.empty()) {
+        kills += admin.command({"CLIENT", "KILL", "ID", ids[pick() % ids.size()]}).integer();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2 + pick() % 4));
+    }
+  });
+  const auto r = idem_test::retrying_clients(t.store, storm, 64, executions);
+  stop = true;
+  killer.join();
+  std::printf("async redis kill: %ld kills, %d failed calls (retried by the client)%s%s\n",
+              kills.load(), r.failed_calls, r.failed_calls > 0 ? ", first: " : "",
+              r.first_failure.c_str());
+  CHECK(kills > 10);
+  CHECK(executions.max_per_key() == 1);
+  CHECK(executions.total() == storm.distinct);
+}
+
+TEST_CASE("async redis: a request cancelled at any point leaves no processing claim behind") {
+  idem_test::RedisAsyncStore t(idem_test::test_loop().get_executor(), 2);
+  const auto r = idem_test::cancel_at_random(t.store, 400, 11);
+  std::printf("async redis cancel: %d of %d requests cancelled in %d rounds\n", r.cancelled,
+              r.requests, r.rounds);
+  CHECK(r.cancelled > 20);
+  CHECK(r.finished > 0);
+  CHECK(r.processing_after == 0);
+  CHECK(idem_test::replayed_or_ran(t.store, r, 400) == r.requests);
+}
+
+TEST_CASE("async redis: ensure_schema stamps the buckets and check_schema reads the layout") {
+  net::io_context io;
+  idem_test::RedisAsyncStore t(io.get_executor(), 1, {.buckets = 8});
+  CHECK_FALSE(run_on(io, t.store.check_schema()).stamped);
+  const auto done = run_on(io, t.store.ensure_schema());
+  CHECK(done.stamped_buckets == 8);
+  CHECK(done.layout.stamped);
+  CHECK(run_on(io, t.store.ensure_schema()).stamped_buckets == 0);
+  CHECK(t.blocking.check_schema().layout == done.layout.layout);
+}
+
+TEST_CASE(
+    "async redis connection: a reply later than read_timeout breaks the connection; "
+    "the store retries on a new one") {
+  idem::redis::ConnectionParams params = idem_test::redis_server();
+  params.read_timeout = 100ms;
+  net::io_context io;
+  auto c = run_on(io, idem::redis::AsyncConnection::open(params));
+  const std::string list = idem_test::unique_prefix("list");
+  const std::vector<std::string_view> blocked{"BLPOP", list, "1"};
+  try {
+    (void)run_on(io, c->command(blocked));
+    FAIL("the command outlived read_timeout");
+  } catch (const idem::StoreError& e) {
+    CHECK(e.retryable());
+    CHECK(idem::redis::is_connection_lost(e.diagnostics().code));
+  }
+  CHECK(c->broken());
+  const std::vector<std::string_view> ping{"PING"};
+  CHECK_THROWS_AS(run_on(io, c->command(ping)), idem::StoreError);
+
+  // Through a pool, the next call opens a fresh connection.
+  auto pool = std::make_shared<idem::redis::AsyncPool>(io.get_executor(), params);
+  idem::redis::AsyncStore store(pool, idem_test::fresh_params());
+  const auto out = run_on(io, idem::async::run_once(store, {"PAY", "RT"}, "fp",
+                                                    []() -> net::awaitable<int> { co_return 1; }));
+  CHECK(out.value() == 1);
+}
+
+TEST_CASE(
+    "async redis connection: replies come back in order to each of many callers, error "
+    "replies included") {
+  net::io_context io;
+  auto c = run_on(io, idem::redis::AsyncConnection::open(idem_test::redis_server()));
+  const std::string prefix = idem_test::unique_prefix("order");
+  int right = 0;
+  int errors = 0;
+  for (int i = 0; i < 200; ++i) {
+    // (A lambda without captures: its coroutine outlives the lambda object.)
+    net::co_spawn(
+        io,
+        [](std::shared_ptr<idem::redis::AsyncConnection> c, std::string key, std::string value,
+           int& right, int& errors) -> net::awaitable<void> {
+          const std::vector<std::string_view> set{"SET", key, value};
+          const std::vector<std::string_view> get{"GET", key};
+          const std::vector<std::string_view> wrong{"INCR", key, "extra"};
+          const std::vector<idem::redis::AsyncConnection::Command> three{set, wrong, get};
+          const auto replies = co_await c->commands(three);
+          if (replies[1].is_error()) ++errors;
+          if (replies[2].text() == value) ++right;
+        }(c, prefix + ":" + std::to_string(i), std::to_string(i * 7), right, errors),
+        net::detached);
+  }
+  io.restart();
+  io.run();
+  CHECK(right == 200);
+  CHECK(errors == 200);
+}
