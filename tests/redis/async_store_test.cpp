@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 namespace net = idem::async::net;
 using idem_test::run_on;
 
-TEST_CASE("async redis: run_once runs once and replays; the blocking store reads the same record") {
+TEST_CASE("async redis: run_once runs once and replays, the blocking store reads the same record") {
   net::io_context io;
   idem_test::RedisAsyncStore t(io.get_executor());
   const idem::Key key{"PAY", "AR-1"};
@@ -130,7 +130,7 @@ TEST_CASE("async redis: ensure_schema stamps the buckets and check_schema reads 
 }
 
 TEST_CASE(
-    "async redis connection: a reply later than read_timeout breaks the connection; "
+    "async redis connection: a reply later than read_timeout breaks the connection, "
     "the store retries on a new one") {
   idem::redis::ConnectionParams params = idem_test::redis_server();
   params.read_timeout = 100ms;
