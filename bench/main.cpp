@@ -159,6 +159,7 @@ int main(int argc, char** argv) {
   failed += bench::run_mysql(config, selected);
   failed += bench::run_sqlite(config, selected);
   failed += bench::run_redis(config, selected);
+  failed += bench::run_redis_async(config, selected);
   failed += bench::run_galera(config, selected);
   failed += bench::run_footprint(config, selected);
   failed += bench::run_amqp(config, selected);

@@ -18,6 +18,7 @@ int run_mysql(const Config& config, const Selected& selected);
 int run_sqlite(const Config& config, const Selected& selected);
 int run_galera(const Config& config, const Selected& selected);
 int run_redis(const Config& config, const Selected& selected);
+int run_redis_async(const Config& config, const Selected& selected);
 int run_footprint(const Config& config, const Selected& selected);
 int run_amqp(const Config& config, const Selected& selected);
 int run_pg(const Config& config, const Selected& selected);
@@ -50,6 +51,8 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "redis.cycle",
                                                  "redis.mix",
                                                  "redis.cycle_setnx",
+                                                 "redis.async_cycle",
+                                                 "redis.async_cycle_setnx",
                                                  "galera.cycle",
                                                  "redis.footprint",
                                                  "mysql.footprint",

@@ -12,9 +12,11 @@
 //   net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches)
 //   net::awaitable<std::size_t> release_stale(std::size_t batch)
 //
-// Stores: idem::mysql::AsyncStore (non-blocking MariaDB), idem::async::InlineStore (a Store
-// whose calls never wait on I/O, such as MemoryStore, run on the loop thread) and
-// idem::async::OffloadStore (a blocking Store run on a thread pool, such as SQLite's).
+// Stores: idem::mysql::AsyncStore (non-blocking MariaDB), idem::pg::AsyncStore (libpq's
+// asynchronous API), idem::redis::AsyncStore (pipelined Redis connections),
+// idem::async::InlineStore (a Store whose calls never wait on I/O, such as MemoryStore, run on
+// the loop thread) and idem::async::OffloadStore (a blocking Store run on a thread pool, such
+// as SQLite's).
 
 #include <concepts>
 #include <cstddef>
