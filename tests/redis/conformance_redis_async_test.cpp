@@ -11,12 +11,12 @@
 
 namespace {
 
-// The pool's connections live on a loop thread of their own; each BlockingStore call runs on a
-// fresh io_context of the test's thread.
+// The pool's connections live on a loop thread of their own, where each BlockingStore call runs
+// while the test's thread waits.
 struct RedisAsyncFixture {
   idem_test::LoopThread loop;
   idem_test::RedisAsyncStore s{loop.io.get_executor(), 2};
-  idem::testing::BlockingStore<idem::redis::AsyncStore> blocking{s.store};
+  idem::testing::BlockingStore<idem::redis::AsyncStore> blocking{s.store, loop.io.get_executor()};
   RedisAsyncFixture() { s.blocking.ensure_schema(); }
   idem::testing::BlockingStore<idem::redis::AsyncStore>& store() { return blocking; }
   void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
@@ -26,7 +26,7 @@ struct RedisAsyncFixture {
 struct RedisAsyncOneBucketFixture {
   idem_test::LoopThread loop;
   idem_test::RedisAsyncStore s{loop.io.get_executor(), 1, idem::redis::StoreParams{.buckets = 1}};
-  idem::testing::BlockingStore<idem::redis::AsyncStore> blocking{s.store};
+  idem::testing::BlockingStore<idem::redis::AsyncStore> blocking{s.store, loop.io.get_executor()};
   idem::testing::BlockingStore<idem::redis::AsyncStore>& store() { return blocking; }
   void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
 };

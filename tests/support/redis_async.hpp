@@ -33,8 +33,8 @@ struct RedisAsyncStore {
         blocking(blocking_pool.pool, params) {}
 };
 
-// A loop running on a thread of its own, for a pool used from other loops (BlockingStore runs
-// each call on a fresh io_context of the calling thread).
+// A loop running on a thread of its own, for a pool whose callers wait from other threads
+// (BlockingStore given its executor).
 struct LoopThread {
   boost::asio::io_context io;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work{io.get_executor()};

@@ -6,6 +6,7 @@
 #include <idem/memory_store.hpp>
 #include <idem/mysql/async.hpp>
 #include <idem/pg/async.hpp>
+#include <idem/redis/async.hpp>
 namespace net = idem::async::net;
 template <class S>
 net::awaitable<void> use(S& store) {
@@ -14,7 +15,22 @@ net::awaitable<void> use(S& store) {
   auto g = co_await idem::async::IdempotencyGuard<S>::claim(store, {"PAY", "2"}, "fp");
   if (g.acquired()) co_await g.commit(2);
   co_await store.find({"PAY", "1"});
+  const idem::Ack ack = co_await idem::async::consume(store, {"MSG", "1"}, "fp",
+                                                      []() -> net::awaitable<void> { co_return; });
+  const std::vector<idem::ClaimRequest> batch{{{"MSG", "2"}, "fp"}};
+  const auto acks = co_await idem::async::consume_batch(store, batch, [](std::size_t) {});
   (void)out;
+  (void)ack;
+  (void)acks;
+}
+enum class Order { pending, paid };
+net::awaitable<void> move(idem::mysql::AsyncPool& mysql, idem::pg::AsyncPool& pg) {
+  const idem::StateMachine<Order> machine{{.table = "t_order", .key_column = "order_no"},
+                                          {{Order::pending, Order::paid}}};
+  auto m = co_await mysql.acquire();
+  (void)co_await idem::mysql::async_apply(*m, machine, "A1", Order::pending, Order::paid);
+  auto p = co_await pg.acquire();
+  (void)co_await idem::pg::async_apply(*p, machine, "A1", Order::pending, Order::paid);
 }
 int main() {
   net::io_context io;
@@ -28,9 +44,14 @@ int main() {
   net::thread_pool tp{1};
   idem::async::OffloadStore off{mem, tp.get_executor()};
   idem::async::InlineStore inl{mem};
+  auto rpool =
+      std::make_shared<idem::redis::AsyncPool>(io.get_executor(), idem::redis::ConnectionParams{});
+  idem::redis::AsyncStore rstore{rpool};
   net::co_spawn(io, use(mstore), net::detached);
   net::co_spawn(io, use(pstore), net::detached);
   net::co_spawn(io, use(off), net::detached);
   net::co_spawn(io, use(inl), net::detached);
+  net::co_spawn(io, use(rstore), net::detached);
+  net::co_spawn(io, move(*mpool, *ppool), net::detached);
   io.run();
 }

@@ -31,6 +31,9 @@
 
 namespace idem::async {
 
+// Each call is a coroutine the compiler must not inline into the caller's (noinline): GCC 12
+// at -O2 then reports a false -Wmismatched-new-delete in the caller's coroutine (GCC PR 109224,
+// with Asio's frame allocator).
 template <Store S>
 class InlineStore {
  public:
@@ -40,46 +43,52 @@ class InlineStore {
   // `store` must outlive this.
   explicit InlineStore(S& store) noexcept : store_(&store) {}
 
-  net::awaitable<ClaimResult> claim(const Key& key, std::string_view fingerprint,
-                                    const Options& options) {
+  [[gnu::noinline]] net::awaitable<ClaimResult> claim(const Key& key, std::string_view fingerprint,
+                                                      const Options& options) {
     co_return store_->claim(key, fingerprint, options);
   }
   // idem::claim_batch (idem/batch.hpp) on the loop thread.
-  net::awaitable<std::vector<ClaimResult>> claim_batch(std::span<const ClaimRequest> requests,
-                                                       const Options& options) {
+  [[gnu::noinline]] net::awaitable<std::vector<ClaimResult>> claim_batch(
+      std::span<const ClaimRequest> requests, const Options& options) {
     co_return idem::claim_batch(*store_, requests, options);
   }
-  net::awaitable<void> complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
+  [[gnu::noinline]] net::awaitable<void> complete(const Key& key, const Ticket& ticket,
+                                                  std::string_view snapshot) {
     store_->complete(key, ticket, snapshot);
     co_return;
   }
-  net::awaitable<void> fail(const Key& key, const Ticket& ticket, std::string_view error,
-                            bool retryable) {
+  [[gnu::noinline]] net::awaitable<void> fail(const Key& key, const Ticket& ticket,
+                                              std::string_view error, bool retryable) {
     store_->fail(key, ticket, error, retryable);
     co_return;
   }
-  net::awaitable<std::optional<Record>> find(const Key& key) { co_return store_->find(key); }
-  net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches) {
+  [[gnu::noinline]] net::awaitable<std::optional<Record>> find(const Key& key) {
+    co_return store_->find(key);
+  }
+  [[gnu::noinline]] net::awaitable<std::size_t> purge_expired(std::size_t batch,
+                                                              std::size_t max_batches) {
     co_return store_->purge_expired(batch, max_batches);
   }
-  net::awaitable<std::size_t> release_stale(std::size_t batch) {
+  [[gnu::noinline]] net::awaitable<std::size_t> release_stale(std::size_t batch) {
     co_return store_->release_stale(batch);
   }
 
-  net::awaitable<void> abandon(const Key& key, const Ticket& ticket,
-                               std::string_view error) requires AbandoningStore<S> {
+  [[gnu::noinline]] net::awaitable<void> abandon(
+      const Key& key, const Ticket& ticket, std::string_view error) requires AbandoningStore<S> {
     store_->abandon(key, ticket, error);
     co_return;
   }
 
-  net::awaitable<Record> repair(const Key& key, const Repair& repair) requires RepairingStore<S> {
+  [[gnu::noinline]] net::awaitable<Record> repair(const Key& key,
+                                                  const Repair& repair) requires RepairingStore<S> {
     co_return store_->repair(key, repair);
   }
-  net::awaitable<std::vector<Record>> list(const RecordQuery& query) requires ListingStore<S> {
+  [[gnu::noinline]] net::awaitable<std::vector<Record>> list(const RecordQuery& query) requires
+      ListingStore<S> {
     co_return store_->list(query);
   }
   // `known`: the recovery points the caller believes are stored, for a store that uses them.
-  net::awaitable<std::string> record_step(
+  [[gnu::noinline]] net::awaitable<std::string> record_step(
       const Key& key, const Ticket& ticket, std::string_view step, std::string_view result,
       std::optional<std::string_view> known = std::nullopt) requires RecoveryPointStore<S> {
     if constexpr (requires { store_->record_step(key, ticket, step, result, known); }) {

@@ -10,12 +10,17 @@
 //     void advance(idem::Duration d);
 //   };
 //
+// A store whose connections live on a loop of their own (idem::redis::AsyncPool) is given
+// that loop's executor: each call then runs there while the calling thread waits for it.
+//
 // For tests only: a service on a loop co_awaits its async store.
 
 #include <boost/asio/io_context.hpp>
 
 #include <cstddef>
 #include <exception>
+#include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +47,9 @@ class BlockingStore {
   static constexpr bool supports_wait = supports_wait_v<S>;
 
   explicit BlockingStore(S& store) noexcept : store_(&store) {}
+  // Each call on `loop`, which another thread runs.
+  BlockingStore(S& store, async::net::any_io_executor loop) noexcept
+      : store_(&store), loop_(std::move(loop)) {}
 
   ClaimResult claim(const Key& key, std::string_view fingerprint, const Options& options) {
     return run(store_->claim(key, fingerprint, options));
@@ -79,27 +87,37 @@ class BlockingStore {
 
  private:
   template <class T>
-  static T run(async::net::awaitable<T> call) {
-    async::net::io_context io;
+  T run(async::net::awaitable<T> call) const {
     std::exception_ptr error;
     std::optional<std::conditional_t<std::is_void_v<T>, bool, T>> out;
-    async::net::co_spawn(
-        io,
-        [&]() -> async::net::awaitable<void> {
-          if constexpr (std::is_void_v<T>) {
-            co_await std::move(call);
-            out.emplace(true);
-          } else {
-            out.emplace(co_await std::move(call));
-          }
-        },
-        [&](std::exception_ptr e) { error = e; });
-    io.run();  // also whatever the call left running on the loop (a clean-up) ends here
+    auto body = [&]() -> async::net::awaitable<void> {
+      if constexpr (std::is_void_v<T>) {
+        co_await std::move(call);
+        out.emplace(true);
+      } else {
+        out.emplace(co_await std::move(call));
+      }
+    };
+    if (loop_) {
+      // The handler keeps the promise alive until it has returned.
+      auto done = std::make_shared<std::promise<void>>();
+      std::future<void> finished = done->get_future();
+      async::net::co_spawn(*loop_, body, [&error, done](std::exception_ptr e) {
+        error = e;
+        done->set_value();
+      });
+      finished.wait();
+    } else {
+      async::net::io_context io;
+      async::net::co_spawn(io, body, [&](std::exception_ptr e) { error = e; });
+      io.run();  // also whatever the call left running on the loop (a clean-up) ends here
+    }
     if (error) std::rethrow_exception(error);
     if constexpr (!std::is_void_v<T>) return std::move(*out);
   }
 
   S* store_;
+  std::optional<async::net::any_io_executor> loop_;
 };
 
 }  // namespace idem::testing
