@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "idem/async/net.hpp"
+#include "idem/backend/async_transition.hpp"
 #include "idem/pg/async_connection.hpp"
 #include "idem/pg/result.hpp"
 #include "idem/pg/state_machine.hpp"
@@ -43,12 +44,13 @@ net::awaitable<TransitionResult<E>> async_apply(AsyncConnection& c, const StateM
                                                 std::optional<std::int64_t> version = std::nullopt,
                                                 TransitionOptions options = {}) {
   const GuardedTransition t = machine.transition(id, from, to, version);
-  const std::uint64_t changed = co_await async_execute(c, update_statement(t));
-  if (std::optional<TransitionResult<E>> result = machine.concluded(t, changed, options)) {
-    co_return std::move(*result);
-  }
-  const Result rows = co_await async_select(c, probe_statement(t));
-  co_return machine.explained(t, detail::probe_row(t, rows));
+  co_return co_await idem::backend::async_transition(
+      machine, t, options,
+      [&c](const GuardedTransition& u) { return async_execute(c, update_statement(u)); },
+      [&c](const GuardedTransition& u) -> net::awaitable<std::optional<ProbeRow>> {
+        const Result rows = co_await async_select(c, probe_statement(u));
+        co_return detail::probe_row(u, rows);
+      });
 }
 
 }  // namespace idem::pg
