@@ -209,15 +209,17 @@ void redis_async_cycle(const Config& config, bool setnx) {
       "pipelined on one connection: claim script, no-op business, finish script with a small "
       "JSON, fresh keys",
       in_flight);
-  j["baseline"] =
-      setnx ? fmt::format("bare hiredis on one thread and one connection, {} requests a batch: "
-                          "SET key processing NX PX ttl for the batch, then SET key response XX "
-                          "PX ttl (no fencing, fingerprint, lease or index)",
-                          in_flight)
-            : fmt::format("bare hiredis on one thread and one connection, {} requests a batch: "
-                          "EVALSHA of the same claim script for the batch, then of the same "
-                          "finish script, with the same keys and arguments",
-                          in_flight);
+  j["baseline"] = setnx
+                      ? fmt::format(
+                            "bare hiredis on one thread and one connection, {} requests a batch: "
+                            "SET key processing NX PX ttl for the batch, then SET key response XX "
+                            "PX ttl (no fencing, fingerprint, lease or index)",
+                            in_flight)
+                      : fmt::format(
+                            "bare hiredis on one thread and one connection, {} requests a batch: "
+                            "EVALSHA of the same claim script for the batch, then of the same "
+                            "finish script, with the same keys and arguments",
+                            in_flight);
   emit(j);
 }
 
