@@ -26,6 +26,7 @@ using idem::Repair;
 using idem::RepairAction;
 using idem::mysql::AsyncBoundStore;
 using idem::mysql::AsyncTransaction;
+using idem_test::insert_row;
 using idem_test::run_on;
 
 // The bound store has the three optional operations, as its coroutine self and seen through the
@@ -41,13 +42,6 @@ namespace {
 
 const idem::Options long_lease{.lease = 60s, .ttl = 1h};
 const idem::Options short_lease{.lease = 100ms, .ttl = 1h};
-
-// A business row written on the transaction's connection.
-net::awaitable<void> insert_row(idem::mysql::AsyncConnection& c, const std::string& table,
-                                std::string trade_no) {
-  const std::vector<idem::mysql::Param> values{std::string_view(trade_no)};
-  co_await c.execute("INSERT INTO `" + table + "` (trade_no) VALUES (?)", values);
-}
 
 // run_on answers a value: a store call that answers none, run to its end.
 net::awaitable<bool> to_end(net::awaitable<void> call) {

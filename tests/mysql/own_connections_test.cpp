@@ -22,6 +22,7 @@
 #include <idem/run_once.hpp>
 
 #include "../support/mysql_server.hpp"
+#include "../support/mysql_service.hpp"
 #include "../support/threads.hpp"
 
 using namespace std::chrono_literals;
@@ -31,26 +32,12 @@ using idem_test::Table;
 
 namespace {
 
-constexpr const char* service_session =
-    "SET time_zone = '+08:00', sql_mode = 'ANSI_QUOTES,NO_BACKSLASH_ESCAPES,STRICT_ALL_TABLES', "
-    "tx_isolation = 'READ-COMMITTED', innodb_lock_wait_timeout = 1";
-
 // The service's pool: handles it opened itself; lend(use) is what with_transaction takes.
 class ServicePool {
  public:
   explicit ServicePool(std::size_t n) {
-    const auto params = idem_test::server();
     for (std::size_t i = 0; i < n; ++i) {
-      MYSQL* m = mysql_init(nullptr);
-      REQUIRE(m != nullptr);
-      mysql_options(m, MYSQL_SET_CHARSET_NAME, "latin1");
-      mysql_options(m, MYSQL_INIT_COMMAND, service_session);
-      if (mysql_real_connect(m, "localhost", params.user.c_str(), nullptr, params.database.c_str(),
-                             0, params.unix_socket.c_str(), 0) == nullptr) {
-        const std::string why = mysql_error(m);
-        mysql_close(m);
-        throw std::runtime_error("service connection: " + why);
-      }
+      MYSQL* m = idem_test::open_service_handle();
       all_.push_back(m);
       idle_.push_back(m);
     }

@@ -2,7 +2,10 @@
 // Shared set-up of the async MySQL tests: a fresh record table (made and dropped by the
 // blocking Table) with an AsyncStore on it, and a loop to run coroutines to their end.
 #include <memory>
+#include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <idem/mysql/async.hpp>
@@ -35,5 +38,13 @@ struct AsyncTable {
     return p;
   }
 };
+
+// A business row (BusinessTable's) written on a coroutine connection, in whatever transaction
+// is open there.
+inline net::awaitable<void> insert_row(idem::mysql::AsyncConnection& c, const std::string& table,
+                                       std::string trade_no) {
+  const std::vector<idem::mysql::Param> values{std::string_view(trade_no)};
+  co_await c.execute("INSERT INTO `" + table + "` (trade_no) VALUES (?)", values);
+}
 
 }  // namespace idem_test

@@ -21,11 +21,10 @@
 // from being recorded and acknowledged. consume_batch cancelled between messages releases the
 // claims of the messages not yet run before it completes.
 //
-// On a store inside the caller's transaction (idem::mysql::AsyncBoundStore in
-// idem::mysql::with_transaction), a failed message marks the transaction rollback-only as the
-// blocking consume_batch does. Its attempts are not counted for ConsumerPolicy::max_attempts
-// there yet (the blocking bound stores count them after the rollback): such a message is
-// answered retry_later on every delivery.
+// On a store inside the caller's transaction (idem::mysql::AsyncBoundStore bound through an
+// idem::mysql::AsyncTransaction), a failed message rolls back with the business's writes (a
+// batch's whole transaction is marked rollback-only) and its attempt is counted after the
+// rollback, as the blocking bound stores do: ConsumerPolicy::max_attempts holds there too.
 
 #include <chrono>
 #include <cstddef>
@@ -89,16 +88,25 @@ net::awaitable<idem::detail::Produced<response_of<F>>> produce(F& fn) {
   }
 }
 
-// A failed attempt recorded (idem::detail::FailedAttempt).
+// A failed attempt recorded (idem::detail::FailedAttempt), as idem::detail::run_acquired
+// records it.
 template <AwaitableStore S>
-net::awaitable<Ack> record_failed_attempt(IdempotencyGuard<S>& guard, const ConsumerPolicy& policy,
+net::awaitable<Ack> record_failed_attempt(S& store, IdempotencyGuard<S>& guard,
+                                          const ConsumerPolicy& policy, const Options& options,
                                           std::string what) {
-  const idem::detail::FailedAttempt f = idem::detail::failed_attempt(
-      policy, guard.record().key, guard.record().attempts, std::move(what));
+  const Key key = guard.record().key;
+  const std::string fingerprint = guard.record().fingerprint;
+  const idem::detail::FailedAttempt f =
+      idem::detail::failed_attempt(policy, key, guard.record().attempts, std::move(what));
   if constexpr (RollbackOnlyAsyncStore<S>) {
-    // The transaction rolls back, this claim with the business's writes; nobody counts it.
+    // The transaction rolls back, this claim with the business's writes; the store writes the
+    // attempt once it has, or nobody counts it.
     co_await guard.fail(f.retry, true);
-    co_return f.ack(false);
+    bool counted = false;
+    if constexpr (AttemptCountingAsyncStore<S>) {
+      counted = store.fail_after_rollback(key, fingerprint, options, f.error().dump(), !f.last);
+    }
+    co_return f.ack(counted);
   } else {
     co_await guard.fail(f.error(), !f.last);
     co_return f.ack(true);
@@ -108,7 +116,8 @@ net::awaitable<Ack> record_failed_attempt(IdempotencyGuard<S>& guard, const Cons
 // What the business did, recorded as idem::detail::run_acquired records it; a cancelled business
 // releases its claim and the cancellation propagates.
 template <AwaitableStore S, class R>
-net::awaitable<Ack> record_message(IdempotencyGuard<S>& guard, const ConsumerPolicy& policy,
+net::awaitable<Ack> record_message(S& store, IdempotencyGuard<S>& guard,
+                                   const ConsumerPolicy& policy, const Options& options,
                                    std::optional<idem::detail::Produced<R>> produced,
                                    std::exception_ptr thrown, bool cancelled) {
   using idem::detail::BusinessFailure;
@@ -134,7 +143,8 @@ net::awaitable<Ack> record_message(IdempotencyGuard<S>& guard, const ConsumerPol
       case BusinessFailure::failed:
         break;
     }
-    co_return co_await record_failed_attempt(guard, policy, std::move(failure.what));
+    co_return co_await record_failed_attempt(store, guard, policy, options,
+                                             std::move(failure.what));
   }
   std::optional<nlohmann::json> unstorable;
   try {
@@ -154,7 +164,8 @@ net::awaitable<Ack> record_message(IdempotencyGuard<S>& guard, const ConsumerPol
 // Runs fn under an acquired guard and records its result before completing, whatever happens to
 // the coroutine meanwhile (as run_once does).
 template <AwaitableStore S, class F>
-net::awaitable<Ack> run_acquired(IdempotencyGuard<S>& guard, F& fn, const ConsumerPolicy& policy) {
+net::awaitable<Ack> run_acquired(S& store, IdempotencyGuard<S>& guard, F& fn,
+                                 const ConsumerPolicy& policy, const Options& options) {
   using R = response_of<F>;
   std::optional<idem::detail::Produced<R>> produced;
   std::exception_ptr thrown;
@@ -170,7 +181,8 @@ net::awaitable<Ack> run_acquired(IdempotencyGuard<S>& guard, F& fn, const Consum
   std::optional<Ack> ack;
   std::exception_ptr failed;
   try {
-    ack.emplace(co_await record_message(guard, policy, std::move(produced), thrown, cancelled));
+    ack.emplace(co_await record_message(store, guard, policy, options, std::move(produced), thrown,
+                                        cancelled));
   } catch (...) {
     failed = std::current_exception();
   }
@@ -195,7 +207,7 @@ requires std::invocable<F&> net::awaitable<Ack> consume(S& store, Key key, std::
   if (!guard.acquired()) {
     co_return idem::detail::ack_without_running(guard.verdict(), guard.record(), policy);
   }
-  co_return co_await detail::run_acquired(guard, fn, policy);
+  co_return co_await detail::run_acquired(store, guard, fn, policy, options);
 }
 
 // The same after `check()` (void, or an awaitable of void), which runs first and may throw
@@ -262,7 +274,7 @@ requires std::invocable<F&, std::size_t> net::awaitable<std::vector<Ack>> consum
     for (std::size_t i = 0; i < claims.size(); ++i) {
       if (!guards[i]) continue;
       auto run = [&fn, i] { return std::invoke(fn, i); };
-      acks[i] = co_await detail::run_acquired(*guards[i], run, policy);
+      acks[i] = co_await detail::run_acquired(store, *guards[i], run, policy, options);
       if constexpr (RollbackOnlyAsyncStore<S>) {
         if (acks[i] != Ack::commit) {
           store.set_rollback_only();

@@ -109,4 +109,13 @@ concept RollbackOnlyAsyncStore = AwaitableStore<S> && requires(S& store) {
   store.set_rollback_only();
 };
 
+// The coroutine counterpart of idem::AttemptCountingStore: fail_after_rollback() only queues
+// the write for after the rollback, so it answers at once.
+template <class S>
+concept AttemptCountingAsyncStore = RollbackOnlyAsyncStore<S> &&
+    requires(S& store, const Key& key, std::string_view fp, const Options& options,
+             std::string error) {
+  { store.fail_after_rollback(key, fp, options, std::move(error), true) } -> std::same_as<bool>;
+};
+
 }  // namespace idem::async

@@ -8,10 +8,13 @@
 // again, idem/mysql/async_transaction.hpp).
 //
 // Every claim acquired is noted in the transaction's ClaimLedger; the transaction may commit
-// only when committable(): each claim succeeded or failed permanently.
+// only when committable(): each claim succeeded or failed permanently. A consumer's failed
+// attempt, which rolls back with the business's writes, is counted after the rollback
+// (fail_after_rollback) by the AsyncTransaction the store was bound through.
 
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,8 +42,14 @@
 #include "idem/same_transaction/claim_ledger.hpp"
 #include "idem/store.hpp"
 #include "idem/ticket.hpp"
+#include "idem/verdict.hpp"
 
 namespace idem::mysql {
+
+// The writes that wait for a coroutine try's ROLLBACK (ClaimLedger::after_rollback's, awaited):
+// the try runs them in a transaction of their own on its connection, and again after a
+// transient failure.
+using AsyncWritesAfterRollback = std::vector<std::function<net::awaitable<void>(AsyncConnection&)>>;
 
 template <class Ops>
 class BasicAsyncBoundStore {
@@ -50,11 +59,16 @@ class BasicAsyncBoundStore {
   static constexpr bool supports_wait = false;
   static constexpr bool in_caller_transaction = true;
 
-  // `ledger`: the transaction's (with_transaction's try), or null for one the caller runs;
-  // `ops` and `connection` must outlive this.
+  // `ledger` and `after_rollback`: the AsyncTransaction's, or null for a transaction the
+  // caller runs itself (nobody counts a failed attempt there). `ops`, `connection` and the
+  // transaction must outlive this.
   BasicAsyncBoundStore(const Ops& ops, AsyncConnection& connection,
-                       idem::same_transaction::ClaimLedger* ledger = nullptr)
-      : ops_(&ops), connection_(&connection), ledger_(ledger != nullptr ? ledger : own_.get()) {}
+                       idem::same_transaction::ClaimLedger* ledger = nullptr,
+                       AsyncWritesAfterRollback* after_rollback = nullptr)
+      : ops_(&ops),
+        connection_(&connection),
+        ledger_(ledger != nullptr ? ledger : own_.get()),
+        after_rollback_(after_rollback) {}
 
   BasicAsyncBoundStore(BasicAsyncBoundStore&&) noexcept = default;
   BasicAsyncBoundStore& operator=(BasicAsyncBoundStore&&) noexcept = default;
@@ -153,6 +167,25 @@ class BasicAsyncBoundStore {
     co_return release.total();
   }
 
+  // As BoundStore::fail_after_rollback: counts a failed attempt of `key` although its claim
+  // rolls back with the business's writes. Once the AsyncTransaction's try has rolled back, a
+  // claim of the key and its failure (`error`, `retryable`) are written in a transaction of
+  // their own on the connection; nothing when another request holds or finished the key by
+  // then. false, with nothing to come, when the store was not bound through an
+  // AsyncTransaction.
+  bool fail_after_rollback(const Key& key, std::string_view fingerprint, const Options& options,
+                           std::string error, bool retryable) {
+    if (after_rollback_ == nullptr) return false;
+    validate(options);
+    idem::detail::check_fingerprint(fingerprint);
+    idem::detail::check_snapshot(error);
+    after_rollback_->push_back([ops = ops_, key, fp = std::string(fingerprint), options,
+                                error = std::move(error), retryable](AsyncConnection& c) {
+      return count_failed_attempt(*ops, c, key, fp, options, error, retryable);
+    });
+    return true;
+  }
+
   // As BoundStore's.
   bool committable() const noexcept { return ledger_->committable(); }
   void check_committable() const { ledger_->check_committable("idem::mysql"); }
@@ -179,11 +212,25 @@ class BasicAsyncBoundStore {
     ledger_->ended(key, ticket, Ledger::finished_state(to, retryable));
   }
 
+  // A claim of the key and, acquired, its failure: the row stays locked by this transaction
+  // until it commits, so the finish cannot be refused, and another request's claim or result
+  // is left as it is. (A coroutine of its own, whose frame keeps its arguments.)
+  static net::awaitable<void> count_failed_attempt(const Ops& ops, AsyncConnection& c, Key key,
+                                                   std::string fingerprint, Options options,
+                                                   std::string error, bool retryable) {
+    const ClaimResult r = co_await idem::async::detail::claim_on(
+        "idem::mysql", ops, c, key, fingerprint, options, idem::detail::new_owner_token(), true);
+    if (r.verdict == Verdict::acquired) {
+      (void)co_await ops.finish(c, key, r.record.ticket, error, Status::failed, retryable);
+    }
+  }
+
   const Ops* ops_;
   AsyncConnection* connection_;
   // On the heap so that a moved store keeps pointing at it.
   std::unique_ptr<Ledger> own_ = std::make_unique<Ledger>();
   Ledger* ledger_;
+  AsyncWritesAfterRollback* after_rollback_;
 };
 
 }  // namespace idem::mysql

@@ -15,6 +15,12 @@
 // - An operation interrupted by cancellation leaves the protocol in the middle of a
 //   statement: the connection is marked broken and closed without a round trip. The server
 //   may still run the statement; idem's stores account for that (docs/async.md).
+// - AsyncConnection(MYSQL*) borrows the service's own open handle, as Connection(MYSQL*) does
+//   (docs/mysql.md, "Your own connections"): never closed, reconnected or reconfigured, and
+//   its statements travel as SQL text with every value a hexadecimal literal. It turns the
+//   handle's MYSQL_OPT_NONBLOCK on, which leaves the service's own blocking calls on it as
+//   they were. A borrowed handle whose call was cancelled midway is broken(): the service
+//   closes it.
 // - What still blocks: the DNS lookup of ConnectionParams::host (give an IP address or a unix
 //   socket) and closing a healthy connection (one small write).
 // Needs MariaDB Connector/C (Debian's libmysqlclient is it); Oracle's libmysqlclient has a
@@ -47,6 +53,7 @@
 #include "idem/mysql/detail/server_features.hpp"
 #include "idem/mysql/detail/statement_cache.hpp"
 #include "idem/mysql/detail/statement_run.hpp"
+#include "idem/mysql/detail/text_protocol.hpp"
 #include "idem/mysql/errors.hpp"
 #include "idem/mysql/param.hpp"
 #include "idem/mysql/row.hpp"
@@ -80,7 +87,23 @@ class AsyncConnection {
     co_return c;
   }
 
-  ~AsyncConnection() { close(); }
+  // Borrows the service's open handle (see the header comment); the service keeps owning it.
+  // Throws InvalidArgument for a null handle, StoreError when Connector/C cannot give it a
+  // non-blocking context (out of memory).
+  explicit AsyncConnection(MYSQL* borrowed) : mysql_(borrowed), borrowed_(true) {
+    if (borrowed == nullptr) {
+      throw InvalidArgument("idem::mysql::AsyncConnection: the handle is null");
+    }
+    detail::thread_init();
+    if (mysql_options(mysql_, MYSQL_OPT_NONBLOCK, nullptr) != 0) {
+      throw StoreError("idem::mysql: the handle cannot be made non-blocking (out of memory)", true);
+    }
+    returning_ = detail::server_has_returning(mysql_);
+  }
+
+  ~AsyncConnection() {
+    if (!borrowed_) close();
+  }
   AsyncConnection(const AsyncConnection&) = delete;
   AsyncConnection& operator=(const AsyncConnection&) = delete;
 
@@ -113,6 +136,11 @@ class AsyncConnection {
   net::awaitable<std::uint64_t> execute(const std::string& sql, std::vector<Param> params) {
     require_usable();
     try {
+      if (borrowed_) {
+        MYSQL_RES* res = co_await send_text(sql, params);
+        if (res != nullptr) mysql_free_result(res);
+        co_return static_cast<std::uint64_t>(mysql_affected_rows(mysql_));
+      }
       MYSQL_STMT* stmt = (co_await run(sql, params))->stmt;
       const auto affected = static_cast<std::uint64_t>(mysql_stmt_affected_rows(stmt));
       mysql_stmt_free_result(stmt);
@@ -127,6 +155,11 @@ class AsyncConnection {
   net::awaitable<std::vector<Row>> select(const std::string& sql, std::vector<Param> params) {
     require_usable();
     try {
+      if (borrowed_) {
+        MYSQL_RES* res = co_await send_text(sql, params);
+        if (res == nullptr) co_return std::vector<Row>{};
+        co_return detail::fetch_text_rows(mysql_, res);
+      }
       detail::Prepared& p = *co_await run(sql, params);
       MYSQL_STMT* stmt = p.stmt;
       const detail::FreeResult free_result{stmt};
@@ -160,8 +193,13 @@ class AsyncConnection {
     co_return rc == 0;
   }
 
-  // As Connection::begin_transaction / restore_autocommit.
+  // As Connection::begin_transaction / restore_autocommit: on a borrowed handle, whose session
+  // stays the service's, START TRANSACTION.
   net::awaitable<void> begin_transaction() {
+    if (borrowed_) {
+      co_await query("START TRANSACTION");
+      co_return;
+    }
     if (!autocommit()) co_return;
     co_await set_autocommit(false);
     autocommit_off_ = true;
@@ -188,7 +226,7 @@ class AsyncConnection {
   }
   bool supports_returning() const noexcept { return returning_; }
   bool in_galera_cluster() const noexcept { return galera_; }
-  bool borrowed() const noexcept { return false; }
+  bool borrowed() const noexcept { return borrowed_; }
   unsigned long id() const noexcept { return mysql_ ? mysql_thread_id(mysql_) : 0; }
   MYSQL* native() noexcept { return mysql_; }
   const ConnectionParams& params() const noexcept { return params_; }
@@ -248,6 +286,21 @@ class AsyncConnection {
       note_loss(e);
       throw;
     }
+  }
+
+  // A borrowed handle's statement, sent as text (detail::text_statement); its stored result,
+  // null for a statement without one.
+  net::awaitable<MYSQL_RES*> send_text(const std::string& sql, const std::vector<Param>& params) {
+    const std::string text = detail::text_statement(mysql_, sql, params.data(), params.size());
+    int rc = 0;
+    co_await drive([&] { return mysql_real_query_start(&rc, mysql_, text.data(), text.size()); },
+                   [&](int s) { return mysql_real_query_cont(&rc, mysql_, s); });
+    if (rc != 0) throw error_from(mysql_, "query");
+    MYSQL_RES* res = nullptr;
+    co_await drive([&] { return mysql_store_result_start(&res, mysql_); },
+                   [&](int s) { return mysql_store_result_cont(&res, mysql_, s); });
+    if (res == nullptr && mysql_field_count(mysql_) != 0) throw error_from(mysql_, "store_result");
+    co_return res;
   }
 
   // Binds and executes, as detail::StatementRun says.
@@ -338,6 +391,7 @@ class AsyncConnection {
 
   ConnectionParams params_;
   MYSQL* mysql_ = nullptr;
+  bool borrowed_ = false;
   bool broken_ = false;
   bool returning_ = false;
   bool galera_ = false;

@@ -258,5 +258,6 @@ class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend
 static_assert(idem::async::AwaitableStore<AsyncStore>);
 static_assert(idem::async::AbandoningAsyncStore<AsyncBoundStore>);
 static_assert(idem::async::NotingAsyncStore<AsyncBoundStore>);
+static_assert(idem::async::AttemptCountingAsyncStore<AsyncBoundStore>);
 
 }  // namespace idem::mysql

@@ -1,8 +1,11 @@
 #pragma once
-// idem::mysql::with_transaction for coroutines: run a transaction body on an AsyncConnection,
-// commit it only when every claim in it finished, and run it again when the server rolled it
-// back for a transient reason. The rules are with_transaction's (idem/mysql/transaction.hpp);
-// the claims' ledger decides how each try ends (idem/same_transaction/claim_ledger.hpp).
+// idem::mysql::AsyncTransaction and with_transaction for coroutines: a transaction on an
+// AsyncConnection that commits only when every claim in it finished. The rules are the
+// blocking Transaction's and with_transaction's (idem/mysql/transaction.hpp); the claims'
+// ledger decides how a transaction ends (idem/same_transaction/claim_ledger.hpp).
+//
+// with_transaction takes a pooled connection for each try and runs the body again when the
+// server rolled it back for a transient reason:
 //
 //   auto receipt = co_await idem::mysql::with_transaction(
 //       *pool, [&](idem::mysql::AsyncTransaction& tx) -> net::awaitable<Receipt> {
@@ -15,17 +18,37 @@
 //         co_return receipt;
 //       });
 //
-// The ledger travels with the try (AsyncTransaction::bind), not with the thread: a coroutine
-// may resume on another thread of the loop.
+// The object is one transaction on a connection of the service's (AsyncConnection(MYSQL*)
+// borrows its handle) or of the pool, in the manner of libpqxx's `work`:
+//
+//   idem::mysql::AsyncConnection c(mysql);  // the service's handle
+//   auto tx = co_await idem::mysql::AsyncTransaction::begin(c);
+//   auto bound = tx.bind(store);
+//   ...claims through bound, business writes on c...
+//   co_await tx.commit();                   // or roll_back()
+//
+// commit() ends it as the blocking Transaction::commit does (COMMIT, or ROLLBACK as the claims
+// say, then the failed attempts counted after it); one try: a transient failure leaves as a
+// retryable StoreError after the rollback. Destroyed before it ended (an exception passing
+// through), it rolls back with a blocking ROLLBACK: a destructor cannot await, so end it with
+// commit() or roll_back() to keep the loop free.
+//
+// The ledger travels with the transaction (bind), not with the thread: a coroutine may resume
+// on another thread of the loop.
 
 #include <exception>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "idem/async/net.hpp"
 #include "idem/backend/pool.hpp"
+#include "idem/backend/retry_loop.hpp"
 #include "idem/errors.hpp"
 #include "idem/mysql/async_pool.hpp"
 #include "idem/mysql/async_store.hpp"
@@ -35,43 +58,200 @@
 
 namespace idem::mysql {
 
-// One try of a with_transaction: its connection, with the transaction begun, and its ledger.
-class AsyncTransaction {
- public:
-  AsyncTransaction(AsyncConnection& c, idem::same_transaction::ClaimLedger& ledger) noexcept
-      : connection_(&c), ledger_(&ledger) {}
-
-  AsyncConnection& connection() const noexcept { return *connection_; }
-  // The store, bound to this try's connection and ledger.
-  AsyncBoundStore bind(const AsyncStore& store) const {
-    return AsyncBoundStore(store.ops(), *connection_, ledger_);
-  }
-  // As BoundStore::set_rollback_only, for the whole try.
-  void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
-
- private:
-  AsyncConnection* connection_;
-  idem::same_transaction::ClaimLedger* ledger_;
-};
+class AsyncTransaction;
 
 namespace detail {
+
+inline constexpr std::string_view async_transaction_who = "idem::mysql::with_transaction";
 
 template <class F>
 using transaction_result_t =
     typename idem::async::detail::Awaited<std::invoke_result_t<F&, AsyncTransaction&>>::type;
 
-inline constexpr std::string_view async_transaction_who = "idem::mysql::with_transaction";
+template <class F>
+net::awaitable<transaction_result_t<F>> run_async_try(AsyncConnection& c, F& body,
+                                                      idem::same_transaction::TryReport& report);
 
-// One try: begin, the body, then the steps of TryEnd (idem/same_transaction/transaction_try.hpp),
-// as the blocking try (run_try) takes them.
+}  // namespace detail
+
+class AsyncTransaction {
+ public:
+  // Begins a transaction on `c` unless one is open there (then this one ends it): one of the
+  // pool's connections, or one borrowing the service's handle. `c` must outlive it. Throws
+  // StoreError.
+  static net::awaitable<AsyncTransaction> begin(AsyncConnection& c) {
+    AsyncTransaction tx(c, false, "idem::mysql::AsyncTransaction");
+    if (!c.in_transaction()) co_await c.begin_transaction();
+    co_return tx;
+  }
+
+  AsyncTransaction(AsyncTransaction&& other) noexcept
+      : connection_(std::exchange(other.connection_, nullptr)),
+        who_(other.who_),
+        ledger_(std::move(other.ledger_)),
+        after_rollback_(std::move(other.after_rollback_)),
+        ended_(other.ended_),
+        committed_(other.committed_) {}
+  AsyncTransaction& operator=(AsyncTransaction&&) = delete;
+  ~AsyncTransaction() {
+    if (connection_ == nullptr || ended_) return;
+    ledger_->rolled_back();
+    roll_back_blocking(*connection_);
+  }
+
+  AsyncConnection& connection() const noexcept { return *connection_; }
+  // The store, bound to this transaction's connection and ledger.
+  AsyncBoundStore bind(const AsyncStore& store) const {
+    return AsyncBoundStore(store.ops(), *connection_, ledger_.get(), after_rollback_.get());
+  }
+  // As BoundStore::set_rollback_only, for the whole transaction.
+  void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
+
+  // Ends the transaction as its claims say (see the header comment): true when it committed.
+  // Throws UsageError when it already ended or a claim forbids the commit (after the
+  // rollback); a StoreError from the COMMIT or the ROLLBACK leaves after a rollback.
+  net::awaitable<bool> commit() {
+    end();
+    idem::same_transaction::TryReport nobody;  // the guards reported their own claims
+    co_await finish(nobody);
+    co_return committed_;
+  }
+
+  // Rolls back whatever the claims say. Throws UsageError when the transaction already ended,
+  // StoreError when the ROLLBACK fails (the connection is then broken).
+  net::awaitable<void> roll_back() {
+    end();
+    ledger_->rolled_back();
+    co_await roll_back_or_break();
+  }
+
+  // Whether commit() committed (false also after a rollback it chose).
+  bool committed() const noexcept { return committed_; }
+
+ private:
+  using Ledger = idem::same_transaction::ClaimLedger;
+
+  template <class F>
+  friend net::awaitable<detail::transaction_result_t<F>> detail::run_async_try(
+      AsyncConnection& c, F& body, idem::same_transaction::TryReport& report);
+
+  AsyncTransaction(AsyncConnection& c, bool holds_events, std::string_view who)
+      : connection_(&c),
+        who_(who),
+        ledger_(std::make_unique<Ledger>()),
+        after_rollback_(std::make_unique<AsyncWritesAfterRollback>()) {
+    if (holds_events) ledger_->hold_events();
+  }
+
+  void end() {
+    if (ended_) throw UsageError(fmt::format("{}: the transaction already ended", who_));
+    ended_ = true;
+  }
+
+  // The steps of TryEnd (idem/same_transaction/transaction_try.hpp), as the blocking try takes
+  // them; a failure rolls back and leaves as try_failed says.
+  net::awaitable<void> finish(idem::same_transaction::TryReport& report) {
+    std::exception_ptr failed;
+    try {
+      using Step = idem::same_transaction::TryEnd::Step;
+      idem::same_transaction::TryEnd end(*ledger_, who_, !after_rollback_->empty());
+      for (Step step = end.start(); step != Step::done; step = end.done(step)) {
+        switch (step) {
+          case Step::commit:
+            // The coroutine bound store writes its records itself: none waits in the ledger.
+            co_await connection_->query("COMMIT");
+            break;
+          case Step::roll_back:
+            co_await connection_->query("ROLLBACK");
+            break;
+          case Step::write_after_rollback:
+            co_await write_after_rollback();
+            break;
+          case Step::done:
+            break;
+        }
+      }
+      committed_ = end.committed();
+    } catch (...) {
+      failed = fail(std::current_exception(), report);
+    }
+    if (failed) {
+      co_await roll_back_quietly();
+      std::rethrow_exception(failed);
+    }
+  }
+
+  std::exception_ptr fail(std::exception_ptr error, idem::same_transaction::TryReport& report) {
+    ended_ = true;
+    return idem::same_transaction::try_failed(*ledger_, report, std::move(error), who_);
+  }
+
+  // As idem::same_transaction::write_after_rollback: the bound stores' writes in a transaction
+  // of their own, tried again while they fail transiently.
+  net::awaitable<void> write_after_rollback() {
+    backend::RetryLoop loop(RetryPolicy{}, who_, idem::same_transaction::after_rollback_what);
+    co_await idem::async::detail::retrying<bool>(
+        [&]() -> net::awaitable<bool> {
+          std::exception_ptr failed;
+          try {
+            co_await connection_->begin_transaction();
+            for (auto& write : *after_rollback_)
+              co_await write(*connection_);
+            co_await connection_->query("COMMIT");
+          } catch (const StoreError&) {
+            failed = std::current_exception();
+          }
+          if (failed) {
+            co_await roll_back_quietly();
+            std::rethrow_exception(failed);
+          }
+          co_return true;
+        },
+        [&](const StoreError& e) {
+          if (!e.retryable()) throw idem::same_transaction::after_rollback_failed(who_, e);
+          return loop.failed(e);
+        });
+  }
+
+  net::awaitable<void> roll_back_or_break() {
+    try {
+      co_await connection_->query("ROLLBACK");
+    } catch (...) {
+      connection_->mark_broken();  // in an unknown transaction state: not reused
+      throw;
+    }
+  }
+  // A connection whose ROLLBACK failed is in an unknown state: the pool drops it.
+  net::awaitable<void> roll_back_quietly() {
+    if (connection_->broken()) co_return;
+    try {
+      co_await connection_->query("ROLLBACK");
+    } catch (...) {
+      connection_->mark_broken();
+    }
+  }
+  static void roll_back_blocking(AsyncConnection& c) noexcept {
+    if (c.broken()) return;
+    if (mysql_real_query(c.native(), "ROLLBACK", 8) != 0) c.mark_broken();
+  }
+
+  AsyncConnection* connection_;
+  std::string_view who_;  // a literal
+  // On the heap: the bound stores point at them, and the transaction moves.
+  std::unique_ptr<Ledger> ledger_;
+  std::unique_ptr<AsyncWritesAfterRollback> after_rollback_;
+  bool ended_ = false;
+  bool committed_ = false;
+};
+
+namespace detail {
+
+// One try of with_transaction: begin, the body, then the transaction's end as its claims say.
 template <class F>
 net::awaitable<transaction_result_t<F>> run_async_try(AsyncConnection& c, F& body,
                                                       idem::same_transaction::TryReport& report) {
   using R = transaction_result_t<F>;
-  using Ledger = idem::same_transaction::ClaimLedger;
-  Ledger ledger;
-  ledger.hold_events();
-  AsyncTransaction tx(c, ledger);
+  AsyncTransaction tx(c, true, async_transaction_who);
   std::exception_ptr failed;
   std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> result;
   try {
@@ -82,42 +262,15 @@ net::awaitable<transaction_result_t<F>> run_async_try(AsyncConnection& c, F& bod
     } else {
       result.emplace(co_await body(tx));
     }
-    using Step = idem::same_transaction::TryEnd::Step;
-    idem::same_transaction::TryEnd end(ledger, async_transaction_who);
-    for (Step step = end.start(); step != Step::done; step = end.done(step)) {
-      switch (step) {
-        case Step::commit:
-          // The coroutine bound store writes its records itself: none waits in the ledger.
-          co_await c.query("COMMIT");
-          break;
-        case Step::roll_back:
-          co_await c.query("ROLLBACK");
-          break;
-        case Step::write_after_rollback:
-          // Only a bound consumer counts its attempts after a rollback, and there is no
-          // coroutine consume yet.
-          throw UsageError(
-              "idem::mysql::with_transaction: writes after a rollback need the blocking "
-              "with_transaction");
-        case Step::done:
-          break;
-      }
-    }
   } catch (...) {
-    failed = idem::same_transaction::try_failed(ledger, report, std::current_exception(),
-                                                async_transaction_who);
+    failed = tx.fail(std::current_exception(), report);
   }
   if (failed) {
-    // A connection whose ROLLBACK failed is in an unknown state: the pool drops it.
-    if (!c.broken()) {
-      try {
-        co_await c.query("ROLLBACK");
-      } catch (...) {
-        c.mark_broken();
-      }
-    }
+    co_await tx.roll_back_quietly();
     std::rethrow_exception(failed);
   }
+  tx.end();
+  co_await tx.finish(report);
   if constexpr (!std::is_void_v<R>) co_return std::move(*result);
 }
 

@@ -86,15 +86,22 @@ inline std::exception_ptr try_failed(ClaimLedger& ledger, TryReport& report,
   return error;
 }
 
+// What the writes after a try's ROLLBACK are called in errors, and the error that ends them.
+inline constexpr std::string_view after_rollback_what =
+    "recording the failed attempt after the rollback";
+inline StoreError after_rollback_failed(std::string_view who, const StoreError& e) {
+  return StoreError(fmt::format("{}: {} failed: {}", who, after_rollback_what, e.what()), false,
+                    e.diagnostics());
+}
+
 // The writes that wait for the try's ROLLBACK (ClaimLedger::after_rollback), in one
 // transaction of their own on tx, tried again (as a store tries a statement) while they fail
 // transiently: a claim there can meet a deadlock among consumers of the same key. A failure
 // that stays rolls that transaction back and leaves the try, naming what was not recorded.
 template <class Tx>
 void write_after_rollback(Tx& tx, ClaimLedger& ledger, std::string_view who) {
-  constexpr std::string_view what = "recording the failed attempt after the rollback";
   retry(
-      RetryPolicy{}, who, what,
+      RetryPolicy{}, who, after_rollback_what,
       [&](int) {
         tx.begin();
         ledger.write_after_rollback();
@@ -102,10 +109,7 @@ void write_after_rollback(Tx& tx, ClaimLedger& ledger, std::string_view who) {
       },
       [&](const StoreError& e, int) {
         tx.roll_back_quietly();
-        if (!e.retryable()) {
-          throw StoreError(fmt::format("{}: {} failed: {}", who, what, e.what()), false,
-                           e.diagnostics());
-        }
+        if (!e.retryable()) throw after_rollback_failed(who, e);
       });
 }
 
@@ -121,7 +125,10 @@ class TryEnd {
     done,
   };
 
-  TryEnd(ClaimLedger& ledger, std::string_view who) : ledger_(ledger), who_(who) {}
+  // `writes_kept_apart`: writes wait for the rollback outside the ledger (the coroutine try
+  // keeps its awaitable ones itself).
+  TryEnd(ClaimLedger& ledger, std::string_view who, bool writes_kept_apart = false)
+      : ledger_(ledger), who_(who), writes_kept_apart_(writes_kept_apart) {}
 
   // The first step; throws as try_commits does (a claim left open or abandoned).
   Step start() {
@@ -136,7 +143,8 @@ class TryEnd {
         return Step::done;
       case Step::roll_back:
         ledger_.rolled_back();
-        return ledger_.writes_after_rollback() ? Step::write_after_rollback : Step::done;
+        return ledger_.writes_after_rollback() || writes_kept_apart_ ? Step::write_after_rollback
+                                                                     : Step::done;
       case Step::write_after_rollback:
       case Step::done:
         break;
@@ -149,6 +157,7 @@ class TryEnd {
  private:
   ClaimLedger& ledger_;
   std::string_view who_;
+  bool writes_kept_apart_;
   bool commits_ = false;
 };
 

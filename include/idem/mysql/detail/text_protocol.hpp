@@ -84,12 +84,18 @@ inline std::string inline_params(std::string_view sql, const Param* params, std:
   return out;
 }
 
+// The statement's text for this session: its parameters inlined as its sql_mode reads them.
+inline std::string text_statement(MYSQL* mysql, std::string_view sql, const Param* params,
+                                  std::size_t n) {
+  const bool backslash_escapes = (mysql->server_status & SERVER_STATUS_NO_BACKSLASH_ESCAPES) == 0;
+  return inline_params(sql, params, n, backslash_escapes);
+}
+
 // Sends the statement as text and stores its result (null for a statement without one).
 // Throws StoreError, UsageError.
 inline MYSQL_RES* send_text(MYSQL* mysql, std::string_view sql, const Param* params,
                             std::size_t n) {
-  const bool backslash_escapes = (mysql->server_status & SERVER_STATUS_NO_BACKSLASH_ESCAPES) == 0;
-  const std::string text = inline_params(sql, params, n, backslash_escapes);
+  const std::string text = text_statement(mysql, sql, params, n);
   if (mysql_real_query(mysql, text.data(), static_cast<unsigned long>(text.size())) != 0)
     throw error_from(mysql, "query");
   MYSQL_RES* res = mysql_store_result(mysql);

@@ -1,0 +1,378 @@
+// idem::mysql::AsyncTransaction and with_transaction for coroutines on the real MariaDB server:
+// the claim commits with the business's writes and a duplicate that waited on the row replays;
+// a body that throws or forgets its claim leaves nothing; the transaction as an object on the
+// service's own handles (borrowed by AsyncConnection), ended as its claims say, rolled back
+// when destroyed before it ended; and a consumer's failed attempts counted after the rollback,
+// so that ConsumerPolicy::max_attempts holds in a coroutine transaction too.
+#include <mysql.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <idem/async/consume.hpp>
+#include <nlohmann/json.hpp>
+
+#include "../support/mysql_async.hpp"
+#include "../support/mysql_service.hpp"
+
+using namespace std::chrono_literals;
+namespace net = idem::async::net;
+using idem::mysql::AsyncConnection;
+using idem::mysql::AsyncTransaction;
+using idem_test::insert_row;
+using idem_test::run_on;
+using Guard = idem::async::IdempotencyGuard<idem::mysql::AsyncBoundStore>;
+
+namespace {
+
+// @@in_transaction of the service's handle, read with its blocking API.
+bool handle_in_transaction(MYSQL* m) {
+  REQUIRE(mysql_query(m, "SELECT @@in_transaction") == 0);
+  MYSQL_RES* res = mysql_store_result(m);
+  REQUIRE(res != nullptr);
+  const bool in = std::string(mysql_fetch_row(res)[0]) == "1";
+  mysql_free_result(res);
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "async mysql: with_transaction commits the claim with the business writes, and a "
+    "duplicate that waited on the row replays") {
+  idem_test::AsyncTable t(16);
+  idem_test::BusinessTable biz(t.blocking.pool);
+  net::io_context io;
+  int ran = 0;
+  int replayed = 0;
+  std::vector<std::string> errors;
+  // 20 coroutines deliver the same payment at once, each in a transaction of its own.
+  for (int i = 0; i < 20; ++i) {
+    net::co_spawn(
+        io,
+        [&]() -> net::awaitable<void> {
+          try {
+            const int amount = co_await idem::mysql::with_transaction(
+                *t.pool, [&](idem::mysql::AsyncTransaction& tx) -> net::awaitable<int> {
+                  auto bound = tx.bind(t.store);
+                  auto guard = co_await Guard::claim(bound, {"PAY", "TX-1"}, "fp");
+                  if (!guard.acquired()) {
+                    ++replayed;
+                    co_return guard.replay<int>().value();
+                  }
+                  ++ran;
+                  const std::vector<idem::mysql::Param> values{std::string_view("TX-1")};
+                  co_await tx.connection().execute(
+                      "INSERT INTO `" + biz.name + "` (trade_no) VALUES (?)", values);
+                  co_await idem::async::sleep_for(2ms);
+                  co_await guard.commit(299);
+                  co_return 299;
+                });
+            CHECK(amount == 299);
+          } catch (const std::exception& e) {
+            errors.push_back(e.what());
+          }
+        },
+        net::detached);
+  }
+  io.run();
+  INFO((errors.empty() ? std::string() : errors.front()));
+  CHECK(errors.empty());
+  CHECK(ran == 1);
+  CHECK(replayed == 19);
+  CHECK(biz.rows() == 1);
+  CHECK(t.count("status = 1") == 1);
+}
+
+TEST_CASE(
+    "async mysql: a with_transaction body that throws or forgets its claim leaves nothing "
+    "behind") {
+  idem_test::AsyncTable t;
+  idem_test::BusinessTable biz(t.blocking.pool);
+  net::io_context io;
+  auto body = [&](bool forget) {
+    return [&, forget](idem::mysql::AsyncTransaction& tx) -> net::awaitable<int> {
+      auto bound = tx.bind(t.store);
+      auto guard = co_await Guard::claim(bound, {"PAY", "TX-2"}, "fp");
+      const std::vector<idem::mysql::Param> values{std::string_view("TX-2")};
+      co_await tx.connection().execute("INSERT INTO `" + biz.name + "` (trade_no) VALUES (?)",
+                                       values);
+      if (forget) co_return 1;  // the guard's claim is left open: the commit is refused
+      throw std::runtime_error("business failed");
+    };
+  };
+  CHECK_THROWS_WITH(run_on(io, idem::mysql::with_transaction(*t.pool, body(false))),
+                    "business failed");
+  CHECK_THROWS_AS(run_on(io, idem::mysql::with_transaction(*t.pool, body(true))), idem::UsageError);
+  CHECK(biz.rows() == 0);
+  CHECK(t.count() == 0);
+}
+
+TEST_CASE("async mysql: an AsyncTransaction on the service's own handles runs a payment once") {
+  constexpr int deliveries = 40;
+  idem_test::AsyncTable t;
+  idem_test::BusinessTable biz(t.blocking.pool);
+  std::vector<std::unique_ptr<idem_test::ServiceHandle>> handles;
+  for (int i = 0; i < deliveries; ++i)
+    handles.push_back(std::make_unique<idem_test::ServiceHandle>());
+  net::io_context io;
+  int ran = 0;
+  int replayed = 0;
+  std::vector<std::string> errors;
+  const auto deliver = [&](MYSQL* mysql) -> net::awaitable<void> {
+    AsyncConnection c(mysql);
+    for (int attempt = 0;; ++attempt) {  // the service's own retry of a transient failure
+      try {
+        auto tx = co_await AsyncTransaction::begin(c);
+        auto bound = tx.bind(t.store);
+        auto guard = co_await Guard::claim(bound, {"PAY", "OWN-1"}, "fp");
+        if (guard.acquired()) {
+          ++ran;
+          co_await insert_row(c, biz.name, "OWN-1");
+          co_await idem::async::sleep_for(2ms);
+          co_await guard.commit(299);
+        } else {
+          CHECK(guard.replay<int>().value() == 299);
+          ++replayed;
+        }
+        // (A co_await inside Catch's CHECK runs twice on GCC 12: named first.)
+        const bool committed = co_await tx.commit();
+        CHECK(committed);
+        co_return;
+      } catch (const idem::StoreError& e) {
+        if (!e.retryable() || attempt == 5) {
+          errors.push_back(e.what());
+          co_return;
+        }
+      }
+    }
+  };
+  for (auto& h : handles)
+    net::co_spawn(io, deliver(h->mysql), net::detached);
+  io.run();
+  INFO((errors.empty() ? std::string() : errors.front()));
+  CHECK(errors.empty());
+  CHECK(ran == 1);
+  CHECK(ran + replayed == deliveries);
+  CHECK(biz.rows() == 1);
+  CHECK(t.count("status = 1") == 1);
+  for (auto& h : handles) {
+    CHECK_FALSE(handle_in_transaction(h->mysql));  // each transaction ended
+    CHECK(mysql_ping(h->mysql) == 0);              // and the handle is the service's still
+  }
+}
+
+TEST_CASE("async mysql: an AsyncTransaction destroyed before it ended rolls back") {
+  idem_test::AsyncTable t;
+  idem_test::BusinessTable biz(t.blocking.pool);
+  idem_test::ServiceHandle service;
+  net::io_context io;
+  AsyncConnection c(service.mysql);
+  // An exception passes through the coroutine holding the transaction.
+  CHECK_THROWS_WITH(run_on(io,
+                           [&]() -> net::awaitable<bool> {
+                             auto tx = co_await AsyncTransaction::begin(c);
+                             auto bound = tx.bind(t.store);
+                             auto guard = co_await Guard::claim(bound, {"PAY", "GONE"}, "fp");
+                             co_await insert_row(c, biz.name, "GONE");
+                             throw std::runtime_error("the service gave up");
+                           }()),
+                    "the service gave up");
+  CHECK_FALSE(handle_in_transaction(service.mysql));
+  CHECK(biz.rows() == 0);
+  CHECK(t.count() == 0);
+  // The handle serves the next transaction.
+  CHECK(run_on(io, [&]() -> net::awaitable<bool> {
+    auto tx = co_await AsyncTransaction::begin(c);
+    auto bound = tx.bind(t.store);
+    auto guard = co_await Guard::claim(bound, {"PAY", "GONE"}, "fp");
+    co_await insert_row(c, biz.name, "GONE");
+    co_await guard.commit(1);
+    co_return co_await tx.commit();
+  }()));
+  CHECK(biz.rows() == 1);
+  CHECK(t.count("status = 1") == 1);
+}
+
+TEST_CASE("async mysql: an AsyncTransaction ends as its claims say, once") {
+  idem_test::AsyncTable t;
+  idem_test::BusinessTable biz(t.blocking.pool);
+  net::io_context io;
+  auto c = run_on(io, t.pool->acquire(idem::backend::ConnectionPurpose::transaction));
+  const auto claimed = [&](AsyncTransaction& tx, std::string id) -> net::awaitable<Guard> {
+    auto bound = tx.bind(t.store);
+    auto guard = co_await Guard::claim(bound, {"PAY", id}, "fp");
+    REQUIRE(guard.acquired());
+    co_await insert_row(*c, biz.name, id);
+    co_return guard;
+  };
+
+  SECTION("a retryable failure rolls back: commit() answers false") {
+    CHECK_FALSE(run_on(io, [&]() -> net::awaitable<bool> {
+      auto tx = co_await AsyncTransaction::begin(*c);
+      auto guard = co_await claimed(tx, "RETRY");
+      const nlohmann::json error{{"error", "gateway busy"}};
+      co_await guard.fail(error, true);
+      const bool committed = co_await tx.commit();
+      CHECK_FALSE(tx.committed());
+      co_return committed;
+    }()));
+    CHECK(biz.rows() == 0);
+    CHECK(t.count() == 0);
+  }
+  SECTION("a claim left open: UsageError naming it, after the rollback") {
+    CHECK_THROWS_WITH(run_on(io,
+                             [&]() -> net::awaitable<bool> {
+                               auto tx = co_await AsyncTransaction::begin(*c);
+                               auto guard = co_await claimed(tx, "OPEN");
+                               co_return co_await tx.commit();
+                             }()),
+                      Catch::Contains("PAY/OPEN"));
+    CHECK(biz.rows() == 0);
+    CHECK(t.count() == 0);
+  }
+  SECTION("roll_back() whatever the claims say; a second end is a UsageError") {
+    CHECK(run_on(io, [&]() -> net::awaitable<bool> {
+      auto tx = co_await AsyncTransaction::begin(*c);
+      auto guard = co_await claimed(tx, "UNDONE");
+      co_await guard.commit(1);
+      co_await tx.roll_back();
+      bool refused = false;
+      try {
+        (void)co_await tx.commit();
+      } catch (const idem::UsageError&) {
+        refused = true;
+      }
+      co_return refused;
+    }()));
+    CHECK(biz.rows() == 0);
+    CHECK(t.count() == 0);
+  }
+  SECTION("a transaction the caller began is the one it ends") {
+    CHECK(run_on(io, [&]() -> net::awaitable<bool> {
+      co_await c->begin_transaction();
+      co_await insert_row(*c, biz.name, "BEFORE");
+      auto tx = co_await AsyncTransaction::begin(*c);
+      auto guard = co_await claimed(tx, "MINE");
+      co_await guard.commit(1);
+      co_return co_await tx.commit();
+    }()));
+    CHECK(biz.rows() == 2);
+    CHECK(t.count("status = 1") == 1);
+  }
+  CHECK_FALSE(c->in_transaction());
+}
+
+TEST_CASE(
+    "async mysql: a poison message in a coroutine transaction is counted after each rollback, "
+    "and dead-lettered on its last attempt") {
+  const bool own_handle =
+      GENERATE(false, true);  // AsyncTransaction on a handle, or with_transaction
+  idem_test::AsyncTable t;
+  idem_test::BusinessTable biz(t.blocking.pool);
+  idem_test::ServiceHandle service;
+  AsyncConnection own(service.mysql);
+  net::io_context io;
+  const idem::Key key{"order.paid", "poison"};
+  const idem::ConsumerPolicy policy{.max_attempts = 3};
+  const idem::Options options{.consumer = &policy};
+  int runs = 0;
+  const auto consume_on = [&](AsyncTransaction& tx) -> net::awaitable<idem::Ack> {
+    auto bound = tx.bind(t.store);
+    AsyncConnection& c = tx.connection();
+    const auto apply = [&]() -> net::awaitable<void> {
+      ++runs;
+      co_await insert_row(c, biz.name, key.id());
+      throw std::runtime_error("the ledger rejects this payment");
+    };
+    co_return co_await idem::async::consume(bound, key, "fp", apply, options);
+  };
+  const auto deliver = [&]() -> net::awaitable<idem::Ack> {
+    if (!own_handle) co_return co_await idem::mysql::with_transaction(*t.pool, consume_on);
+    auto tx = co_await AsyncTransaction::begin(own);
+    idem::Ack ack = co_await consume_on(tx);
+    const bool committed = co_await tx.commit();
+    // A run rolls back, then its attempt is counted; a copy that replays commits nothing.
+    CHECK(committed == (ack.verdict == idem::Verdict::replayed));
+    co_return ack;
+  };
+  for (std::uint32_t attempt = 1; attempt < 3; ++attempt) {
+    const idem::Ack ack = run_on(io, deliver());
+    CHECK(ack == idem::Ack::retry_later);
+    CHECK(ack.delay == policy.delay_after(attempt));
+    // Counted although the claim rolled back with the business's row.
+    CHECK(t.count("attempts = " + std::to_string(attempt) + " AND retryable = 1") == 1);
+    CHECK(biz.rows() == 0);
+  }
+  const idem::Ack last = run_on(io, deliver());
+  CHECK(last == idem::Ack::dead_letter);
+  CHECK_THAT(last.reason, Catch::Contains("gave up after 3 attempts"));
+  const idem::Ack copy = run_on(io, deliver());
+  CHECK(copy == idem::Ack::dead_letter);
+  CHECK(copy.verdict == idem::Verdict::replayed);
+  CHECK(runs == 3);
+  CHECK(biz.rows() == 0);
+  const auto record = t.blocking.store.find(key);
+  REQUIRE(record);
+  CHECK(record->status == idem::Status::failed);
+  CHECK_FALSE(record->retryable);
+  CHECK(record->attempts == 3);
+  CHECK(nlohmann::json::parse(record->snapshot)["error"] == "idem.attempts_exhausted");
+  if (own_handle) CHECK_FALSE(handle_in_transaction(service.mysql));
+}
+
+TEST_CASE("async mysql: copies of a poison message racing in coroutine transactions stop") {
+  // As the blocking test of the same name (tests/mysql/committable_test.cpp): every run is
+  // counted, so at most max_attempts + 2 * (copies - 1) runs.
+  constexpr int copies = 8;
+  constexpr std::uint32_t limit = 4;
+  constexpr int deliveries_per_copy = 40;
+  idem_test::AsyncTable t(copies);
+  idem_test::BusinessTable biz(t.blocking.pool);
+  const idem::Key key{"order.paid", "poison-race"};
+  const idem::ConsumerPolicy policy{.max_attempts = limit, .first_delay = idem::Duration::zero()};
+  const idem::Options options{.consumer = &policy};
+  net::io_context io;
+  int runs = 0;
+  int stopped = 0;
+  const auto apply_on = [&](AsyncTransaction& tx) -> net::awaitable<idem::Ack> {
+    auto bound = tx.bind(t.store);
+    AsyncConnection& c = tx.connection();
+    const auto apply = [&]() -> net::awaitable<void> {
+      ++runs;
+      co_await insert_row(c, biz.name, key.id());
+      throw std::runtime_error("poison");
+    };
+    co_return co_await idem::async::consume(bound, key, "fp", apply, options);
+  };
+  const auto copy = [&]() -> net::awaitable<void> {
+    for (int d = 0; d < deliveries_per_copy; ++d) {
+      idem::Ack ack;
+      try {
+        ack = co_await idem::mysql::with_transaction(*t.pool, apply_on);
+      } catch (const idem::StoreError&) {
+        continue;  // not acknowledged: delivered again
+      }
+      if (ack != idem::Ack::retry_later) {
+        ++stopped;
+        co_return;
+      }
+    }
+  };
+  for (int i = 0; i < copies; ++i)
+    net::co_spawn(io, copy(), net::detached);
+  io.run();
+  CHECK(stopped == copies);
+  CHECK(runs >= static_cast<int>(limit));
+  CHECK(runs <= static_cast<int>(limit) + 2 * (copies - 1));
+  CHECK(biz.rows() == 0);
+  const auto record = t.blocking.store.find(key);
+  REQUIRE(record);
+  CHECK(record->status == idem::Status::failed);
+  CHECK_FALSE(record->retryable);
+}
