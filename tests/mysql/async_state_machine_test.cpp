@@ -1,5 +1,5 @@
 // idem::mysql::async_apply on a real MariaDB: the same results as the blocking apply() move
-// after move; 50 coroutines on one loop thread, each on its own connection, racing the same
+// after move, on a pooled connection and on the service's own handle; 50 coroutines on one loop thread, each on its own connection, racing the same
 // transition; and duplicate refund callbacks through guard + state machine in one coroutine
 // transaction, which refund once.
 #include <chrono>
@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "../support/mysql_async.hpp"
+#include "../support/mysql_service.hpp"
 #include "../support/mysql_shop.hpp"
 
 namespace net = idem::async::net;
@@ -51,6 +52,10 @@ const std::vector<Move> moves{
 }  // namespace
 
 TEST_CASE("async mysql transitions: the same results as apply(), move after move") {
+  // A pooled connection, or the service's own handle (set up far from idem's habits).
+  const bool own_handle = GENERATE(false, true);
+  idem_test::ServiceHandle service;
+  idem::mysql::AsyncConnection borrowed(service.mysql);
   auto pool = idem_test::make_pool(2);
   auto async_pool = std::make_shared<idem::mysql::AsyncPool>(idem_test::server(),
                                                              idem::mysql::PoolParams{.size = 2});
@@ -67,6 +72,10 @@ TEST_CASE("async mysql transitions: the same results as apply(), move after move
     const auto expected =
         idem::mysql::apply(*c, blocking_machine, m.order, m.from, m.to, m.version, m.options);
     const auto got = run_on(io, [&]() -> net::awaitable<idem::TransitionResult<OrderStatus>> {
+      if (own_handle) {
+        co_return co_await idem::mysql::async_apply(borrowed, async_machine, m.order, m.from, m.to,
+                                                    m.version, m.options);
+      }
       auto handle = co_await async_pool->acquire();
       co_return co_await idem::mysql::async_apply(*handle, async_machine, m.order, m.from, m.to,
                                                   m.version, m.options);
