@@ -15,6 +15,7 @@
 
 #include "../support/async_scenarios.hpp"
 #include "../support/mysql_async.hpp"
+#include "../support/mysql_killer.hpp"
 #include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
@@ -87,49 +88,20 @@ TEST_CASE("async mysql: a 1 ms timer on the loop keeps firing while 64 claims ar
 TEST_CASE("async mysql: connections killed at random under load - nothing runs twice") {
   // The async pool logs in as a user of its own, so that the killer never touches the
   // connections of the tests running beside this one on the same server.
-  idem::mysql::Connection admin(idem_test::server());
-  const std::string user = "idem_kill_" + std::to_string(::getpid());
-  admin.query("CREATE USER IF NOT EXISTS '" + user + "'@'localhost'");
-  admin.query("GRANT ALL ON idem_test.* TO '" + user + "'@'localhost'");
-  idem::mysql::ConnectionParams as_user = idem_test::server();
-  as_user.user = user;
-  idem_test::AsyncTable t(16, {}, as_user);
+  const idem_test::KillableUser user("idem_kill");
+  idem_test::AsyncTable t(16, {}, user.params());
   const auto storm = idem_test::storm_of(3000, 23);
   idem_test::Executions executions;
-  std::atomic<bool> stop{false};
-  std::atomic<int> kills{0};
-  // The killer: a connection of its own that kills the pool's connections in the middle of
-  // a statement.
-  std::thread killer([&] {
-    idem::mysql::Connection c(idem_test::server());
-    std::mt19937 rng(5);
-    while (!stop) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1 + rng() % 3));
-      try {
-        const auto rows = c.select(
-            "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ? "
-            "AND COMMAND NOT IN ('Sleep', 'Killed')",
-            {user});
-        if (rows.empty()) continue;
-        const auto victim = rows[rng() % rows.size()].at(0).to_text().value();
-        c.query("KILL CONNECTION " + victim);
-        ++kills;
-      } catch (const idem::StoreError&) {
-        // The victim ended meanwhile: pick again.
-      }
-    }
-  });
+  idem_test::ConnectionKiller killer(user, 5);
   const auto r = idem_test::retrying_clients(t.store, storm, 64, executions);
-  stop = true;
-  killer.join();
+  killer.stop();
   std::printf("async mysql kill: %d kills, %d failed calls (retried by the client)%s%s\n",
-              kills.load(), r.failed_calls, r.failed_calls > 0 ? ", first: " : "",
+              killer.kills(), r.failed_calls, r.failed_calls > 0 ? ", first: " : "",
               r.first_failure.c_str());
-  CHECK(kills > 10);
+  CHECK(killer.kills() > 10);
   CHECK(executions.max_per_key() == 1);
   CHECK(executions.total() == storm.distinct);
   CHECK(t.count("status = 1") == storm.distinct);
-  admin.query("DROP USER IF EXISTS '" + user + "'@'localhost'");
 }
 
 TEST_CASE("async mysql: a request cancelled at any point leaves no processing claim behind") {
