@@ -1,11 +1,14 @@
 #pragma once
 // idem::mysql::AsyncBoundStore: the AsyncStore's operations on one AsyncConnection, inside the
 // transaction open on it, so that the claim, the business writes and the recorded result
-// commit or roll back together (same-transaction mode, docs/mysql.md). As BoundStore with
-// BoundClaim::claim_first: the claim INSERTs the processing row in the transaction and the
-// result UPDATEs it; a concurrent duplicate waits on the row's lock, then replays. Nothing is
-// retried here: a failure rolls back the caller's transaction (with_transaction runs it
-// again, idem/mysql/async_transaction.hpp).
+// commit or roll back together (same-transaction mode, docs/mysql.md). It claims as BoundStore
+// does (BoundClaim): claim_first INSERTs the processing row in the transaction and the result
+// UPDATEs it, a concurrent duplicate waiting on the row's lock, then replaying; record_last
+// reads without a lock, keeps a fresh claim in memory (SpeculativeClaims) and INSERTs the
+// finished record as its result, a concurrent duplicate's INSERT meeting the first one's row
+// (its transaction then rolls back and runs again, replaying). Unlike BoundStore it sends that
+// INSERT at once, not with the COMMIT. Nothing is retried here: a failure rolls back the
+// caller's transaction (with_transaction runs it again, idem/mysql/async_transaction.hpp).
 //
 // Every claim acquired is noted in the transaction's ClaimLedger; the transaction may commit
 // only when committable(): each claim succeeded or failed permanently. A consumer's failed
@@ -29,6 +32,7 @@
 #include "idem/backend/async_store_skeleton.hpp"
 #include "idem/backend/housekeeping.hpp"
 #include "idem/backend/record_rules.hpp"
+#include "idem/bound_claim.hpp"
 #include "idem/detail/checks.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
@@ -40,6 +44,7 @@
 #include "idem/record_query.hpp"
 #include "idem/repair.hpp"
 #include "idem/same_transaction/claim_ledger.hpp"
+#include "idem/same_transaction/speculative_claims.hpp"
 #include "idem/store.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
@@ -58,17 +63,25 @@ class BasicAsyncBoundStore {
   // the very claim it waits for.
   static constexpr bool supports_wait = false;
   static constexpr bool in_caller_transaction = true;
+  // Whether the Ops can claim record-last.
+  static constexpr bool can_record_last =
+      requires(const Ops& ops, AsyncConnection& c, const Key& key, const Record& r) {
+    { ops.probe(c, key) } -> std::same_as<net::awaitable<idem::same_transaction::RecordProbe>>;
+    { ops.insert_finished(c, r) } -> std::same_as<net::awaitable<bool>>;
+  };
 
   // `ledger` and `after_rollback`: the AsyncTransaction's, or null for a transaction the
   // caller runs itself (nobody counts a failed attempt there). `ops`, `connection` and the
-  // transaction must outlive this.
+  // transaction must outlive this. Throws InvalidArgument for record_last on Ops that cannot.
   BasicAsyncBoundStore(const Ops& ops, AsyncConnection& connection,
+                       BoundClaim how = BoundClaim::claim_first,
                        idem::same_transaction::ClaimLedger* ledger = nullptr,
                        AsyncWritesAfterRollback* after_rollback = nullptr)
       : ops_(&ops),
         connection_(&connection),
         ledger_(ledger != nullptr ? ledger : own_.get()),
-        after_rollback_(after_rollback) {}
+        after_rollback_(after_rollback),
+        how_(checked(how)) {}
 
   BasicAsyncBoundStore(BasicAsyncBoundStore&&) noexcept = default;
   BasicAsyncBoundStore& operator=(BasicAsyncBoundStore&&) noexcept = default;
@@ -83,14 +96,25 @@ class BasicAsyncBoundStore {
           "first): the claim would commit on its own");
     }
     ledger_->claiming(options);
-    ClaimResult r =
-        co_await idem::async::detail::claim_on("idem::mysql", *ops_, *connection_, key, fingerprint,
-                                               options, idem::detail::new_owner_token(), true);
-    if (r.verdict == Verdict::acquired) ledger_->claimed(r.record.key, r.record.ticket);
-    co_return r;
+    std::optional<ClaimResult> r;
+    if constexpr (can_record_last) {
+      if (how_ == BoundClaim::record_last) {
+        idem::same_transaction::RecordProbe seen = co_await ops_->probe(*connection_, key);
+        r = speculative_.claim(key, fingerprint, options, idem::detail::new_owner_token(),
+                               std::move(seen));
+      }
+    }
+    if (!r) {  // claim first, or a record-last claim's takeover (under the row's lock)
+      r.emplace(co_await idem::async::detail::claim_on("idem::mysql", *ops_, *connection_, key,
+                                                       fingerprint, options,
+                                                       idem::detail::new_owner_token(), true));
+    }
+    if (r->verdict == Verdict::acquired) ledger_->claimed(r->record.key, r->record.ticket);
+    co_return std::move(*r);
   }
 
-  // Throws LeaseLost when the claim is no longer held.
+  // Throws LeaseLost when the claim is no longer held, and a retryable StoreError when a
+  // record-last claim was superseded (the transaction must roll back and run again).
   net::awaitable<void> complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
     co_await record(key, ticket, snapshot, Status::succeeded, false);
   }
@@ -99,10 +123,12 @@ class BasicAsyncBoundStore {
     co_await record(key, ticket, error, Status::failed, retryable);
   }
   // As BoundStore::abandon: noted first, so that even a failed write leaves the transaction
-  // uncommittable.
+  // uncommittable. A record-last claim whose record was sent records nothing more; one that
+  // turns out superseded is noted so, without an error.
   net::awaitable<void> abandon(const Key& key, const Ticket& ticket, std::string_view error) {
     ledger_->ended(key, ticket, Ledger::State::abandoned);
-    co_await write(key, ticket, error, Status::failed, true);
+    if (speculative_.sent(key, ticket)) co_return;
+    (void)co_await write(key, ticket, error, Status::failed, true);
   }
 
   // What a Guard destroyed without a result calls: no write (it would race the transaction's
@@ -129,6 +155,10 @@ class BasicAsyncBoundStore {
     { ops.write_points(c, k, t, v, v) } -> std::same_as<net::awaitable<bool>>;
   }
   {
+    // A record-last claim keeps its points until its finished record is INSERTed.
+    if (auto points = speculative_.record_step("idem::mysql", key, ticket, step, result)) {
+      co_return std::move(*points);
+    }
     co_return co_await idem::async::detail::record_step_on("idem::mysql", *ops_, *connection_, key,
                                                            ticket, step, result, true, known);
   }
@@ -193,22 +223,46 @@ class BasicAsyncBoundStore {
   // As BoundStore's: in with_transaction's try, events are held until the try ends.
   Observer* observer_for(Observer* requested) { return ledger_->held(requested); }
   AsyncConnection& connection() const noexcept { return *connection_; }
+  BoundClaim how() const noexcept { return how_; }
 
  private:
   using Ledger = idem::same_transaction::ClaimLedger;
 
-  net::awaitable<void> write(const Key& key, const Ticket& ticket, std::string_view snapshot,
-                             Status to, bool retryable) {
+  static BoundClaim checked(BoundClaim how) {
+    if (how == BoundClaim::record_last && !can_record_last) {
+      throw InvalidArgument("idem::mysql::AsyncBoundStore: these Ops cannot claim record-last");
+    }
+    return how;
+  }
+
+  enum class Written { yes, superseded };
+
+  // Records the result: the fenced UPDATE of a written claim, or the INSERT of a record-last
+  // one, which answers superseded when it met another request's row (so noted in the ledger).
+  // Throws LeaseLost when the claim is not held.
+  net::awaitable<Written> write(const Key& key, const Ticket& ticket, std::string_view snapshot,
+                                Status to, bool retryable) {
     idem::detail::check_snapshot(snapshot);
+    if constexpr (can_record_last) {
+      if (std::optional<Record> done =
+              speculative_.finish("idem::mysql", key, ticket, to, snapshot, retryable)) {
+        const bool inserted = co_await ops_->insert_finished(*connection_, *done);
+        if (inserted) co_return Written::yes;
+        ledger_->ended(key, ticket, Ledger::State::superseded);
+        co_return Written::superseded;
+      }
+    }
     // (The answer is taken apart from the condition: GCC 12 miscompiles a throw after a
     // co_await inside an if's condition.)
     const bool held = co_await ops_->finish(*connection_, key, ticket, snapshot, to, retryable);
     if (!held) throw backend::lease_lost("idem::mysql", key, ticket);
+    co_return Written::yes;
   }
 
   net::awaitable<void> record(const Key& key, const Ticket& ticket, std::string_view snapshot,
                               Status to, bool retryable) {
-    co_await write(key, ticket, snapshot, to, retryable);
+    const Written written = co_await write(key, ticket, snapshot, to, retryable);
+    if (written == Written::superseded) throw ledger_->superseded_error("idem::mysql");
     ledger_->ended(key, ticket, Ledger::finished_state(to, retryable));
   }
 
@@ -231,6 +285,8 @@ class BasicAsyncBoundStore {
   std::unique_ptr<Ledger> own_ = std::make_unique<Ledger>();
   Ledger* ledger_;
   AsyncWritesAfterRollback* after_rollback_;
+  BoundClaim how_;
+  idem::same_transaction::SpeculativeClaims speculative_;
 };
 
 }  // namespace idem::mysql

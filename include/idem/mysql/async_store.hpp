@@ -75,6 +75,14 @@ class AsyncRecordOps {
     co_return read_back(co_await read(c, key, bound), token);
   }
 
+  // A record-last claim's read and its result (RecordOps::probe, insert_finished).
+  net::awaitable<same_transaction::RecordProbe> probe(AsyncConnection& c, const Key& key) const {
+    co_return probe_answer(co_await c.select(ops_.sql().probe, key_values(key)), key);
+  }
+  net::awaitable<bool> insert_finished(AsyncConnection& c, const Record& r) const {
+    co_return co_await c.execute(ops_.sql().insert_finished, finished_values(r)) == 1;
+  }
+
   net::awaitable<bool> write_takeover(AsyncConnection& c, backend::Decision d, const Record& next,
                                       const Ticket& read) const {
     co_return co_await c.execute(ops_.takeover_sql(d), takeover_values(d, next, read)) == 1;
@@ -199,14 +207,15 @@ using AsyncBoundStore = BasicAsyncBoundStore<detail::AsyncRecordOps>;
 
 class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend> {
  public:
-  // The store shares the pool. Same parameters as Store (bound_claim is not used).
+  // The store shares the pool. Same parameters as Store.
   explicit AsyncStore(std::shared_ptr<AsyncPool> pool, StoreParams params = {})
       : AsyncStoreSkeleton(
             detail::AsyncRecordOps(detail::RecordOps(params.table, params.insert_returning)),
             params.retry),
         pool_(std::move(pool)),
         name_(params.table),
-        table_(quote_identifier(params.table)) {
+        table_(quote_identifier(params.table)),
+        bound_claim_(params.bound_claim) {
     if (!pool_) throw InvalidArgument("idem::mysql::AsyncStore: pool must not be null");
     attach(pool_.get());
     if (params.check_table) {
@@ -241,10 +250,13 @@ class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend
   }
 
   // The store on a connection inside the transaction the caller began on it (in a
-  // with_transaction, bind through its AsyncTransaction instead). The store must outlive it.
+  // with_transaction, bind through its AsyncTransaction instead), claiming as
+  // StoreParams::bound_claim says. The store must outlive it.
   AsyncBoundStore bind(AsyncConnection& connection) const {
-    return AsyncBoundStore(ops(), connection);
+    return AsyncBoundStore(ops(), connection, bound_claim_);
   }
+  // How its bound stores claim (StoreParams::bound_claim).
+  BoundClaim bound_claim() const noexcept { return bound_claim_; }
 
   const std::string& table() const noexcept { return table_; }
   AsyncPool& pool() const noexcept { return *pool_; }
@@ -253,6 +265,7 @@ class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend
   std::shared_ptr<AsyncPool> pool_;
   std::string name_;   // as given (StoreParams::table)
   std::string table_;  // quoted
+  BoundClaim bound_claim_;
 };
 
 static_assert(idem::async::AwaitableStore<AsyncStore>);

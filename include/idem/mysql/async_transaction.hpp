@@ -100,9 +100,11 @@ class AsyncTransaction {
   }
 
   AsyncConnection& connection() const noexcept { return *connection_; }
-  // The store, bound to this transaction's connection and ledger.
+  // The store, bound to this transaction's connection and ledger, claiming as its
+  // StoreParams::bound_claim says.
   AsyncBoundStore bind(const AsyncStore& store) const {
-    return AsyncBoundStore(store.ops(), *connection_, ledger_.get(), after_rollback_.get());
+    return AsyncBoundStore(store.ops(), *connection_, store.bound_claim(), ledger_.get(),
+                           after_rollback_.get());
   }
   // As BoundStore::set_rollback_only, for the whole transaction.
   void set_rollback_only() noexcept { ledger_->set_rollback_only(); }

@@ -54,17 +54,12 @@
 #include "idem/record.hpp"
 #include "idem/repair.hpp"
 #include "idem/same_transaction/claim_ledger.hpp"
+#include "idem/same_transaction/speculative_claims.hpp"
 #include "idem/store.hpp"
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
 namespace idem::same_transaction {
-
-// A read that also answers when there is no row: the store's `now` comes either way.
-struct RecordProbe {
-  std::optional<Record> record;
-  TimePoint now;
-};
 
 // A store bound to one connection and the transaction open on it. Nothing is retried here:
 // a failure rolls back the caller's whole transaction, so the caller (or with_transaction)
@@ -164,7 +159,7 @@ class BoundSqlStore {
   // noted so, without an error: the transaction's runner runs it again.
   void abandon(const Key& key, const Ticket& ticket, std::string_view error) {
     ledger_->ended(key, ticket, Ledger::State::abandoned);
-    if (const Speculative* s = speculative(key, ticket); s != nullptr && !s->open) return;
+    if (speculative_.sent(key, ticket)) return;
     // Written at once, not with the COMMIT: a speculative body that failed on the first
     // request's writes learns here that it was superseded, and the try runs again.
     (void)write(key, ticket, error, Status::failed, true, false);
@@ -188,10 +183,8 @@ class BoundSqlStore {
     { ops.write_points(c, k, t, v, v) } -> std::same_as<bool>;
   }
   {
-    if (Speculative* s = speculative(key, ticket)) {
-      if (!s->open) throw backend::lease_lost(Backend::name, key, ticket);
-      s->record.recovery_points = detail::with_step(s->record.recovery_points, step, result);
-      return s->record.recovery_points;
+    if (auto points = speculative_.record_step(Backend::name, key, ticket, step, result)) {
+      return std::move(*points);
     }
     send_deferred();
     if constexpr (can_commit_with_writes) {
@@ -313,12 +306,6 @@ class BoundSqlStore {
  private:
   using Ledger = same_transaction::ClaimLedger;
 
-  // A record-last claim: acquired, not yet written; `open` until its result's INSERT is sent.
-  struct Speculative {
-    Record record;
-    bool open = true;
-  };
-
   static BoundClaim checked(BoundClaim how) {
     if (how == BoundClaim::record_last && !can_record_last) {
       throw InvalidArgument(
@@ -332,30 +319,15 @@ class BoundSqlStore {
                              detail::new_owner_token(), true);
   }
 
-  // A consistent (non-locking) read decides: a duplicate that holds no lock cannot deadlock
-  // with the business of the request it duplicates. A stale snapshot is harmless: a finished
-  // record only changes once it has expired, which the read's `now` judges; a row the
-  // snapshot misses is met by the final INSERT.
+  // Decided on a non-locking read, as SpeculativeClaims::claim says.
   ClaimResult claim_last(const Key& key, std::string_view fingerprint, const Options& options) {
     if constexpr (can_record_last) {
-      RecordProbe seen = ops_->probe(*connection_, key);
-      if (!seen.record) {
-        Record fresh =
-            backend::claim_record(key, detail::new_owner_token(), fingerprint, seen.now, options);
-        speculative_.push_back({fresh});
-        return {Verdict::acquired, std::move(fresh)};
+      if (auto answer = speculative_.claim(key, fingerprint, options, detail::new_owner_token(),
+                                           ops_->probe(*connection_, key))) {
+        return std::move(*answer);
       }
-      const backend::Decision d = backend::decide(*seen.record, fingerprint, seen.now);
-      if (!backend::is_takeover(d)) return {backend::verdict_of(d), std::move(*seen.record)};
     }
     return claim_first(key, fingerprint, options);
-  }
-
-  Speculative* speculative(const Key& key, const Ticket& ticket) noexcept {
-    for (Speculative& s : speculative_) {
-      if (s.record.ticket == ticket && s.record.key == key) return &s;
-    }
-    return nullptr;
   }
 
   // Whether the ledger is a with_transaction try's, which sends what waits in it with its
@@ -387,11 +359,9 @@ class BoundSqlStore {
                 bool retryable, bool deferrable = true) {
     detail::check_snapshot(snapshot);
     if constexpr (can_record_last) {
-      if (Speculative* s = speculative(key, ticket)) {
-        if (!s->open) throw backend::lease_lost(Backend::name, key, ticket);
-        s->open = false;  // whatever the INSERT does, this claim is not written twice
-        // (The INSERT stamps updated_at with the store's now.)
-        Record done = backend::finished(s->record, to, snapshot, retryable, s->record.updated_at);
+      if (std::optional<Record> finished =
+              speculative_.finish(Backend::name, key, ticket, to, snapshot, retryable)) {
+        Record done = std::move(*finished);
         if constexpr (can_commit_with_record) {
           if (deferrable && may_defer()) {
             send_deferred();
@@ -447,7 +417,7 @@ class BoundSqlStore {
   std::unique_ptr<Ledger> own_ = std::make_unique<Ledger>();
   Ledger* ledger_;
   BoundClaim how_;
-  std::vector<Speculative> speculative_;
+  SpeculativeClaims speculative_;
 };
 
 }  // namespace idem::same_transaction

@@ -50,6 +50,20 @@ namespace idem::mysql {
 
 namespace detail {
 
+// The answer of RecordSql::probe: the row, if any, and the server's now.
+inline same_transaction::RecordProbe probe_answer(const std::vector<Row>& rows, const Key& key) {
+  if (rows.size() != 1) throw CorruptRecord("idem::mysql: the probe did not answer one row");
+  const Row& row = rows.front();
+  if (row.size() != column::count_with_now) {
+    throw CorruptRecord("idem::mysql: unexpected column count from the probe");
+  }
+  if (row[column::key].is_null())
+    return {std::nullopt, time_of(row[column::now], "UTC_TIMESTAMP(3)")};
+  RowRead read = decode_record(row);
+  backend::require_key_read("idem::mysql", key, read.record);
+  return {std::move(read.record), read.now};
+}
+
 // The record operations on one connection, shared by both modes (see
 // idem/backend/store_skeleton.hpp). `bound` reads with LOCK IN SHARE MODE: inside a caller's
 // transaction a plain read could return an old snapshot, and an exclusive lock would deadlock the
@@ -70,17 +84,7 @@ class RecordOps {
   // A record-last claim's read: plain (a consistent read inside the transaction), so that a
   // duplicate holds no lock while its body runs.
   same_transaction::RecordProbe probe(Connection& c, const Key& key) const {
-    const auto rows = c.select(sql_.probe, {key.id(), key.biz_type()});
-    if (rows.size() != 1) throw CorruptRecord("idem::mysql: the probe did not answer one row");
-    const Row& row = rows.front();
-    if (row.size() != column::count_with_now) {
-      throw CorruptRecord("idem::mysql: unexpected column count from the probe");
-    }
-    if (row[column::key].is_null())
-      return {std::nullopt, time_of(row[column::now], "UTC_TIMESTAMP(3)")};
-    RowRead read = decode_record(row);
-    backend::require_key_read("idem::mysql", key, read.record);
-    return {std::move(read.record), read.now};
+    return probe_answer(c.select(sql_.probe, key_values(key)), key);
   }
 
   // A record-last claim's result; false when another request's row is there.
