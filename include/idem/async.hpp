@@ -8,6 +8,7 @@
 #include "idem/async/consume.hpp"
 #include "idem/async/guard.hpp"
 #include "idem/async/inline_store.hpp"
+#include "idem/async/janitor.hpp"
 #include "idem/async/net.hpp"
 #include "idem/async/offload_store.hpp"
 #include "idem/async/resolver.hpp"

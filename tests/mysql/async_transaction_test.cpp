@@ -290,7 +290,7 @@ TEST_CASE("async mysql: an AsyncTransaction ends as its claims say, once") {
 }
 
 TEST_CASE(
-    "async mysql: a record-last claim writes nothing before its result; a duplicate that ran "
+    "async mysql: a record-last claim writes nothing before its result, and a duplicate that ran "
     "beside it is superseded, rolls back and replays") {
   idem_test::AsyncTable t(8, {.bound_claim = idem::BoundClaim::record_last});
   idem_test::BusinessTable biz(t.blocking.pool);

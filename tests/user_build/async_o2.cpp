@@ -32,6 +32,16 @@ net::awaitable<void> move(idem::mysql::AsyncPool& mysql, idem::pg::AsyncPool& pg
   auto p = co_await pg.acquire();
   (void)co_await idem::pg::async_apply(*p, machine, "A1", Order::pending, Order::paid);
 }
+// The service's own handle: a coroutine transaction on it, a consumer inside.
+net::awaitable<void> own(idem::mysql::AsyncStore& store, MYSQL* mysql) {
+  idem::mysql::AsyncConnection c(mysql);
+  auto tx = co_await idem::mysql::AsyncTransaction::begin(c);
+  auto bound = tx.bind(store);
+  const idem::Ack ack = co_await idem::async::consume(bound, {"MSG", "3"}, "fp",
+                                                      []() -> net::awaitable<void> { co_return; });
+  (void)ack;
+  (void)co_await tx.commit();
+}
 int main() {
   net::io_context io;
   auto mpool = std::make_shared<idem::mysql::AsyncPool>(idem::mysql::ConnectionParams{},
@@ -53,5 +63,8 @@ int main() {
   net::co_spawn(io, use(inl), net::detached);
   net::co_spawn(io, use(rstore), net::detached);
   net::co_spawn(io, move(*mpool, *ppool), net::detached);
+  net::co_spawn(io, own(mstore, nullptr), net::detached);
+  idem::async::Janitor janitor(mstore);
+  net::co_spawn(io, janitor.run(), net::detached);
   io.run();
 }

@@ -52,6 +52,8 @@
 #include "idem/store.hpp"
 #include "idem/ticket.hpp"
 
+IDEM_ASYNC_FRAMES_BEGIN
+
 namespace idem::async::detail {
 
 // One claim on one connection: backend::ClaimSteps run by coroutine calls.
@@ -376,3 +378,5 @@ class AsyncStoreSkeleton {
 };
 
 }  // namespace idem::backend
+
+IDEM_ASYNC_FRAMES_END

@@ -49,6 +49,8 @@
 #include "idem/ticket.hpp"
 #include "idem/verdict.hpp"
 
+IDEM_ASYNC_FRAMES_BEGIN
+
 namespace idem::mysql {
 
 // The writes that wait for a coroutine try's ROLLBACK (ClaimLedger::after_rollback's, awaited):
@@ -290,3 +292,5 @@ class BasicAsyncBoundStore {
 };
 
 }  // namespace idem::mysql
+
+IDEM_ASYNC_FRAMES_END
