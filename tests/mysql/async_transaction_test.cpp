@@ -43,6 +43,20 @@ bool handle_in_transaction(MYSQL* m) {
   return in;
 }
 
+// A poison message consumed in `tx`: its business writes a row, then fails, every time.
+net::awaitable<idem::Ack> consume_poison(AsyncTransaction& tx, const idem::mysql::AsyncStore& store,
+                                         const std::string& table, const idem::Key& key,
+                                         const idem::Options& options, int& runs) {
+  auto bound = tx.bind(store);
+  AsyncConnection& c = tx.connection();
+  const auto apply = [&]() -> net::awaitable<void> {
+    ++runs;
+    co_await insert_row(c, table, key.id());
+    throw std::runtime_error("the ledger rejects this payment");
+  };
+  co_return co_await idem::async::consume(bound, key, "fp", apply, options);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -362,15 +376,8 @@ TEST_CASE(
   const idem::ConsumerPolicy policy{.max_attempts = 3};
   const idem::Options options{.consumer = &policy};
   int runs = 0;
-  const auto consume_on = [&](AsyncTransaction& tx) -> net::awaitable<idem::Ack> {
-    auto bound = tx.bind(t.store);
-    AsyncConnection& c = tx.connection();
-    const auto apply = [&]() -> net::awaitable<void> {
-      ++runs;
-      co_await insert_row(c, biz.name, key.id());
-      throw std::runtime_error("the ledger rejects this payment");
-    };
-    co_return co_await idem::async::consume(bound, key, "fp", apply, options);
+  const auto consume_on = [&](AsyncTransaction& tx) {
+    return consume_poison(tx, t.store, biz.name, key, options, runs);
   };
   const auto deliver = [&]() -> net::awaitable<idem::Ack> {
     if (!own_handle) co_return co_await idem::mysql::with_transaction(*t.pool, consume_on);
@@ -420,15 +427,8 @@ TEST_CASE("async mysql: copies of a poison message racing in coroutine transacti
   net::io_context io;
   int runs = 0;
   int stopped = 0;
-  const auto apply_on = [&](AsyncTransaction& tx) -> net::awaitable<idem::Ack> {
-    auto bound = tx.bind(t.store);
-    AsyncConnection& c = tx.connection();
-    const auto apply = [&]() -> net::awaitable<void> {
-      ++runs;
-      co_await insert_row(c, biz.name, key.id());
-      throw std::runtime_error("poison");
-    };
-    co_return co_await idem::async::consume(bound, key, "fp", apply, options);
+  const auto apply_on = [&](AsyncTransaction& tx) {
+    return consume_poison(tx, t.store, biz.name, key, options, runs);
   };
   const auto copy = [&]() -> net::awaitable<void> {
     for (int d = 0; d < deliveries_per_copy; ++d) {
