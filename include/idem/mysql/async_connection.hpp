@@ -89,14 +89,18 @@ class AsyncConnection {
 
   // Borrows the service's open handle (see the header comment); the service keeps owning it.
   // Throws InvalidArgument for a null handle, StoreError when Connector/C cannot give it a
-  // non-blocking context (out of memory).
+  // non-blocking context (out of memory, or a call of an earlier borrow was cut midway and
+  // left the handle broken).
   explicit AsyncConnection(MYSQL* borrowed) : mysql_(borrowed), borrowed_(true) {
     if (borrowed == nullptr) {
       throw InvalidArgument("idem::mysql::AsyncConnection: the handle is null");
     }
     detail::thread_init();
     if (mysql_options(mysql_, MYSQL_OPT_NONBLOCK, nullptr) != 0) {
-      throw StoreError("idem::mysql: the handle cannot be made non-blocking (out of memory)", true);
+      throw StoreError(
+          "idem::mysql: the handle cannot be made non-blocking (out of memory, or an earlier "
+          "call on it was cut midway: close it)",
+          false);
     }
     returning_ = detail::server_has_returning(mysql_);
   }
