@@ -30,6 +30,8 @@
 #include "idem/record.hpp"
 #include "idem/repair.hpp"
 
+IDEM_ASYNC_FRAMES_BEGIN
+
 namespace idem::async {
 
 template <AwaitableStore S>
@@ -128,3 +130,5 @@ class Janitor {
 };
 
 }  // namespace idem::async
+
+IDEM_ASYNC_FRAMES_END

@@ -214,7 +214,8 @@ class AsyncConnection {
     autocommit_off_ = false;
   }
 
-  bool broken() const noexcept { return mysql_ == nullptr || broken_; }
+  // Also while a call is under way, or after one whose coroutine was destroyed midway.
+  bool broken() const noexcept { return mysql_ == nullptr || broken_ || mid_call_; }
   void mark_broken() noexcept { broken_ = true; }
   void require_usable() const {
     if (broken()) {
@@ -351,10 +352,15 @@ class AsyncConnection {
 
   // Runs one non-blocking call to its end: start() goes as far as it can and answers what it
   // waits for (0: done); cont(ready) goes on once the socket is ready or the timeout came.
+  // mid_call_ stays set when the coroutine is destroyed without being resumed (its loop went
+  // away mid-call): Connector/C's call is suspended halfway, and nothing may be sent on the
+  // handle any more, not even a blocking ROLLBACK.
   template <class Start, class Cont>
   net::awaitable<void> drive(Start start, Cont cont) {
+    mid_call_ = true;
     for (int status = start(); status != 0;)
       status = cont(co_await wait(status));
+    mid_call_ = false;
   }
 
   // Waits on the calling coroutine's executor for what the driver asked.
@@ -387,7 +393,7 @@ class AsyncConnection {
     if (mysql_ == nullptr) return;
     // A broken connection may be in the middle of a call: shut the socket down so that the
     // goodbyes below fail at once instead of waiting for a peer that may not answer.
-    if (broken_) ::shutdown(mysql_get_socket(mysql_), SHUT_RDWR);
+    if (broken()) ::shutdown(mysql_get_socket(mysql_), SHUT_RDWR);
     statements_.clear();
     mysql_close(mysql_);
     mysql_ = nullptr;
@@ -397,6 +403,7 @@ class AsyncConnection {
   MYSQL* mysql_ = nullptr;
   bool borrowed_ = false;
   bool broken_ = false;
+  bool mid_call_ = false;
   bool returning_ = false;
   bool galera_ = false;
   bool autocommit_off_ = false;

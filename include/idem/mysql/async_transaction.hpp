@@ -80,9 +80,9 @@ class AsyncTransaction {
   // pool's connections, or one borrowing the service's handle. `c` must outlive it. Throws
   // StoreError.
   static net::awaitable<AsyncTransaction> begin(AsyncConnection& c) {
-    AsyncTransaction tx(c, false, "idem::mysql::AsyncTransaction");
+    // (Begun before the object exists: a BEGIN that fails leaves nothing to roll back.)
     if (!c.in_transaction()) co_await c.begin_transaction();
-    co_return tx;
+    co_return AsyncTransaction(c, false, "idem::mysql::AsyncTransaction");
   }
 
   AsyncTransaction(AsyncTransaction&& other) noexcept
@@ -119,8 +119,10 @@ class AsyncTransaction {
     co_return committed_;
   }
 
-  // Rolls back whatever the claims say. Throws UsageError when the transaction already ended,
-  // StoreError when the ROLLBACK fails (the connection is then broken).
+  // Rolls back whatever the claims say. The failed attempts a consumer counted in it are not
+  // written (commit() writes them after its rollback). Throws UsageError when the
+  // transaction already ended, StoreError when the ROLLBACK fails (the connection is then
+  // broken).
   net::awaitable<void> roll_back() {
     end();
     ledger_->rolled_back();
