@@ -266,13 +266,7 @@ class AsyncConnection {
   // As detail::session_variable, without blocking.
   net::awaitable<std::string> session_variable(std::string_view name) {
     const std::string sql = fmt::format("SHOW SESSION VARIABLES LIKE '{}'", name);
-    int rc = 0;
-    co_await drive([&] { return mysql_real_query_start(&rc, mysql_, sql.data(), sql.size()); },
-                   [&](int s) { return mysql_real_query_cont(&rc, mysql_, s); });
-    if (rc != 0) throw error_from(mysql_, "SHOW VARIABLES");
-    MYSQL_RES* res = nullptr;
-    co_await drive([&] { return mysql_store_result_start(&res, mysql_); },
-                   [&](int s) { return mysql_store_result_cont(&res, mysql_, s); });
+    MYSQL_RES* res = co_await query_and_store(sql, "SHOW VARIABLES");
     if (res == nullptr) throw error_from(mysql_, "SHOW VARIABLES");
     std::string value;
     if (MYSQL_ROW row = mysql_fetch_row(res); row != nullptr && row[1] != nullptr) value = row[1];
@@ -297,10 +291,16 @@ class AsyncConnection {
   // null for a statement without one.
   net::awaitable<MYSQL_RES*> send_text(const std::string& sql, const std::vector<Param>& params) {
     const std::string text = detail::text_statement(mysql_, sql, params.data(), params.size());
+    co_return co_await query_and_store(text, "query");
+  }
+
+  // One SQL text and its stored result, null for a statement without one (`what` names the
+  // call in errors).
+  net::awaitable<MYSQL_RES*> query_and_store(const std::string& text, std::string_view what) {
     int rc = 0;
     co_await drive([&] { return mysql_real_query_start(&rc, mysql_, text.data(), text.size()); },
                    [&](int s) { return mysql_real_query_cont(&rc, mysql_, s); });
-    if (rc != 0) throw error_from(mysql_, "query");
+    if (rc != 0) throw error_from(mysql_, what);
     MYSQL_RES* res = nullptr;
     co_await drive([&] { return mysql_store_result_start(&res, mysql_); },
                    [&](int s) { return mysql_store_result_cont(&res, mysql_, s); });
