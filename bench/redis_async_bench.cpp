@@ -21,6 +21,8 @@
 #ifdef IDEM_BENCH_ASYNC
 #include <boost/asio/io_context.hpp>
 #include <idem/redis/async.hpp>
+
+#include "async_run.hpp"
 #endif
 
 namespace bench {
@@ -32,14 +34,6 @@ namespace {
 namespace net = idem::async::net;
 
 const idem::Options options{};
-
-// The requests of one round, handed out in order to the coroutines that keep them in flight.
-struct Feed {
-  int round;
-  std::size_t total;
-  std::size_t next = 0;
-  long runs = 0;
-};
 
 struct Paid {
   long* runs;
@@ -57,17 +51,6 @@ net::awaitable<void> requester(idem::redis::AsyncStore& store, Feed& feed) {
         co_await idem::async::run_once(store, key, fixed_fingerprint(), business, options);
     if (!out) throw std::runtime_error("neither acquired nor replayed");
   }
-}
-
-void run_all(net::io_context& io, std::vector<net::awaitable<void>> coroutines) {
-  std::exception_ptr failed;
-  for (auto& c : coroutines)
-    net::co_spawn(io, std::move(c), [&](std::exception_ptr e) {
-      if (e && !failed) failed = e;
-    });
-  io.restart();
-  io.run();
-  if (failed) std::rethrow_exception(failed);
 }
 
 // One bare hiredis connection that pipelines: append many commands, then read their replies.

@@ -35,6 +35,7 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "mysql.async_cycle",
                                                  "mysql.mix",
                                                  "mysql.tx",
+                                                 "mysql.async_bound",
                                                  "mysql.tx_floor",
                                                  "mysql.tx_claim_first",
                                                  "mysql.tx_own",

@@ -21,6 +21,7 @@ int run_mysql(const Config& config, const Selected& selected) {
       {"mysql.async_cycle", [&] { async_cycle_scenario(config); }},
       {"mysql.mix", [&] { cycle_scenario(config, true); }},
       {"mysql.tx", [&] { tx_scenario(config, TxMode::library); }},
+      {"mysql.async_bound", [&] { async_bound_scenario(config); }},
       {"mysql.tx_floor", [&] { tx_scenario(config, TxMode::floor); }},
       {"mysql.tx_claim_first", [&] { tx_scenario(config, TxMode::claim_first); }},
       {"mysql.tx_own", [&] { tx_scenario(config, TxMode::own); }},

@@ -1,8 +1,8 @@
 #pragma once
 // The mysql.* scenarios of idem-bench: idem::mysql against the bare C API on the same server,
 // same table shape (idem::mysql::record_table_ddl), same rows. One file per family: claim.cpp
-// (claim, returning), cycle.cpp (cycle, mix), async_cycle.cpp (the coroutine store against
-// the blocking one), tx.cpp (same-transaction), cache.cpp (CachedStore), scale.cpp (batch,
+// (claim, returning), cycle.cpp (cycle, mix), async.cpp (the coroutine stores against the
+// blocking ones), tx.cpp (same-transaction), cache.cpp (CachedStore), scale.cpp (batch,
 // storm, big_table).
 #include "../common.hpp"
 #include "../scenarios.hpp"
@@ -16,6 +16,10 @@ void cycle_scenario(const Config& config, bool mix, bool floor = false);
 // thread, many requests in flight, against mysql.cycle's library side (the blocking store on
 // --threads threads) in the same run.
 void async_cycle_scenario(const Config& config);
+// mysql.async_bound (issue 31): mysql.tx's request (the claim in the business's transaction)
+// through the coroutine with_transaction and AsyncStore's bound store from one loop thread,
+// against mysql.tx's library side on --threads threads.
+void async_bound_scenario(const Config& config);
 
 // mysql.tx: the library's same-transaction mode (its default, BoundClaim::record_last).
 // mysql.tx_claim_first: the same with BoundClaim::claim_first. mysql.tx_floor: record_last's

@@ -141,6 +141,46 @@ struct Server {
 
 inline const idem::Options options{};
 
+// Rounds of the scenarios whose ratio moved the most between runs (same-transaction, coroutine
+// stores), --quick or not: on two cores, rounds much shorter than a second, or fewer than
+// five, left the median ratio far from what longer runs of the same code measure
+// (docs/performance.md, "Same-transaction speed, reproducibly").
+inline constexpr std::size_t steady_round_operations = 5'000;
+inline int steady_rounds(const Config& config) {
+  return config.rounds > 0 ? config.rounds : 5;
+}
+
+// --- the same-transaction scenarios' business ------------------------------------------------
+
+// The business of the same-transaction scenarios: an order row, written in the transaction
+// that holds the claim.
+inline std::string business_order_ddl(const std::string& table) {
+  return fmt::format(
+      "CREATE TABLE IF NOT EXISTS {} (order_id VARBINARY(64) NOT NULL PRIMARY KEY, amount BIGINT "
+      "NOT NULL, created_at DATETIME(3) NOT NULL) ENGINE=InnoDB",
+      table);
+}
+
+inline std::string business_order_insert_sql(const std::string& table) {
+  return fmt::format(
+      "INSERT INTO {} (order_id, amount, created_at) VALUES (?, ?, UTC_TIMESTAMP(3))", table);
+}
+
+// One request of mysql.tx's library side, in the transaction on `c`: the store bound to it,
+// run_once whose business INSERTs the order. True when it ran or replayed.
+inline bool bound_order_request(Connection& c, const idem::mysql::Store& store,
+                                const std::string& id, const std::string& order_sql) {
+  auto tx = store.bind(c);
+  auto out = idem::run_once(
+      tx, idem::Key{"BENCH", id}, fixed_fingerprint(),
+      [&] {
+        c.execute(order_sql, {id, 100});
+        return nlohmann::json{{"order", id}};
+      },
+      options);
+  return static_cast<bool>(out);
+}
+
 // --- mysql.cycle ---------------------------------------------------------------------------
 
 // The business of a cycle: a no-op answering the small JSON the record stores; counts its

@@ -5,30 +5,6 @@ namespace bench::mysql_bench {
 
 namespace {
 
-// Rounds of the same-transaction scenarios, --quick or not: on two cores, rounds much shorter
-// than a second, or fewer than five, left the median ratio far from what longer runs of the
-// same code measure (docs/performance.md, "Same-transaction speed, reproducibly").
-constexpr std::size_t transactions_per_round = 5'000;
-int tx_rounds(const Config& config) {
-  return config.rounds > 0 ? config.rounds : 5;
-}
-
-std::string order_ddl(const std::string& table) {
-  return fmt::format(
-      "CREATE TABLE IF NOT EXISTS {} (order_id VARBINARY(64) NOT NULL PRIMARY KEY, amount BIGINT "
-      "NOT NULL, created_at DATETIME(3) NOT NULL) ENGINE=InnoDB",
-      table);
-}
-
-std::string order_insert_sql(const std::string& table) {
-  return fmt::format(
-      "INSERT INTO {} (order_id, amount, created_at) VALUES (?, ?, UTC_TIMESTAMP(3))", table);
-}
-
-}  // namespace
-
-namespace {
-
 // record_last's statements sent through the bare C API, on a session with autocommit off as
 // with_transaction keeps it: the read of the key, the business INSERT, and the INSERT of the
 // finished record with the COMMIT (one compound statement).
@@ -85,11 +61,11 @@ void tx_scenario(const Config& config, TxMode mode) {
       {.table = lib_table, .bound_claim = idem::BoundClaim::claim_first});
   const idem::mysql::Store& bound_store =
       mode == TxMode::claim_first ? claim_first_store : *server.store;
-  server.conn(0).query(order_ddl("bench_lib_order"));
-  server.conn(0).query(order_ddl("bench_raw_order"));
-  const std::size_t per = transactions_per_round / threads;
+  server.conn(0).query(business_order_ddl("bench_lib_order"));
+  server.conn(0).query(business_order_ddl("bench_raw_order"));
+  const std::size_t per = steady_round_operations / threads;
   const std::size_t total = per * threads;
-  const std::string lib_order = order_insert_sql("bench_lib_order");
+  const std::string lib_order = business_order_insert_sql("bench_lib_order");
 
   const auto sql = idem::mysql::detail::make_record_sql(lib_table);
   auto floors = per_thread<RecordLastFloor>(threads);
@@ -115,15 +91,7 @@ void tx_scenario(const Config& config, TxMode mode) {
                    };
                    const bool ok = in_transaction([&](Connection& c) {
                      ++bodies;  // more bodies than transactions: some ran again
-                     auto tx = bound_store.bind(c);
-                     auto out = idem::run_once(
-                         tx, idem::Key{"BENCH", id}, fixed_fingerprint(),
-                         [&] {
-                           c.execute(lib_order, {id, 100});
-                           return nlohmann::json{{"order", id}};
-                         },
-                         options);
-                     return static_cast<bool>(out);
+                     return bound_order_request(c, bound_store, id, lib_order);
                    });
                    if (!ok) throw std::runtime_error("transaction did not succeed");
                  }
@@ -134,7 +102,7 @@ void tx_scenario(const Config& config, TxMode mode) {
                   RawConn& c = server.conn(t);
                   auto& ins = orders[static_cast<std::size_t>(t)];
                   if (!ins)
-                    ins = std::make_unique<RawStmt>(c, order_insert_sql("bench_raw_order"),
+                    ins = std::make_unique<RawStmt>(c, business_order_insert_sql("bench_raw_order"),
                                                     std::vector<Kind>{Kind::text, Kind::int64});
                   (*ins)[1].num = 100;
                   for (std::size_t i = 0; i < per; ++i) {
@@ -144,12 +112,12 @@ void tx_scenario(const Config& config, TxMode mode) {
                     c.query("COMMIT");
                   }
                 }};
-  const auto t = alternate(name, tx_rounds(config), threads, total, library, baseline);
+  const auto t = alternate(name, steady_rounds(config), threads, total, library, baseline);
   auto j = throughput_json(name, threads, total, t, mode == TxMode::library ? ">= 0.6" : "report");
   j["connections"] = threads;
   if (mode != TxMode::floor) {
     j["library_transaction_tries"] = bodies.load();
-    j["library_transactions"] = total * static_cast<std::size_t>(tx_rounds(config));
+    j["library_transactions"] = total * static_cast<std::size_t>(steady_rounds(config));
   }
   if (mode == TxMode::floor) {
     j["library"] =
@@ -198,7 +166,7 @@ struct Handwritten {
   explicit Handwritten(RawConn& c)
       : conn(c),
         claim(c, "INSERT INTO bench_dedup (dedup_key, biz_type) VALUES (?, 'BENCH')", {Kind::text}),
-        order(c, order_insert_sql("bench_raw_order"), {Kind::text, Kind::int64}),
+        order(c, business_order_insert_sql("bench_raw_order"), {Kind::text, Kind::int64}),
         store(c, "UPDATE bench_dedup SET response = ? WHERE dedup_key = ? AND biz_type = 'BENCH'",
               {Kind::blob, Kind::text}),
         replay(c, "SELECT response FROM bench_dedup WHERE dedup_key = ? AND biz_type = 'BENCH'",
@@ -239,12 +207,12 @@ void tx_handwritten_scenario(const Config& config) {
   const std::string name = "mysql.tx_handwritten";
   const int threads = config.threads > 0 ? config.threads : 32;
   Server server(config, threads);
-  server.conn(0).query(order_ddl("bench_lib_order"));
-  server.conn(0).query(order_ddl("bench_raw_order"));
+  server.conn(0).query(business_order_ddl("bench_lib_order"));
+  server.conn(0).query(business_order_ddl("bench_raw_order"));
   server.conn(0).query(dedup_ddl("bench_dedup"));
-  const std::size_t per = transactions_per_round / threads;
+  const std::size_t per = steady_round_operations / threads;
   const std::size_t total = per * threads;
-  const std::string lib_order = order_insert_sql("bench_lib_order");
+  const std::string lib_order = business_order_insert_sql("bench_lib_order");
   std::atomic<long> lib_runs{0}, raw_runs{0}, bodies{0};
   Side library{[&](int) {
                  server.truncate(lib_table);
@@ -283,12 +251,12 @@ void tx_handwritten_scenario(const Config& config) {
                     runs += h->run(mix_key_id(r, t, i)) ? 1 : 0;
                   raw_runs += runs;
                 }};
-  const auto t = alternate(name, tx_rounds(config), threads, total, library, baseline);
+  const auto t = alternate(name, steady_rounds(config), threads, total, library, baseline);
   auto j = throughput_json(name, threads, total, t, ">= 1.0");
   j["connections"] = threads;
   j["duplicates"] = 0.12;
-  j["library_executions"] = lib_runs.load() / tx_rounds(config);
-  j["baseline_executions"] = raw_runs.load() / tx_rounds(config);
+  j["library_executions"] = lib_runs.load() / steady_rounds(config);
+  j["baseline_executions"] = raw_runs.load() / steady_rounds(config);
   j["library_transaction_tries"] = bodies.load();
   j["library"] =
       "with_transaction + store.bind(c) + run_once, the default record_last: (autocommit off, "
