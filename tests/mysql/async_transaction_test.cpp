@@ -514,3 +514,169 @@ TEST_CASE(
   CHECK(biz.rows() == storm.distinct);
   CHECK(t.count("status = 1") == storm.distinct);
 }
+
+namespace {
+
+// The service's own connection source, for coroutines: a few handles of its, lent one
+// coroutine at a time (a coroutine that finds none free waits its turn), counted as they go
+// out and come back.
+struct ServiceLender {
+  std::vector<std::unique_ptr<idem_test::ServiceHandle>> handles;
+  std::vector<MYSQL*> free;
+  int lent = 0;
+
+  explicit ServiceLender(int n) {
+    for (int i = 0; i < n; ++i) {
+      handles.push_back(std::make_unique<idem_test::ServiceHandle>());
+      free.push_back(handles.back()->mysql);
+    }
+  }
+
+  // The lender with_transaction takes: lend(use) gets a free handle, co_awaits use(handle),
+  // and gives the handle back however use ended.
+  auto lender() {
+    return [this](auto use) -> net::awaitable<void> {
+      while (free.empty())
+        co_await idem::async::sleep_for(1ms);
+      MYSQL* mysql = free.back();
+      free.pop_back();
+      ++lent;
+      std::exception_ptr failed;
+      try {
+        co_await use(mysql);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      free.push_back(mysql);
+      if (failed) std::rethrow_exception(failed);
+    };
+  }
+};
+
+// The UsageError with_transaction(lend, body) ends in ("not refused" if none).
+template <class Lend, class Body>
+net::awaitable<std::string> usage_error_of(Lend lend, Body& body) {
+  try {
+    (void)co_await idem::mysql::with_transaction(lend, body);
+  } catch (const idem::UsageError& e) {
+    co_return std::string(e.what());
+  }
+  co_return std::string("not refused");
+}
+
+}  // namespace
+
+TEST_CASE(
+    "async mysql: with_transaction on the service's own lender runs each payment once and gives "
+    "every handle back") {
+  constexpr int keys = 12;
+  constexpr int copies = 3;  // each payment delivered three times at once
+  const auto how = GENERATE(idem::BoundClaim::claim_first, idem::BoundClaim::record_last);
+  idem_test::AsyncTable t(4, {.bound_claim = how});
+  idem_test::BusinessTable biz(t.blocking.pool);
+  ServiceLender service(6);  // fewer handles than deliveries: most wait for one
+  auto lend = service.lender();
+  net::io_context io;
+  int ran = 0;
+  int bodies = 0;
+  int replayed = 0;
+  std::vector<std::string> errors;
+  const auto deliver = [&](std::string trade_no) -> net::awaitable<void> {
+    auto body = [&](AsyncTransaction& tx) -> net::awaitable<int> {
+      ++bodies;
+      auto bound = tx.bind(t.store);
+      const idem::Key key{"PAY", trade_no};
+      auto guard = co_await Guard::claim(bound, key, "fp");
+      if (!guard.acquired()) {
+        ++replayed;
+        co_return guard.replay<int>().value();
+      }
+      ++ran;
+      co_await insert_row(tx.connection(), biz.name, trade_no);
+      co_await idem::async::sleep_for(1ms);
+      co_await guard.commit(299);
+      co_return 299;
+    };
+    try {
+      const int amount = co_await idem::mysql::with_transaction(lend, body);
+      CHECK(amount == 299);
+    } catch (const std::exception& e) {
+      errors.push_back(e.what());
+    }
+  };
+  for (int c = 0; c < copies; ++c)
+    for (int k = 0; k < keys; ++k)
+      net::co_spawn(io, deliver("LEND-" + std::to_string(k)), net::detached);
+  io.run();
+  INFO((errors.empty() ? std::string() : errors.front()));
+  CHECK(errors.empty());
+  CHECK(biz.rows() == keys);  // each payment's business row once, whatever ran and rolled back
+  CHECK(t.count("status = 1") == keys);
+  CHECK(replayed == keys * (copies - 1));
+  if (how == idem::BoundClaim::claim_first) {
+    CHECK(ran == keys);
+  } else {
+    CHECK(ran >= keys);  // speculative runs, superseded ones rolled back and run again
+  }
+  CHECK(service.lent == bodies);  // one handle lent per try
+  CHECK(service.free.size() == service.handles.size());
+  for (auto& h : service.handles) {
+    CHECK_FALSE(handle_in_transaction(h->mysql));  // each transaction ended
+    CHECK(mysql_ping(h->mysql) == 0);              // and the handle is the service's still
+  }
+}
+
+TEST_CASE(
+    "async mysql: with_transaction refuses a lender that breaks its contract, changing "
+    "nothing") {
+  idem_test::AsyncTable t;
+  idem_test::BusinessTable biz(t.blocking.pool);
+  idem_test::ServiceHandle handle;
+  net::io_context io;
+  int bodies = 0;
+  auto body = [&](AsyncTransaction& tx) -> net::awaitable<int> {
+    ++bodies;
+    auto bound = tx.bind(t.store);
+    auto guard = co_await Guard::claim(bound, {"PAY", "LEND-BAD"}, "fp");
+    co_await insert_row(tx.connection(), biz.name, "LEND-BAD");
+    co_await guard.commit(1);
+    co_return 1;
+  };
+  const auto refused = [&](auto lend, auto& with_body) {
+    return run_on(io, usage_error_of(lend, with_body));
+  };
+
+  SECTION("a lender that never calls use") {
+    const std::string why = refused([](auto) -> net::awaitable<void> { co_return; }, body);
+    CHECK(why.find("returned without calling use") != std::string::npos);
+    CHECK(bodies == 0);
+  }
+  SECTION("a lender that swallows use's exception") {
+    auto failing = [&](AsyncTransaction& tx) -> net::awaitable<int> {
+      ++bodies;
+      co_await insert_row(tx.connection(), biz.name, "LEND-BAD");
+      throw std::runtime_error("the business failed");
+    };
+    auto lend = [&](auto use) -> net::awaitable<void> {
+      try {
+        co_await use(handle.mysql);
+      } catch (const std::exception&) {
+      }
+    };
+    const std::string why = refused(lend, failing);
+    CHECK(why.find("swallowed an exception of use") != std::string::npos);
+    CHECK(bodies == 1);
+    CHECK_FALSE(handle_in_transaction(handle.mysql));  // the try was rolled back
+  }
+  SECTION("a lent handle with a transaction open") {
+    REQUIRE(mysql_query(handle.mysql, "START TRANSACTION") == 0);
+    const std::string why =
+        refused([&](auto use) -> net::awaitable<void> { co_await use(handle.mysql); }, body);
+    CHECK(why.find("already has a transaction open") != std::string::npos);
+    CHECK(bodies == 0);
+    CHECK(handle_in_transaction(handle.mysql));  // the service's transaction, left as it was
+    REQUIRE(mysql_query(handle.mysql, "ROLLBACK") == 0);
+  }
+  CHECK(biz.rows() == 0);
+  CHECK(t.count("1") == 0);
+}

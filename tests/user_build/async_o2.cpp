@@ -41,6 +41,16 @@ net::awaitable<void> own(idem::mysql::AsyncStore& store, MYSQL* mysql) {
                                                       []() -> net::awaitable<void> { co_return; });
   (void)ack;
   (void)co_await tx.commit();
+  // The retry loop on the service's own connection source.
+  auto lend = [mysql](auto use) -> net::awaitable<void> { co_await use(mysql); };
+  auto body = [&](idem::mysql::AsyncTransaction& t) -> net::awaitable<int> {
+    auto b = t.bind(store);
+    auto g = co_await idem::async::IdempotencyGuard<idem::mysql::AsyncBoundStore>::claim(
+        b, {"PAY", "3"}, "fp");
+    if (g.acquired()) co_await g.commit(3);
+    co_return 3;
+  };
+  (void)co_await idem::mysql::with_transaction(lend, body);
 }
 int main() {
   net::io_context io;

@@ -18,6 +18,16 @@
 //         co_return receipt;
 //       });
 //
+// The connections may be the service's own, taken for each try from a connection source of
+// its (an async lender: lend(use) gets a MYSQL*, co_awaits use(handle), gives it back):
+//
+//   auto lend = [&](auto use) -> net::awaitable<void> {
+//     auto h = co_await service_pool.get();  // however the service lends its handles
+//     co_await use(h.get());
+//   };
+//   co_await idem::mysql::with_transaction(lend, [&](idem::mysql::AsyncTransaction& tx)
+//                                                    -> net::awaitable<Receipt> { ...as above... });
+//
 // The object is one transaction on a connection of the service's (AsyncConnection(MYSQL*)
 // borrows its handle) or of the pool, in the manner of libpqxx's `work`:
 //
@@ -52,6 +62,7 @@
 #include "idem/errors.hpp"
 #include "idem/mysql/async_pool.hpp"
 #include "idem/mysql/async_store.hpp"
+#include "idem/mysql/transaction.hpp"
 #include "idem/retry_policy.hpp"
 #include "idem/same_transaction/claim_ledger.hpp"
 #include "idem/same_transaction/transaction_try.hpp"
@@ -291,6 +302,62 @@ net::awaitable<detail::transaction_result_t<F>> with_transaction(AsyncPool& pool
       [&]() -> net::awaitable<R> {
         auto conn = co_await pool.acquire(backend::ConnectionPurpose::transaction);
         co_return co_await detail::run_async_try(*conn, body, tries.next_try());
+      },
+      [&](const StoreError& e) { return tries.failed(e); });
+}
+
+namespace detail {
+
+// Stands for any `use` an async lender is given: it is called with a MYSQL* and co_awaited.
+struct AnyAsyncHandleUse {
+  net::awaitable<void> operator()(MYSQL*) const;  // declared only: for the concept below
+};
+
+}  // namespace detail
+
+// A connection source of the caller's, for coroutines: lend(use) gets a MYSQL* from wherever
+// the service keeps its connections (awaiting it if it likes), co_awaits use(handle) once, and
+// gives the handle back when use completes or throws. As for the blocking ConnectionLender,
+// the handle has no transaction open, and with_transaction changes nothing else on it. The
+// handle is borrowed by an AsyncConnection for the try: its non-blocking mode is turned on
+// (the service's own blocking calls on it work as before), and a try cut midway leaves it
+// broken: see AsyncConnection(MYSQL*).
+template <class L>
+concept AsyncConnectionLender = requires(L& lend, detail::AnyAsyncHandleUse use) {
+  { lend(use) } -> std::same_as<net::awaitable<void>>;
+};
+
+// On a handle lent by the caller's own connection source, taken for each try (a try the server
+// rolled back for a transient reason runs again on the handle lent next). The body's
+// transaction borrows that handle: bind the store to it (tx.bind(store)), and run the service's
+// own SQL on tx.connection() or on the handle. Throws as the blocking with_transaction(lend, ...)
+// does, UsageError included when the lender did not call use or swallowed its exception.
+// (Name the body's parameter type, AsyncTransaction&: a body taking `auto&` also looks like a
+// blocking body, and the call is ambiguous.)
+template <class L, class F>
+requires AsyncConnectionLender<L> net::awaitable<detail::transaction_result_t<F>> with_transaction(
+    L&& lend, F body, TransactionParams params = {}) {
+  using R = detail::transaction_result_t<F>;
+  idem::same_transaction::TransactionTries tries(params, detail::async_transaction_who);
+  co_return co_await idem::async::detail::retrying<R>(
+      [&]() -> net::awaitable<R> {
+        std::optional<std::conditional_t<std::is_void_v<R>, int, R>> result;
+        bool lent = false;
+        idem::same_transaction::TryReport& report = tries.next_try();
+        auto use = [&](MYSQL* mysql) -> net::awaitable<void> {
+          lent = true;
+          AsyncConnection c(mysql);
+          detail::check_lent(c.in_transaction());
+          if constexpr (std::is_void_v<R>) {
+            co_await detail::run_async_try(c, body, report);
+            result.emplace(0);
+          } else {
+            result.emplace(co_await detail::run_async_try(c, body, report));
+          }
+        };
+        co_await lend(use);
+        detail::check_lender_returned(lent, result.has_value());
+        if constexpr (!std::is_void_v<R>) co_return std::move(*result);
       },
       [&](const StoreError& e) { return tries.failed(e); });
 }

@@ -100,6 +100,25 @@ struct ConnectionTry {
   }
 };
 
+// What a lender must do, for the blocking and the coroutine with_transaction: lend a handle
+// with no transaction open, call use, and let use's exceptions through.
+inline void check_lent(bool in_transaction) {
+  if (in_transaction) {
+    throw UsageError(
+        "idem::mysql::with_transaction: the lent handle already has a transaction open");
+  }
+}
+inline void check_lender_returned(bool lent, bool answered) {
+  if (!lent) {
+    throw UsageError("idem::mysql::with_transaction: the lender returned without calling use");
+  }
+  if (!answered) {
+    throw UsageError(
+        "idem::mysql::with_transaction: the lender swallowed an exception of use (the try was "
+        "rolled back); let use's exceptions through");
+  }
+}
+
 template <class F>
 std::invoke_result_t<F&, Connection&> run_try(Connection& c, F& body,
                                               idem::same_transaction::TryReport& report) {
@@ -146,10 +165,7 @@ auto with_transaction(L&& lend, F&& body, TransactionParams params = {})
         lend([&](MYSQL* mysql) {
           lent = true;
           Connection c(mysql);
-          if (c.in_transaction()) {
-            throw UsageError(
-                "idem::mysql::with_transaction: the lent handle already has a transaction open");
-          }
+          detail::check_lent(c.in_transaction());
           if constexpr (std::is_void_v<R>) {
             detail::run_try(c, body, report);
             result.emplace(0);
@@ -157,16 +173,7 @@ auto with_transaction(L&& lend, F&& body, TransactionParams params = {})
             result.emplace(detail::run_try(c, body, report));
           }
         });
-        if (!lent) {
-          throw UsageError(
-              "idem::mysql::with_transaction: the lender returned without calling use");
-        }
-        if (!result) {
-          throw UsageError(
-              "idem::mysql::with_transaction: the lender swallowed an exception of use (the try "
-              "was "
-              "rolled back); let use's exceptions through");
-        }
+        detail::check_lender_returned(lent, result.has_value());
         if constexpr (!std::is_void_v<R>) return std::move(*result);
       });
 }
