@@ -112,11 +112,19 @@ struct AsyncSide {
     return feed.runs;
   }
 
-  void describe(nlohmann::json& j, int threads, const Config& config) const {
+  // Runs both sides in alternating rounds (the one loop thread against `threads` blocked
+  // ones) and answers the fields of the line that both scenarios share.
+  nlohmann::json compare(const std::string& name, const Config& config, int threads,
+                         std::size_t total, const Side& async_side,
+                         const Side& blocking_side) const {
+    const auto t =
+        alternate(name, steady_rounds(config), 1, threads, total, async_side, blocking_side);
+    auto j = throughput_json(name, 1, total, t, ">= 1.0");
     j["baseline_threads"] = threads;
     j["connections"] = pool_size;  // per side
     j["in_flight"] = in_flight;
     j["rounds_per_side"] = steady_rounds(config);
+    return j;
   }
 };
 
@@ -143,10 +151,7 @@ void async_cycle_scenario(const Config& config) {
                        blocking_runs += blocking_cycles(
                            *server.store, per, [&](std::size_t i) { return key_id(r, t, i); });
                      }};
-  const auto t =
-      alternate(name, steady_rounds(config), 1, threads, total, async_side, blocking_side);
-  auto j = throughput_json(name, 1, total, t, ">= 1.0");
-  async.describe(j, threads, config);
+  auto j = async.compare(name, config, threads, total, async_side, blocking_side);
   j["library_executions"] = async_runs / steady_rounds(config);
   j["baseline_executions"] = blocking_runs.load() / steady_rounds(config);
   j["library"] = fmt::format(
@@ -193,10 +198,7 @@ void async_bound_scenario(const Config& config) {
                          if (!ok) throw std::runtime_error("transaction did not succeed");
                        }
                      }};
-  const auto t =
-      alternate(name, steady_rounds(config), 1, threads, total, async_side, blocking_side);
-  auto j = throughput_json(name, 1, total, t, ">= 1.0");
-  async.describe(j, threads, config);
+  auto j = async.compare(name, config, threads, total, async_side, blocking_side);
   // More bodies than transactions: some ran again (a deadlock or a lock wait, retried).
   j["library_transaction_tries"] = async_bodies / steady_rounds(config);
   j["baseline_transaction_tries"] = blocking_bodies.load() / steady_rounds(config);
