@@ -553,6 +553,18 @@ struct ServiceLender {
   }
 };
 
+// What AsyncConnectionLender takes: a coroutine; not a lender that only forwards use's
+// awaitable (it would give the handle back before the try ran on it), nor a blocking one.
+constexpr auto coroutine_lender = [](auto use) -> net::awaitable<void> {
+  co_await use(static_cast<MYSQL*>(nullptr));
+};
+constexpr auto forwarding_lender = [](auto use) { return use(static_cast<MYSQL*>(nullptr)); };
+constexpr auto blocking_lender = [](auto&& use) { (void)use(static_cast<MYSQL*>(nullptr)); };
+static_assert(idem::mysql::AsyncConnectionLender<decltype(coroutine_lender)>);
+static_assert(!idem::mysql::AsyncConnectionLender<decltype(forwarding_lender)>);
+static_assert(!idem::mysql::AsyncConnectionLender<decltype(blocking_lender)>);
+static_assert(idem::mysql::ConnectionLender<decltype(blocking_lender)>);
+
 // The UsageError with_transaction(lend, body) ends in ("not refused" if none).
 template <class Lend, class Body>
 net::awaitable<std::string> usage_error_of(Lend lend, Body& body) {
@@ -668,6 +680,14 @@ TEST_CASE(
     CHECK(bodies == 1);
     CHECK_FALSE(handle_in_transaction(handle.mysql));  // the try was rolled back
   }
+  SECTION("a lender that throws before it lends") {
+    auto lend = [](auto) -> net::awaitable<void> {
+      throw std::runtime_error("the service's pool is closed");
+      co_return;
+    };
+    CHECK_THROWS_WITH(run_on(io, usage_error_of(lend, body)), "the service's pool is closed");
+    CHECK(bodies == 0);
+  }
   SECTION("a lent handle with a transaction open") {
     REQUIRE(mysql_query(handle.mysql, "START TRANSACTION") == 0);
     const std::string why =
@@ -679,4 +699,56 @@ TEST_CASE(
   }
   CHECK(biz.rows() == 0);
   CHECK(t.count("1") == 0);
+}
+
+TEST_CASE(
+    "async mysql: with_transaction runs a try that failed transiently again on the next handle "
+    "lent, until its attempts run out") {
+  idem_test::AsyncTable t;
+  idem_test::BusinessTable biz(t.blocking.pool);
+  ServiceLender service(2);
+  net::io_context io;
+  int bodies = 0;
+  int failing_tries = 1;  // how many tries fail with a retryable StoreError before one goes on
+  std::vector<std::size_t> free_at_try;  // handles free when each try began
+  auto body = [&](AsyncTransaction& tx) -> net::awaitable<int> {
+    ++bodies;
+    free_at_try.push_back(service.free.size());
+    auto bound = tx.bind(t.store);
+    auto guard = co_await Guard::claim(bound, {"PAY", "LEND-RETRY"}, "fp");
+    if (!guard.acquired()) co_return -1;
+    co_await insert_row(tx.connection(), biz.name, "LEND-RETRY");
+    if (bodies <= failing_tries) {
+      throw idem::StoreError("Deadlock found when trying to get lock (simulated)", true);
+    }
+    co_await guard.commit(7);
+    co_return 7;
+  };
+
+  SECTION("one failed try: the body runs again on another handle and commits once") {
+    // The lender is a temporary: with_transaction keeps it until it completes.
+    const int answer = run_on(io, idem::mysql::with_transaction(service.lender(), body));
+    CHECK(answer == 7);
+    CHECK(bodies == 2);
+    CHECK(service.lent == 2);
+    // One handle out at a time: the failed try's handle went back before the next was lent.
+    CHECK(free_at_try == std::vector<std::size_t>{1, 1});
+    CHECK(biz.rows() == 1);  // the failed try's row rolled back
+    CHECK(t.count("status = 1") == 1);
+  }
+  SECTION("every try fails: the last error once max_attempts ran out, nothing written") {
+    failing_tries = 100;
+    idem::TransactionParams params;
+    params.retry.max_attempts = 3;
+    params.retry.backoff = std::chrono::milliseconds(1);
+    CHECK_THROWS_AS(run_on(io, idem::mysql::with_transaction(service.lender(), body, params)),
+                    idem::StoreError);
+    CHECK(bodies == 3);
+    CHECK(service.lent == 3);
+    CHECK(biz.rows() == 0);
+    CHECK(t.count("1") == 0);
+  }
+  CHECK(service.free.size() == service.handles.size());
+  for (auto& h : service.handles)
+    CHECK_FALSE(handle_in_transaction(h->mysql));
 }

@@ -313,51 +313,80 @@ struct AnyAsyncHandleUse {
   net::awaitable<void> operator()(MYSQL*) const;  // declared only: for the concept below
 };
 
+// One try of with_transaction(lend, ...) as far as the lender's `use` goes: whether the
+// lender called it, and what the try answered.
+template <class F>
+struct LentTry {
+  LentTry(F& b, idem::same_transaction::TryReport& r) : body(b), report(r) {}
+  F& body;
+  idem::same_transaction::TryReport& report;
+  bool lent = false;
+  std::optional<
+      std::conditional_t<std::is_void_v<transaction_result_t<F>>, int, transaction_result_t<F>>>
+      result;
+};
+
+template <class F>
+net::awaitable<void> run_lent_try(LentTry<F>& t, MYSQL* mysql) {
+  t.lent = true;
+  AsyncConnection c(mysql);
+  check_lent(c.in_transaction());
+  if constexpr (std::is_void_v<transaction_result_t<F>>) {
+    co_await run_async_try(c, t.body, t.report);
+    t.result.emplace(0);
+  } else {
+    t.result.emplace(co_await run_async_try(c, t.body, t.report));
+  }
+}
+
+// The `use` a lender is given: it only points at the try, so the try does not depend on how
+// long the lender keeps it.
+template <class F>
+struct LentUse {
+  LentTry<F>* t;
+  net::awaitable<void> operator()(MYSQL* mysql) const { return run_lent_try(*t, mysql); }
+};
+
 }  // namespace detail
 
-// A connection source of the caller's, for coroutines: lend(use) gets a MYSQL* from wherever
-// the service keeps its connections (awaiting it if it likes), co_awaits use(handle) once, and
-// gives the handle back when use completes or throws. As for the blocking ConnectionLender,
-// the handle has no transaction open, and with_transaction changes nothing else on it. The
-// handle is borrowed by an AsyncConnection for the try: its non-blocking mode is turned on
-// (the service's own blocking calls on it work as before), and a try cut midway leaves it
-// broken: see AsyncConnection(MYSQL*).
+// A connection source of the caller's, for coroutines: lend(use) is a coroutine (its return
+// type declared net::awaitable<void>) that gets a MYSQL* from wherever the service keeps its
+// connections (awaiting it if it likes), co_awaits use(handle) once, and gives the handle back
+// when use completes or throws. A lender that only returned use's awaitable would give the
+// handle back before the try ran on it: the second requirement (the same result whatever
+// use is) refuses one whose return type is deduced from use's. As for the blocking
+// ConnectionLender, the handle has no transaction open, and with_transaction changes nothing
+// else on it. The handle is borrowed by an AsyncConnection for the try: its non-blocking mode
+// is turned on (the service's own blocking calls on it work as before), and a try cut midway
+// leaves it in the middle of the protocol, for the service to close (see
+// AsyncConnection(MYSQL*)).
 template <class L>
-concept AsyncConnectionLender = requires(L& lend, detail::AnyAsyncHandleUse use) {
+concept AsyncConnectionLender = requires(L& lend, detail::AnyAsyncHandleUse use,
+                                         detail::AnyHandleUse blocking_use) {
   { lend(use) } -> std::same_as<net::awaitable<void>>;
+  { lend(blocking_use) } -> std::same_as<net::awaitable<void>>;
 };
 
 // On a handle lent by the caller's own connection source, taken for each try (a try the server
 // rolled back for a transient reason runs again on the handle lent next). The body's
 // transaction borrows that handle: bind the store to it (tx.bind(store)), and run the service's
 // own SQL on tx.connection() or on the handle. Throws as the blocking with_transaction(lend, ...)
-// does, UsageError included when the lender did not call use or swallowed its exception.
-// (Name the body's parameter type, AsyncTransaction&: a body taking `auto&` also looks like a
-// blocking body, and the call is ambiguous.)
+// does, UsageError included when the lender did not call use or swallowed its exception. The
+// lender is kept (moved in) until the call completes. (Name the body's parameter type,
+// AsyncTransaction&: a body taking `auto&` also looks like a blocking body, and the call is
+// ambiguous.)
 template <class L, class F>
 requires AsyncConnectionLender<L> net::awaitable<detail::transaction_result_t<F>> with_transaction(
-    L&& lend, F body, TransactionParams params = {}) {
+    L lend, F body, TransactionParams params = {}) {
   using R = detail::transaction_result_t<F>;
   idem::same_transaction::TransactionTries tries(params, detail::async_transaction_who);
   co_return co_await idem::async::detail::retrying<R>(
       [&]() -> net::awaitable<R> {
-        std::optional<std::conditional_t<std::is_void_v<R>, int, R>> result;
-        bool lent = false;
-        idem::same_transaction::TryReport& report = tries.next_try();
-        auto use = [&](MYSQL* mysql) -> net::awaitable<void> {
-          lent = true;
-          AsyncConnection c(mysql);
-          detail::check_lent(c.in_transaction());
-          if constexpr (std::is_void_v<R>) {
-            co_await detail::run_async_try(c, body, report);
-            result.emplace(0);
-          } else {
-            result.emplace(co_await detail::run_async_try(c, body, report));
-          }
-        };
+        detail::LentTry<F> t(body, tries.next_try());
+        const detail::LentUse<F> use{&t};
         co_await lend(use);
-        detail::check_lender_returned(lent, result.has_value());
-        if constexpr (!std::is_void_v<R>) co_return std::move(*result);
+        detail::check_lender_returned(t.lent, t.result.has_value());
+        if constexpr (!std::is_void_v<R>) co_return std::move(*t.result);
       },
       [&](const StoreError& e) { return tries.failed(e); });
 }
