@@ -372,7 +372,7 @@ concept AsyncConnectionLender = requires(L& lend, detail::AnyAsyncHandleUse use,
 // transaction borrows that handle: bind the store to it (tx.bind(store)), and run the service's
 // own SQL on tx.connection() or on the handle. Throws as the blocking with_transaction(lend, ...)
 // does, UsageError included when the lender did not call use or swallowed its exception. The
-// lender is kept (moved in) until the call completes. (Name the body's parameter type,
+// lender is kept (a copy, or moved in) until the call completes. (Name the body's parameter type,
 // AsyncTransaction&: a body taking `auto&` also looks like a blocking body, and the call is
 // ambiguous.)
 template <class L, class F>
