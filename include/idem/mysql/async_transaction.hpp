@@ -289,6 +289,16 @@ net::awaitable<transaction_result_t<F>> run_async_try(AsyncConnection& c, F& bod
   if constexpr (!std::is_void_v<R>) co_return std::move(*result);
 }
 
+// with_transaction's retry loop, the coroutine form of same_transaction::retry_transaction:
+// co_awaits one_try(report) until it answers, as TransactionTries says.
+template <class R, class Try>
+net::awaitable<R> retry_async_transaction(TransactionParams params, Try one_try) {
+  idem::same_transaction::TransactionTries tries(params, async_transaction_who);
+  co_return co_await idem::async::detail::retrying<R>(
+      [&] { return one_try(tries.next_try()); },
+      [&](const StoreError& e) { return tries.failed(e); });
+}
+
 }  // namespace detail
 
 // body(AsyncTransaction&) returns net::awaitable<R>; with_transaction answers R. Throws as
@@ -297,13 +307,11 @@ template <class F>
 net::awaitable<detail::transaction_result_t<F>> with_transaction(AsyncPool& pool, F body,
                                                                  TransactionParams params = {}) {
   using R = detail::transaction_result_t<F>;
-  idem::same_transaction::TransactionTries tries(params, detail::async_transaction_who);
-  co_return co_await idem::async::detail::retrying<R>(
-      [&]() -> net::awaitable<R> {
+  co_return co_await detail::retry_async_transaction<R>(
+      params, [&](idem::same_transaction::TryReport& report) -> net::awaitable<R> {
         auto conn = co_await pool.acquire(backend::ConnectionPurpose::transaction);
-        co_return co_await detail::run_async_try(*conn, body, tries.next_try());
-      },
-      [&](const StoreError& e) { return tries.failed(e); });
+        co_return co_await detail::run_async_try(*conn, body, report);
+      });
 }
 
 namespace detail {
@@ -379,16 +387,14 @@ template <class L, class F>
 requires AsyncConnectionLender<L> net::awaitable<detail::transaction_result_t<F>> with_transaction(
     L lend, F body, TransactionParams params = {}) {
   using R = detail::transaction_result_t<F>;
-  idem::same_transaction::TransactionTries tries(params, detail::async_transaction_who);
-  co_return co_await idem::async::detail::retrying<R>(
-      [&]() -> net::awaitable<R> {
-        detail::LentTry<F> t(body, tries.next_try());
+  co_return co_await detail::retry_async_transaction<R>(
+      params, [&](idem::same_transaction::TryReport& report) -> net::awaitable<R> {
+        detail::LentTry<F> t(body, report);
         const detail::LentUse<F> use{&t};
         co_await lend(use);
         detail::check_lender_returned(t.lent, t.result.has_value());
         if constexpr (!std::is_void_v<R>) co_return std::move(*t.result);
-      },
-      [&](const StoreError& e) { return tries.failed(e); });
+      });
 }
 
 }  // namespace idem::mysql
