@@ -752,3 +752,132 @@ TEST_CASE(
   for (auto& h : service.handles)
     CHECK_FALSE(handle_in_transaction(h->mysql));
 }
+
+namespace {
+
+// The session's count of the statements its client sent (Questions), read in a transaction of
+// its own on the pool's one connection (the SHOW counts itself).
+net::awaitable<long long> session_questions(idem::mysql::AsyncPool& pool) {
+  co_return co_await idem::mysql::with_transaction(
+      pool, [](AsyncTransaction& tx) -> net::awaitable<long long> {
+        const auto rows =
+            co_await tx.connection().select("SHOW SESSION STATUS LIKE 'Questions'", {});
+        REQUIRE(rows.size() == 1);
+        co_return std::stoll(rows.front().at(1).to_text().value());
+      });
+}
+
+}  // namespace
+
+TEST_CASE(
+    "async mysql: in with_transaction a claim's result travels with the COMMIT, three "
+    "statements for a fresh request") {
+  const auto how = GENERATE(idem::BoundClaim::claim_first, idem::BoundClaim::record_last);
+  idem_test::AsyncTable t(1, {.bound_claim = how});  // one connection: the tries' and the counts'
+  idem_test::BusinessTable biz(t.blocking.pool);
+  net::io_context io;
+  auto pay = [&](std::string id) -> net::awaitable<idem::Verdict> {
+    co_return co_await idem::mysql::with_transaction(
+        *t.pool, [&](AsyncTransaction& tx) -> net::awaitable<idem::Verdict> {
+          auto bound = tx.bind(t.store);
+          const idem::Key key{"PAY", id};
+          auto guard = co_await Guard::claim(bound, key, "fp");
+          if (guard.acquired()) {
+            co_await insert_row(tx.connection(), biz.name, id);
+            co_await guard.commit(1);
+          }
+          co_return guard.verdict();
+        });
+  };
+  REQUIRE(run_on(io, pay("warm-up")) == idem::Verdict::acquired);  // statements prepared once
+  const long long before = run_on(io, session_questions(*t.pool));
+  CHECK(run_on(io, pay("fresh")) == idem::Verdict::acquired);
+  const long long after = run_on(io, session_questions(*t.pool));
+  // The claim's statement (the read of record-last, the INSERT of claim-first), the business
+  // INSERT, and the result with the COMMIT in one statement; then the SHOW of the count after
+  // and, before it, the COMMIT of the count before.
+  CHECK(after - before == 3 + 2);
+  CHECK(t.count("idempotent_key = 'fresh' AND status = 1") == 1);
+  CHECK(run_on(io, pay("fresh")) == idem::Verdict::replayed);
+  CHECK(biz.rows("trade_no = 'fresh'") == 1);
+}
+
+TEST_CASE(
+    "async mysql: in with_transaction a record-last claim's record met at the COMMIT "
+    "supersedes it, and the run again replays") {
+  idem_test::AsyncTable t(4, {.bound_claim = idem::BoundClaim::record_last});
+  idem_test::BusinessTable biz(t.blocking.pool);
+  net::io_context io;
+  const idem::Key key{"PAY", "LATE"};
+  bool first_finished = false;  // the first try's record waits for its COMMIT
+  bool second_committed = false;
+  int first_bodies = 0;
+  // At most a few seconds: were the first's record written before its COMMIT, the second's
+  // INSERT would wait on its row lock, and the first on the second.
+  const auto wait_for = [](const bool& flag) -> net::awaitable<void> {
+    for (int i = 0; i < 3000 && !flag; ++i)
+      co_await idem::async::sleep_for(1ms);
+  };
+  auto request = [&](std::string answer, bool first) -> net::awaitable<std::string> {
+    co_return co_await idem::mysql::with_transaction(
+        *t.pool, [&](AsyncTransaction& tx) -> net::awaitable<std::string> {
+          auto bound = tx.bind(t.store);
+          auto guard = co_await Guard::claim(bound, key, "fp");
+          if (!guard.acquired()) co_return "replayed " + guard.replay<std::string>().value();
+          if (first) ++first_bodies;
+          co_await insert_row(tx.connection(), biz.name, key.id());
+          co_await guard.commit(answer);
+          if (first && !first_finished) {
+            first_finished = true;
+            co_await wait_for(second_committed);
+          }
+          co_return answer;
+        });
+  };
+  const std::string first_result = "first", second_result = "second";
+  std::string first_answer, second_answer;
+  net::co_spawn(
+      io, [&]() -> net::awaitable<void> { first_answer = co_await request(first_result, true); },
+      net::detached);
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        co_await wait_for(first_finished);
+        second_answer = co_await request(second_result, false);
+        second_committed = true;
+      },
+      net::detached);
+  io.run();
+  CHECK(second_answer == "second");
+  CHECK(first_bodies == 1);  // the run again read the second's record and did not execute
+  CHECK(first_answer == "replayed second");
+  CHECK(biz.rows() == 1);  // the first's speculative row was rolled back
+  CHECK(t.count("status = 1") == 1);
+}
+
+TEST_CASE(
+    "async mysql: in with_transaction a waiting result is written before the next read of the "
+    "bound store") {
+  const auto how = GENERATE(idem::BoundClaim::claim_first, idem::BoundClaim::record_last);
+  idem_test::AsyncTable t(2, {.bound_claim = how});
+  net::io_context io;
+  auto body = [&](AsyncTransaction& tx) -> net::awaitable<std::vector<idem::Verdict>> {
+    auto bound = tx.bind(t.store);
+    std::vector<idem::Verdict> seen;
+    for (const char* id : {"a", "a", "b"}) {
+      const idem::Key key{"PAY", id};
+      auto guard = co_await Guard::claim(bound, key, "fp");
+      if (guard.acquired()) co_await guard.commit(1);
+      seen.push_back(guard.verdict());
+    }
+    const idem::Key b{"PAY", "b"};
+    const auto written = co_await bound.find(b);  // the result of b waited for the COMMIT
+    REQUIRE(written);
+    CHECK(written->status == idem::Status::succeeded);
+    co_return seen;
+  };
+  const auto verdicts = run_on(io, idem::mysql::with_transaction(*t.pool, body));
+  CHECK(verdicts ==
+        std::vector{idem::Verdict::acquired, idem::Verdict::replayed, idem::Verdict::acquired});
+  CHECK(t.count("status = 1") == 2);
+}

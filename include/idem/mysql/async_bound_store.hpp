@@ -6,9 +6,10 @@
 // UPDATEs it, a concurrent duplicate waiting on the row's lock, then replaying; record_last
 // reads without a lock, keeps a fresh claim in memory (SpeculativeClaims) and INSERTs the
 // finished record as its result, a concurrent duplicate's INSERT meeting the first one's row
-// (its transaction then rolls back and runs again, replaying). Unlike BoundStore it sends that
-// INSERT at once, not with the COMMIT. Nothing is retried here: a failure rolls back the
-// caller's transaction (with_transaction runs it again, idem/mysql/async_transaction.hpp).
+// (its transaction then rolls back and runs again, replaying). In a try of with_transaction,
+// as in BoundStore's, a claim's result (that INSERT, or the fenced UPDATE) waits to be sent with
+// the COMMIT, in one round trip. Nothing is retried here: a failure rolls back the caller's
+// transaction (with_transaction runs it again, idem/mysql/async_transaction.hpp).
 //
 // Every claim acquired is noted in the transaction's ClaimLedger; the transaction may commit
 // only when committable(): each claim succeeded or failed permanently. A consumer's failed
@@ -58,6 +59,45 @@ namespace idem::mysql {
 // transient failure.
 using AsyncWritesAfterRollback = std::vector<std::function<net::awaitable<void>(AsyncConnection&)>>;
 
+// What the stores bound through an AsyncTransaction leave for its end: the writes waiting for
+// its ROLLBACK and, in a try of with_transaction, the one write waiting to be sent with its
+// COMMIT in one round trip (ClaimLedger::Deferred, awaitable): a claim's result.
+struct AsyncTransactionWrites {
+  struct Deferred {
+    Key key;
+    Ticket ticket;
+    // write(c, true) writes and commits, write(c, false) writes alone; false: the finished
+    // record met another request's row (then nothing was committed).
+    std::function<net::awaitable<bool>(AsyncConnection&, bool with_commit)> write;
+  };
+
+  // Whether a result may wait for the COMMIT: only where idem sends that COMMIT itself (a
+  // try of with_transaction), never where the caller might end the transaction on its own.
+  bool defers = false;
+  std::optional<Deferred> deferred;  // dropped unsent when the transaction rolls back
+  AsyncWritesAfterRollback after_rollback;
+
+  // As ClaimLedger::send_deferred, on `c`: writes the waiting result, if any, alone or with the
+  // COMMIT; false when none waited. Superseded: noted in `ledger`, and thrown.
+  net::awaitable<bool> send_deferred(AsyncConnection& c,
+                                     idem::same_transaction::ClaimLedger& ledger, bool with_commit,
+                                     std::string_view who) {
+    if (!deferred) co_return false;
+    Deferred d = std::move(*deferred);
+    deferred.reset();
+    const idem::same_transaction::ClaimLedger::Sending sending(ledger, std::move(d.key), d.ticket,
+                                                               with_commit, who);
+    bool written = false;
+    try {
+      written = co_await d.write(c, with_commit);
+    } catch (const StoreError& e) {
+      sending.failed(e);
+      throw;
+    }
+    co_return sending.answered(written);
+  }
+};
+
 template <class Ops>
 class BasicAsyncBoundStore {
  public:
@@ -71,18 +111,30 @@ class BasicAsyncBoundStore {
     { ops.probe(c, key) } -> std::same_as<net::awaitable<idem::same_transaction::RecordProbe>>;
     { ops.insert_finished(c, r) } -> std::same_as<net::awaitable<bool>>;
   };
+  // Whether they can send a record-last claim's INSERT, and a written claim's result, with the
+  // COMMIT.
+  static constexpr bool can_commit_with_record =
+      requires(const Ops& ops, AsyncConnection& c, const Record& r) {
+    { ops.insert_finished_and_commit(c, r) } -> std::same_as<net::awaitable<bool>>;
+  };
+  static constexpr bool can_commit_with_result =
+      requires(const Ops& ops, AsyncConnection& c, const Key& k, const Ticket& t,
+               std::string_view v, Status to, bool flag) {
+    { ops.finish_and_commit(c, k, t, v, to, flag) } -> std::same_as<net::awaitable<bool>>;
+  };
 
-  // `ledger` and `after_rollback`: the AsyncTransaction's, or null for a transaction the
-  // caller runs itself (nobody counts a failed attempt there). `ops`, `connection` and the
-  // transaction must outlive this. Throws InvalidArgument for record_last on Ops that cannot.
+  // `ledger` and `writes`: the AsyncTransaction's, or null for a transaction the caller runs
+  // itself (nobody counts a failed attempt there, and every result is written at once).
+  // `ops`, `connection` and the transaction must outlive this. Throws InvalidArgument for
+  // record_last on Ops that cannot.
   BasicAsyncBoundStore(const Ops& ops, AsyncConnection& connection,
                        BoundClaim how = BoundClaim::claim_first,
                        idem::same_transaction::ClaimLedger* ledger = nullptr,
-                       AsyncWritesAfterRollback* after_rollback = nullptr)
+                       AsyncTransactionWrites* writes = nullptr)
       : ops_(&ops),
         connection_(&connection),
         ledger_(ledger != nullptr ? ledger : own_.get()),
-        after_rollback_(after_rollback),
+        writes_(writes),
         how_(checked(how)) {}
 
   BasicAsyncBoundStore(BasicAsyncBoundStore&&) noexcept = default;
@@ -97,6 +149,7 @@ class BasicAsyncBoundStore {
           "idem::mysql::AsyncBoundStore: no transaction is open on the connection (begin one "
           "first): the claim would commit on its own");
     }
+    co_await send_deferred();  // the read below must see the record a claim before it finished
     ledger_->claiming(options);
     std::optional<ClaimResult> r;
     if constexpr (can_record_last) {
@@ -107,9 +160,9 @@ class BasicAsyncBoundStore {
       }
     }
     if (!r) {  // claim first, or a record-last claim's takeover (under the row's lock)
-      r.emplace(co_await idem::async::detail::claim_on("idem::mysql", *ops_, *connection_, key,
-                                                       fingerprint, options,
-                                                       idem::detail::new_owner_token(), true));
+      r.emplace(co_await idem::async::detail::claim_on(who, *ops_, *connection_, key, fingerprint,
+                                                       options, idem::detail::new_owner_token(),
+                                                       true));
     }
     if (r->verdict == Verdict::acquired) ledger_->claimed(r->record.key, r->record.ticket);
     co_return std::move(*r);
@@ -130,7 +183,9 @@ class BasicAsyncBoundStore {
   net::awaitable<void> abandon(const Key& key, const Ticket& ticket, std::string_view error) {
     ledger_->ended(key, ticket, Ledger::State::abandoned);
     if (speculative_.sent(key, ticket)) co_return;
-    (void)co_await write(key, ticket, error, Status::failed, true);
+    // Written at once, not with the COMMIT: a speculative body that failed on the first
+    // request's writes learns here that it was superseded, and the try runs again.
+    (void)co_await write(key, ticket, error, Status::failed, true, false);
   }
 
   // What a Guard destroyed without a result calls: no write (it would race the transaction's
@@ -140,6 +195,7 @@ class BasicAsyncBoundStore {
   }
 
   net::awaitable<std::optional<Record>> find(const Key& key) {
+    co_await send_deferred();
     auto row = co_await ops_->read(*connection_, key, false);
     if (!row) co_return std::nullopt;
     co_return std::move(row->record);
@@ -158,11 +214,12 @@ class BasicAsyncBoundStore {
   }
   {
     // A record-last claim keeps its points until its finished record is INSERTed.
-    if (auto points = speculative_.record_step("idem::mysql", key, ticket, step, result)) {
+    if (auto points = speculative_.record_step(who, key, ticket, step, result)) {
       co_return std::move(*points);
     }
-    co_return co_await idem::async::detail::record_step_on("idem::mysql", *ops_, *connection_, key,
-                                                           ticket, step, result, true, known);
+    co_await send_deferred();
+    co_return co_await idem::async::detail::record_step_on(who, *ops_, *connection_, key, ticket,
+                                                           step, result, true, known);
   }
 
   // As BoundStore::repair: a fenced repair (idem/repair.hpp) in this transaction;
@@ -173,8 +230,9 @@ class BasicAsyncBoundStore {
   }
   {
     validate(repair);
-    co_return co_await idem::async::detail::repair_on(
-        "idem::mysql", *ops_, *connection_, key, repair, idem::detail::new_owner_token(), true);
+    co_await send_deferred();
+    co_return co_await idem::async::detail::repair_on(who, *ops_, *connection_, key, repair,
+                                                      idem::detail::new_owner_token(), true);
   }
 
   // The records a RecordQuery asks for, read in this transaction.
@@ -184,16 +242,19 @@ class BasicAsyncBoundStore {
   }
   {
     validate(query);
+    co_await send_deferred();
     co_return co_await ops_->list(*connection_, query);
   }
 
   net::awaitable<std::size_t> purge_expired(std::size_t batch, std::size_t max_batches) {
+    co_await send_deferred();
     idem::backend::HousekeepingBatches purge(batch, max_batches);
     while (purge.more())
       purge.done(co_await ops_->purge(*connection_, batch));
     co_return purge.total();
   }
   net::awaitable<std::size_t> release_stale(std::size_t batch) {
+    co_await send_deferred();
     idem::backend::HousekeepingBatches release(batch, 1);
     if (release.more()) release.done(co_await ops_->release(*connection_, batch));
     co_return release.total();
@@ -207,12 +268,12 @@ class BasicAsyncBoundStore {
   // AsyncTransaction.
   bool fail_after_rollback(const Key& key, std::string_view fingerprint, const Options& options,
                            std::string error, bool retryable) {
-    if (after_rollback_ == nullptr) return false;
+    if (writes_ == nullptr) return false;
     validate(options);
     idem::detail::check_fingerprint(fingerprint);
     idem::detail::check_snapshot(error);
-    after_rollback_->push_back([ops = ops_, key, fp = std::string(fingerprint), options,
-                                error = std::move(error), retryable](AsyncConnection& c) {
+    writes_->after_rollback.push_back([ops = ops_, key, fp = std::string(fingerprint), options,
+                                       error = std::move(error), retryable](AsyncConnection& c) {
       return count_failed_attempt(*ops, c, key, fp, options, error, retryable);
     });
     return true;
@@ -220,7 +281,7 @@ class BasicAsyncBoundStore {
 
   // As BoundStore's.
   bool committable() const noexcept { return ledger_->committable(); }
-  void check_committable() const { ledger_->check_committable("idem::mysql"); }
+  void check_committable() const { ledger_->check_committable(who); }
   void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
   // As BoundStore's: in with_transaction's try, events are held until the try ends.
   Observer* observer_for(Observer* requested) { return ledger_->held(requested); }
@@ -229,6 +290,7 @@ class BasicAsyncBoundStore {
 
  private:
   using Ledger = idem::same_transaction::ClaimLedger;
+  static constexpr std::string_view who = "idem::mysql";
 
   static BoundClaim checked(BoundClaim how) {
     if (how == BoundClaim::record_last && !can_record_last) {
@@ -239,32 +301,80 @@ class BasicAsyncBoundStore {
 
   enum class Written { yes, superseded };
 
+  // Whether a result may wait for the COMMIT of the transaction (AsyncTransactionWrites).
+  bool may_defer() const noexcept { return writes_ != nullptr && writes_->defers; }
+
+  // Writes the result waiting for the COMMIT, if any, before anything else is sent.
+  net::awaitable<void> send_deferred() {
+    if (may_defer()) (void)co_await writes_->send_deferred(*connection_, *ledger_, false, who);
+  }
+
   // Records the result: the fenced UPDATE of a written claim, or the INSERT of a record-last
-  // one, which answers superseded when it met another request's row (so noted in the ledger).
+  // one, which answers superseded when it met another request's row (so noted in the ledger);
+  // `deferrable` in a try of with_transaction, either waits for the COMMIT instead.
   // Throws LeaseLost when the claim is not held.
   net::awaitable<Written> write(const Key& key, const Ticket& ticket, std::string_view snapshot,
-                                Status to, bool retryable) {
+                                Status to, bool retryable, bool deferrable = true) {
     idem::detail::check_snapshot(snapshot);
     if constexpr (can_record_last) {
       if (std::optional<Record> done =
-              speculative_.finish("idem::mysql", key, ticket, to, snapshot, retryable)) {
+              speculative_.finish(who, key, ticket, to, snapshot, retryable)) {
+        if constexpr (can_commit_with_record) {
+          if (deferrable && may_defer()) {
+            co_await send_deferred();
+            writes_->deferred.emplace(AsyncTransactionWrites::Deferred{
+                key, ticket,
+                [ops = ops_, r = std::move(*done)](AsyncConnection& c, bool with_commit) {
+                  return with_commit ? ops->insert_finished_and_commit(c, r)
+                                     : ops->insert_finished(c, r);
+                }});
+            co_return Written::yes;
+          }
+        }
         const bool inserted = co_await ops_->insert_finished(*connection_, *done);
         if (inserted) co_return Written::yes;
         ledger_->ended(key, ticket, Ledger::State::superseded);
         co_return Written::superseded;
       }
     }
+    if constexpr (can_commit_with_result) {
+      if (deferrable && may_defer()) {
+        co_await send_deferred();
+        writes_->deferred.emplace(AsyncTransactionWrites::Deferred{
+            key, ticket,
+            [ops = ops_, key, ticket, snapshot = std::string(snapshot), to, retryable](
+                AsyncConnection& c, bool with_commit) {
+              return finish_held(*ops, c, key, ticket, snapshot, to, retryable, with_commit);
+            }});
+        co_return Written::yes;
+      }
+    }
     // (The answer is taken apart from the condition: GCC 12 miscompiles a throw after a
     // co_await inside an if's condition.)
     const bool held = co_await ops_->finish(*connection_, key, ticket, snapshot, to, retryable);
-    if (!held) throw backend::lease_lost("idem::mysql", key, ticket);
+    if (!held) throw backend::lease_lost(who, key, ticket);
     co_return Written::yes;
+  }
+
+  // A written claim's result that waited for the COMMIT (with it, or alone): true, or LeaseLost
+  // when the claim is not held (then nothing was committed).
+  static net::awaitable<bool> finish_held(const Ops& ops, AsyncConnection& c, const Key& key,
+                                          const Ticket& ticket, const std::string& snapshot,
+                                          Status to, bool retryable, bool with_commit) {
+    bool held = false;
+    if (with_commit) {
+      held = co_await ops.finish_and_commit(c, key, ticket, snapshot, to, retryable);
+    } else {
+      held = co_await ops.finish(c, key, ticket, snapshot, to, retryable);
+    }
+    if (!held) throw backend::lease_lost(who, key, ticket);
+    co_return true;
   }
 
   net::awaitable<void> record(const Key& key, const Ticket& ticket, std::string_view snapshot,
                               Status to, bool retryable) {
     const Written written = co_await write(key, ticket, snapshot, to, retryable);
-    if (written == Written::superseded) throw ledger_->superseded_error("idem::mysql");
+    if (written == Written::superseded) throw ledger_->superseded_error(who);
     ledger_->ended(key, ticket, Ledger::finished_state(to, retryable));
   }
 
@@ -275,7 +385,7 @@ class BasicAsyncBoundStore {
                                                    std::string fingerprint, Options options,
                                                    std::string error, bool retryable) {
     const ClaimResult r = co_await idem::async::detail::claim_on(
-        "idem::mysql", ops, c, key, fingerprint, options, idem::detail::new_owner_token(), true);
+        who, ops, c, key, fingerprint, options, idem::detail::new_owner_token(), true);
     if (r.verdict == Verdict::acquired) {
       (void)co_await ops.finish(c, key, r.record.ticket, error, Status::failed, retryable);
     }
@@ -286,7 +396,7 @@ class BasicAsyncBoundStore {
   // On the heap so that a moved store keeps pointing at it.
   std::unique_ptr<Ledger> own_ = std::make_unique<Ledger>();
   Ledger* ledger_;
-  AsyncWritesAfterRollback* after_rollback_;
+  AsyncTransactionWrites* writes_;
   BoundClaim how_;
   idem::same_transaction::SpeculativeClaims speculative_;
 };

@@ -82,6 +82,13 @@ class AsyncRecordOps {
   net::awaitable<bool> insert_finished(AsyncConnection& c, const Record& r) const {
     co_return co_await c.execute(ops_.sql().insert_finished, finished_values(r)) == 1;
   }
+  // RecordOps::insert_finished_and_commit: false when another request's row is there, and then
+  // nothing was committed.
+  net::awaitable<bool> insert_finished_and_commit(AsyncConnection& c, const Record& r) const {
+    const auto alone = [&] { return insert_finished(c, r); };
+    co_return co_await with_commit(c, ops_.sql().insert_finished_commit, finished_values(r),
+                                   code::dup_entry, alone);
+  }
 
   net::awaitable<bool> write_takeover(AsyncConnection& c, backend::Decision d, const Record& next,
                                       const Ticket& read) const {
@@ -92,6 +99,16 @@ class AsyncRecordOps {
                               std::string_view snapshot, Status to, bool retryable) const {
     co_return co_await c.execute(ops_.sql().finish,
                                  finish_values(key, t, snapshot, to, retryable)) == 1;
+  }
+  // RecordOps::finish_and_commit: false when the guard matched no row, and then nothing was
+  // committed.
+  net::awaitable<bool> finish_and_commit(AsyncConnection& c, const Key& key, const Ticket& t,
+                                         std::string_view snapshot, Status to,
+                                         bool retryable) const {
+    const auto alone = [&] { return finish(c, key, t, snapshot, to, retryable); };
+    co_return co_await with_commit(c, ops_.sql().finish_commit,
+                                   finish_values(key, t, snapshot, to, retryable),
+                                   code::signal_exception, alone);
   }
 
   net::awaitable<std::size_t> purge(AsyncConnection& c, std::size_t batch) const {
@@ -141,6 +158,29 @@ class AsyncRecordOps {
 
  private:
   static constexpr unsigned unknown_thread = 1094;  // ER_NO_SUCH_THREAD: it ended meanwhile
+
+  // RecordOps::with_commit on this connection: the compound statement `sql` (a write and the
+  // COMMIT), or, where the server or the session runs none, alone() and then a COMMIT. false:
+  // refused, and nothing was committed.
+  template <class Alone>
+  static net::awaitable<bool> with_commit(AsyncConnection& c, const std::string& sql,
+                                          std::vector<Param> values, unsigned refused,
+                                          Alone alone) {
+    if (c.supports_returning()) {
+      bool refused_there = false;
+      try {
+        co_await c.execute(sql, std::move(values));
+        co_return true;
+      } catch (const StoreError& e) {
+        refused_there = compound_refused(e, refused);
+      }
+      if (refused_there) co_return false;
+    }
+    const bool written = co_await alone();
+    if (!written) co_return false;
+    co_await c.query("COMMIT");
+    co_return true;
+  }
 
   RecordOps ops_;
 };

@@ -100,7 +100,7 @@ class AsyncTransaction {
       : connection_(std::exchange(other.connection_, nullptr)),
         who_(other.who_),
         ledger_(std::move(other.ledger_)),
-        after_rollback_(std::move(other.after_rollback_)),
+        writes_(std::move(other.writes_)),
         ended_(other.ended_),
         committed_(other.committed_) {}
   AsyncTransaction& operator=(AsyncTransaction&&) = delete;
@@ -115,7 +115,7 @@ class AsyncTransaction {
   // StoreParams::bound_claim says.
   AsyncBoundStore bind(const AsyncStore& store) const {
     return AsyncBoundStore(store.ops(), *connection_, store.bound_claim(), ledger_.get(),
-                           after_rollback_.get());
+                           writes_.get());
   }
   // As BoundStore::set_rollback_only, for the whole transaction.
   void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
@@ -150,12 +150,16 @@ class AsyncTransaction {
   friend net::awaitable<detail::transaction_result_t<F>> detail::run_async_try(
       AsyncConnection& c, F& body, idem::same_transaction::TryReport& report);
 
-  AsyncTransaction(AsyncConnection& c, bool holds_events, std::string_view who)
+  // `is_try`: a try of with_transaction, which holds its claims' events until it ended and
+  // sends a claim's result with its COMMIT (the caller's own transaction does neither).
+  AsyncTransaction(AsyncConnection& c, bool is_try, std::string_view who)
       : connection_(&c),
         who_(who),
         ledger_(std::make_unique<Ledger>()),
-        after_rollback_(std::make_unique<AsyncWritesAfterRollback>()) {
-    if (holds_events) ledger_->hold_events();
+        writes_(std::make_unique<AsyncTransactionWrites>()) {
+    if (!is_try) return;
+    ledger_->hold_events();
+    writes_->defers = true;
   }
 
   void end() {
@@ -169,13 +173,15 @@ class AsyncTransaction {
     std::exception_ptr failed;
     try {
       using Step = idem::same_transaction::TryEnd::Step;
-      idem::same_transaction::TryEnd end(*ledger_, who_, !after_rollback_->empty());
+      idem::same_transaction::TryEnd end(*ledger_, who_, !writes_->after_rollback.empty());
       for (Step step = end.start(); step != Step::done; step = end.done(step)) {
         switch (step) {
-          case Step::commit:
-            // The coroutine bound store writes its records itself: none waits in the ledger.
-            co_await connection_->query("COMMIT");
+          case Step::commit: {
+            // A claim's result may wait to go with it (AsyncTransactionWrites).
+            const bool sent = co_await writes_->send_deferred(*connection_, *ledger_, true, who_);
+            if (!sent) co_await connection_->query("COMMIT");
             break;
+          }
           case Step::roll_back:
             co_await connection_->query("ROLLBACK");
             break;
@@ -210,7 +216,7 @@ class AsyncTransaction {
           std::exception_ptr failed;
           try {
             co_await connection_->begin_transaction();
-            for (auto& write : *after_rollback_)
+            for (auto& write : writes_->after_rollback)
               co_await write(*connection_);
             co_await connection_->query("COMMIT");
           } catch (const StoreError&) {
@@ -254,7 +260,7 @@ class AsyncTransaction {
   std::string_view who_;  // a literal
   // On the heap: the bound stores point at them, and the transaction moves.
   std::unique_ptr<Ledger> ledger_;
-  std::unique_ptr<AsyncWritesAfterRollback> after_rollback_;
+  std::unique_ptr<AsyncTransactionWrites> writes_;
   bool ended_ = false;
   bool committed_ = false;
 };

@@ -76,31 +76,62 @@ class ClaimLedger {
     if (!deferred_) return false;
     Deferred d = std::move(*deferred_);
     deferred_.reset();
-    const auto start = std::chrono::steady_clock::now();
-    const auto report = [&](const StoreError& e) {
-      if (with_commit && observer_ != nullptr) {
-        observer_->on_event(Event{EventKind::transaction_error,
-                                  d.key.biz_type(),
-                                  d.key.id(),
-                                  std::chrono::steady_clock::now() - start,
-                                  &e,
-                                  d.ticket.fence,
-                                  0,
-                                  {},
-                                  context_});
-      }
-    };
+    Sending sending(*this, std::move(d.key), d.ticket, with_commit, who);
+    bool written = false;
     try {
-      if (d.write(with_commit)) return true;
+      written = d.write(with_commit);
     } catch (const StoreError& e) {
-      report(e);
+      sending.failed(e);
       throw;
     }
-    ended(d.key, d.ticket, State::superseded);
-    const StoreError e = superseded_error(who);
-    report(e);
-    throw e;
+    return sending.answered(written);
   }
+
+  // What send_deferred makes of a waiting write's answer, for it and for a coroutine
+  // transaction's writes, which wait outside the ledger (an awaitable write cannot be kept
+  // here): made just before the write is sent.
+  class Sending {
+   public:
+    Sending(ClaimLedger& ledger, Key key, Ticket ticket, bool with_commit, std::string_view who)
+        : ledger_(ledger),
+          key_(std::move(key)),
+          ticket_(ticket),
+          with_commit_(with_commit),
+          who_(who) {}
+
+    // The write threw `e` (then let it through).
+    void failed(const StoreError& e) const { report(e); }
+    // The write answered `written`: true, and true passes; false, it met another request's
+    // row: the claim is noted superseded and superseded_error(who) is thrown.
+    bool answered(bool written) const {
+      if (written) return true;
+      ledger_.ended(key_, ticket_, State::superseded);
+      const StoreError e = ledger_.superseded_error(who_);
+      report(e);
+      throw e;
+    }
+
+   private:
+    void report(const StoreError& e) const {
+      if (!with_commit_ || ledger_.observer_ == nullptr) return;
+      ledger_.observer_->on_event(Event{EventKind::transaction_error,
+                                        key_.biz_type(),
+                                        key_.id(),
+                                        std::chrono::steady_clock::now() - start_,
+                                        &e,
+                                        ticket_.fence,
+                                        0,
+                                        {},
+                                        ledger_.context_});
+    }
+
+    ClaimLedger& ledger_;
+    Key key_;
+    Ticket ticket_;
+    bool with_commit_;
+    std::string_view who_;
+    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  };
 
   // Runs f once this transaction committed (not when it rolls back): an Attempt that completed
   // its action inside it learns that its record is written. f must not throw.

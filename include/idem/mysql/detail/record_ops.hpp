@@ -50,6 +50,19 @@ namespace idem::mysql {
 
 namespace detail {
 
+// A write sent with the COMMIT as one compound statement failed with `e` (call it in the handler
+// of `e`): true when the write was refused (the block ended with the error `refused` before its
+// COMMIT, so nothing was committed); false when the session cannot parse the block (a sql_mode
+// such as ORACLE), so the write goes alone and then the COMMIT; any other error is rethrown.
+inline bool compound_refused(const StoreError& e, unsigned refused) {
+  const auto& d = e.diagnostics();
+  if (d.code == refused && (refused != code::signal_exception || d.message == guard_refused)) {
+    return true;
+  }
+  if (d.code != code::parse_error) throw;
+  return false;
+}
+
 // The answer of RecordSql::probe: the row, if any, and the server's now.
 inline same_transaction::RecordProbe probe_answer(const std::vector<Row>& rows, const Key& key) {
   if (rows.size() != 1) throw CorruptRecord("idem::mysql: the probe did not answer one row");
@@ -253,11 +266,7 @@ class RecordOps {
         c.execute(sql, values);
         return true;
       } catch (const StoreError& e) {
-        const auto& d = e.diagnostics();
-        if (d.code == refused && (refused != code::signal_exception || d.message == guard_refused))
-          return false;
-        // A session whose sql_mode does not parse the block (ORACLE) takes two round trips.
-        if (d.code != code::parse_error) throw;
+        if (compound_refused(e, refused)) return false;
       }
     }
     if (!alone()) return false;
