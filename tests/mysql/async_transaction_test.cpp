@@ -881,3 +881,46 @@ TEST_CASE(
         std::vector{idem::Verdict::acquired, idem::Verdict::replayed, idem::Verdict::acquired});
   CHECK(t.count("status = 1") == 2);
 }
+
+TEST_CASE(
+    "async mysql: in with_transaction a waiting result that fails when sent alone leaves the try "
+    "uncommittable, even when the body catches the error") {
+  idem_test::AsyncTable t(2, {.bound_claim = idem::BoundClaim::record_last});
+  idem_test::BusinessTable biz(t.blocking.pool);
+  const idem::Key key{"PAY", "HELD"};
+  // Another transaction holds the key's row, uncommitted (a claim-first claim of its own).
+  idem::mysql::Store holder_store(
+      t.blocking.pool, {.table = t.blocking.name, .bound_claim = idem::BoundClaim::claim_first});
+  auto holder = t.blocking.pool->acquire();
+  holder->begin_transaction();
+  auto held = holder_store.bind(*holder);
+  REQUIRE(held.claim(key, "fp", idem::Options{}).verdict == idem::Verdict::acquired);
+
+  net::io_context io;
+  int bodies = 0;
+  std::string swallowed;
+  auto body = [&](AsyncTransaction& tx) -> net::awaitable<int> {
+    ++bodies;
+    co_await tx.connection().query("SET SESSION innodb_lock_wait_timeout = 1");
+    auto bound = tx.bind(t.store);
+    auto guard = co_await Guard::claim(bound, key, "fp");  // sees no committed row: runs
+    REQUIRE(guard.acquired());
+    co_await insert_row(tx.connection(), biz.name, key.id());
+    co_await guard.commit(1);  // waits for the COMMIT
+    try {
+      // Sends the waiting INSERT first: it waits on the held row until the lock wait times out.
+      const idem::Key other{"PAY", "OTHER"};
+      auto next = co_await Guard::claim(bound, other, "fp");
+    } catch (const idem::StoreError& e) {
+      swallowed = e.what();
+    }
+    co_return 1;  // as if nothing had happened
+  };
+  CHECK_THROWS_AS(run_on(io, idem::mysql::with_transaction(*t.pool, body)), idem::UsageError);
+  holder->query("ROLLBACK");
+  INFO(swallowed);
+  CHECK_FALSE(swallowed.empty());
+  CHECK(bodies == 1);
+  CHECK(biz.rows() == 0);  // the business row did not commit without the claim's result
+  CHECK(t.count() == 0);
+}

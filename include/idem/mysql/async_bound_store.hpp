@@ -90,8 +90,8 @@ struct AsyncTransactionWrites {
     bool written = false;
     try {
       written = co_await d.write(c, with_commit);
-    } catch (const StoreError& e) {
-      sending.failed(e);
+    } catch (...) {
+      sending.failed();
       throw;
     }
     co_return sending.answered(written);
@@ -125,7 +125,8 @@ class BasicAsyncBoundStore {
 
   // `ledger` and `writes`: the AsyncTransaction's, or null for a transaction the caller runs
   // itself (nobody counts a failed attempt there, and every result is written at once).
-  // `ops`, `connection` and the transaction must outlive this. Throws InvalidArgument for
+  // `ops` (the store's) must outlive the transaction, whose end may send a result of this
+  // store's; `connection` and the transaction must outlive this. Throws InvalidArgument for
   // record_last on Ops that cannot.
   BasicAsyncBoundStore(const Ops& ops, AsyncConnection& connection,
                        BoundClaim how = BoundClaim::claim_first,

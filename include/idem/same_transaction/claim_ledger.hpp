@@ -80,8 +80,8 @@ class ClaimLedger {
     bool written = false;
     try {
       written = d.write(with_commit);
-    } catch (const StoreError& e) {
-      sending.failed(e);
+    } catch (...) {
+      sending.failed();
       throw;
     }
     return sending.answered(written);
@@ -99,8 +99,19 @@ class ClaimLedger {
           with_commit_(with_commit),
           who_(who) {}
 
-    // The write threw `e` (then let it through).
-    void failed(const StoreError& e) const { report(e); }
+    // The write threw (call it in the handler, then let the exception through). Sent alone, its
+    // claim is left without a result: noted open again, so that a body that catches the error
+    // and goes on cannot commit the business without it. A StoreError sent with the COMMIT is
+    // reported here.
+    void failed() const {
+      if (!with_commit_) ledger_.ended(key_, ticket_, State::open);
+      try {
+        throw;
+      } catch (const StoreError& e) {
+        report(e);
+      } catch (...) {
+      }
+    }
     // The write answered `written`: true, and true passes; false, it met another request's
     // row: the claim is noted superseded and superseded_error(who) is thrown.
     bool answered(bool written) const {
