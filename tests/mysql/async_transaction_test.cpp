@@ -6,6 +6,7 @@
 // so that ConsumerPolicy::max_attempts holds in a coroutine transaction too.
 #include <mysql.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -864,7 +865,8 @@ TEST_CASE(
   auto body = [&](AsyncTransaction& tx) -> net::awaitable<std::vector<idem::Verdict>> {
     auto bound = tx.bind(t.store);
     std::vector<idem::Verdict> seen;
-    for (const char* id : {"a", "a", "b"}) {
+    const std::array<const char*, 3> ids{"a", "a", "b"};  // (named: GCC 12 and braced lists)
+    for (const char* id : ids) {
       const idem::Key key{"PAY", id};
       auto guard = co_await Guard::claim(bound, key, "fp");
       if (guard.acquired()) co_await guard.commit(1);
