@@ -12,6 +12,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <catch2/catch.hpp>
 #include <idem/async/consume.hpp>
 #include <idem/async/inline_store.hpp>

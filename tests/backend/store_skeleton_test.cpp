@@ -173,6 +173,7 @@ struct FakeOps {
                                              std::span<const idem::ClaimRequest* const> requests,
                                              std::span<const std::string> tokens,
                                              const idem::Options& o) const {
+    if (tokens.size() != requests.size()) throw std::logic_error("a token per request");
     server->chunk_sizes.push_back(requests.size());
     if (server->chunk_fail_above != 0 && requests.size() > server->chunk_fail_above) {
       throw failure(transient_code);

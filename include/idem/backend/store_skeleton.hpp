@@ -2,8 +2,8 @@
 // The skeleton of a store, written once for every backend that keeps records on a server or
 // in a file (idem::mysql, idem::sqlite, idem::redis): the claim loop, retries, finish with
 // LeaseLost and the reconciliation of a write whose reply was lost, housekeeping in batches
-// and claim_batch with its halving. A backend provides only its statements and driver, as a
-// Backend description:
+// and claim_batch (in the order and widths of idem/backend/batch_plan.hpp). A backend
+// provides only its statements and driver, as a Backend description:
 //
 //   struct Backend {
 //     using Connection = ...;  // one connection (or session) to the store
@@ -36,7 +36,6 @@
 // idem/backend/steps.hpp (shared with the coroutine skeleton, idem/backend/async_store_skeleton.hpp);
 // tests/backend/store_skeleton_test.cpp drives it through a scripted backend, without a server.
 
-#include <algorithm>
 #include <atomic>
 #include <concepts>
 #include <cstddef>
@@ -46,13 +45,13 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "idem/backend/batch_plan.hpp"
 #include "idem/backend/housekeeping.hpp"
 #include "idem/backend/record_rules.hpp"
 #include "idem/backend/retry_loop.hpp"
@@ -205,11 +204,9 @@ class StoreSkeleton {
   }
 
   // Many claims in few round trips (see idem/batch.hpp), for a backend whose Ops claim a chunk
-  // of keys at once: results[i] is what claim() would have answered for requests[i] had the
-  // requests been claimed one after another. Distinct keys go up to max_batch_rows at a time,
-  // in primary key order (concurrent batches then lock rows in the same order); a key
-  // repeated within the batch is claimed again after them, so it sees its first occurrence's
-  // claim.
+  // of keys at once, in the order and widths of a BatchPlan (idem/backend/batch_plan.hpp):
+  // results[i] is what claim() would have answered for requests[i] had the requests been
+  // claimed one after another.
   std::vector<ClaimResult> claim_batch(std::span<const ClaimRequest> requests,
                                        const Options& options) requires
       requires(const Ops& ops, Connection& c, std::span<const ClaimRequest* const> r,
@@ -218,55 +215,19 @@ class StoreSkeleton {
     Ops::max_batch_rows;
   }
   {
-    detail::validate_batch(requests, options);
-    std::vector<std::optional<ClaimResult>> slots(requests.size());
-    std::vector<std::size_t> firsts;  // index of each key's first occurrence
-    std::vector<std::size_t> repeats;
-    {
-      std::unordered_map<Key, std::size_t> seen;
-      for (std::size_t i = 0; i < requests.size(); ++i) {
-        (seen.emplace(requests[i].key, i).second ? firsts : repeats).push_back(i);
-      }
-    }
-    std::sort(firsts.begin(), firsts.end(), [&](std::size_t a, std::size_t b) {
-      return std::tie(requests[a].key.id(), requests[a].key.biz_type()) <
-             std::tie(requests[b].key.id(), requests[b].key.biz_type());
-    });
-
-    // One owner token per key for the whole call: a retried statement recognises the rows an
-    // earlier try created before its answer was lost.
-    std::vector<std::string> tokens(firsts.size());
-    for (auto& token : tokens)
-      token = detail::new_owner_token();
-    // Rows per statement. A deadlock or a lost certification rolls a whole statement back, and
-    // under contention a wide one keeps meeting other writers (on Galera it can lose eight
-    // times running); so every failed try halves the statement and every clean one doubles it.
-    std::size_t width = Ops::max_batch_rows;
-    std::vector<const ClaimRequest*> chunk;
-    for (std::size_t begin = 0, end = 0; begin < firsts.size(); begin = end) {
-      auto claimed = with_retries(
+    backend::BatchPlan plan(requests, options, Ops::max_batch_rows);
+    while (plan.more_chunks()) {
+      plan.claimed(with_retries(
           "claim_batch",
           [&](Connection& c, bool) {
-            end = std::min(firsts.size(), begin + width);
-            chunk.clear();
-            for (std::size_t k = begin; k < end; ++k)
-              chunk.push_back(&requests[firsts[k]]);
-            return ops_.claim_chunk(c, chunk, std::span(tokens).subspan(begin, end - begin),
-                                    options);
+            const auto chunk = plan.chunk();
+            return ops_.claim_chunk(c, chunk.requests, chunk.tokens, options);
           },
-          [&] { width = std::max<std::size_t>(1, width / 2); });
-      for (std::size_t k = begin; k < end; ++k)
-        slots[firsts[k]] = std::move(claimed[k - begin]);
-      width = std::min(Ops::max_batch_rows, width * 2);
+          [&] { plan.narrow(); }));
     }
-    for (std::size_t i : repeats) {
-      slots[i] = claim(requests[i].key, requests[i].fingerprint, options);
-    }
-    std::vector<ClaimResult> results;
-    results.reserve(requests.size());
-    for (auto& slot : slots)
-      results.push_back(std::move(*slot));
-    return results;
+    for (std::size_t i : plan.repeats())
+      plan.answer(i, claim(requests[i].key, requests[i].fingerprint, options));
+    return std::move(plan).results();
   }
 
   void complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {

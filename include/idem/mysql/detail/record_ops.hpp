@@ -144,54 +144,23 @@ class RecordOps {
                                        std::span<const std::string> tokens,
                                        const Options& o) const {
     const std::size_t cls = batch_class(requests.size());
-    const std::size_t padded = std::size_t{1} << cls;
-    std::vector<Param> params;
-    params.reserve(padded * 6);
-    const auto lease = micros(o.lease);
-    const auto ttl = micros(o.ttl);
-    for (std::size_t i = 0; i < padded; ++i) {
-      const std::size_t j = std::min(i, requests.size() - 1);
-      const ClaimRequest& r = *requests[j];
-      params.insert(params.end(), {Param(r.key.id()), Param(r.key.biz_type()), Param(tokens[j]),
-                                   Param(r.fingerprint), Param(lease), Param(ttl)});
-    }
-    if (returning_ && c.supports_returning() && !c.in_galera_cluster()) {
-      // The answer lists the rows this INSERT created; when that is every key (the common,
-      // all-fresh batch) no read is needed. Not on Galera: see Connection::in_galera_cluster.
-      auto created = c.select(sql_.insert_batch_returning[cls], params);
-      if (created.size() == requests.size()) {
-        std::unordered_map<Key, Record> mine;
-        for (const Row& row : created) {
-          Record r = decode_record(row).record;
-          Key key = r.key;
-          mine.emplace(std::move(key), std::move(r));
-        }
-        std::vector<ClaimResult> out;
-        out.reserve(requests.size());
-        for (std::size_t i = 0; i < requests.size(); ++i) {
-          auto it = mine.find(requests[i]->key);
-          if (it == mine.end() || it->second.ticket.owner != tokens[i]) break;
-          out.push_back({Verdict::acquired, std::move(it->second)});
-        }
-        if (out.size() == requests.size()) return out;
-      }
+    if (batch_returning(c)) {
+      auto created = batch_created_answer(
+          c.select(sql_.insert_batch_returning[cls], batch_claim_values(requests, tokens, o)),
+          requests, tokens);
+      if (created) return std::move(*created);
     } else {
-      c.execute(sql_.insert_batch[cls], params);
+      c.execute(sql_.insert_batch[cls], batch_claim_values(requests, tokens, o));
     }
-
-    std::vector<Param> keys;
-    keys.reserve(padded * 2);
-    for (std::size_t i = 0; i < padded; ++i) {
-      const ClaimRequest& r = *requests[std::min(i, requests.size() - 1)];
-      keys.insert(keys.end(), {Param(r.key.id()), Param(r.key.biz_type())});
-    }
-    std::unordered_map<Key, backend::RecordRead> rows;
-    for (const Row& row : c.select(sql_.select_batch[cls], keys)) {
-      RowRead read = decode_record(row);
-      Key key = read.record.key;
-      rows.emplace(std::move(key), backend::RecordRead{std::move(read.record), read.now});
-    }
+    auto rows = batch_rows_answer(c.select(sql_.select_batch[cls], batch_key_values(requests)));
     return backend::settle_batch("idem::mysql", *this, c, requests, tokens, o, rows);
+  }
+
+  // Whether a batch's INSERT on `c` answers with the rows it created (INSERT ... RETURNING),
+  // so that an all-fresh batch needs no read. Not on Galera: see Connection::in_galera_cluster.
+  template <class C>
+  bool batch_returning(const C& c) const noexcept {
+    return returning_ && c.supports_returning() && !c.in_galera_cluster();
   }
 
   // The fenced UPDATE of complete/fail. Returns true if it changed the row.

@@ -10,9 +10,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -32,7 +35,9 @@
 #include "idem/record_query.hpp"
 #include "idem/record_stats.hpp"
 #include "idem/status.hpp"
+#include "idem/store.hpp"
 #include "idem/ticket.hpp"
+#include "idem/verdict.hpp"
 
 namespace idem::mysql::detail {
 
@@ -505,6 +510,71 @@ inline Record read_back(std::optional<backend::RecordRead> row, const std::strin
     throw StoreError("idem::mysql: a claimed row could not be read back", true);
   }
   return std::move(row->record);
+}
+
+// A batch claim's values, padded to its batch_class by repeating the last request: six per key
+// for the multi-row INSERT, and the key alone for the read of the same rows. Request i's owner
+// token is tokens[i].
+inline std::vector<Param> batch_claim_values(std::span<const ClaimRequest* const> requests,
+                                             std::span<const std::string> tokens,
+                                             const Options& o) {
+  const std::size_t padded = std::size_t{1} << batch_class(requests.size());
+  std::vector<Param> params;
+  params.reserve(padded * 6);
+  const auto lease = micros(o.lease);
+  const auto ttl = micros(o.ttl);
+  for (std::size_t i = 0; i < padded; ++i) {
+    const std::size_t j = std::min(i, requests.size() - 1);
+    const ClaimRequest& r = *requests[j];
+    params.insert(params.end(), {Param(r.key.id()), Param(r.key.biz_type()), Param(tokens[j]),
+                                 Param(r.fingerprint), Param(lease), Param(ttl)});
+  }
+  return params;
+}
+inline std::vector<Param> batch_key_values(std::span<const ClaimRequest* const> requests) {
+  const std::size_t padded = std::size_t{1} << batch_class(requests.size());
+  std::vector<Param> keys;
+  keys.reserve(padded * 2);
+  for (std::size_t i = 0; i < padded; ++i) {
+    const ClaimRequest& r = *requests[std::min(i, requests.size() - 1)];
+    keys.insert(keys.end(), {Param(r.key.id()), Param(r.key.biz_type())});
+  }
+  return keys;
+}
+
+// What a batch's INSERT IGNORE ... RETURNING answered (the rows it created): every request's
+// fresh claim when it created each key's row with that request's token; nullopt when some key
+// was there already (the batch then reads the rows and settles each key).
+inline std::optional<std::vector<ClaimResult>> batch_created_answer(
+    const std::vector<Row>& created, std::span<const ClaimRequest* const> requests,
+    std::span<const std::string> tokens) {
+  if (created.size() != requests.size()) return std::nullopt;
+  std::unordered_map<Key, Record> mine;
+  for (const Row& row : created) {
+    Record r = decode_record(row).record;
+    Key key = r.key;
+    mine.emplace(std::move(key), std::move(r));
+  }
+  std::vector<ClaimResult> out;
+  out.reserve(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto it = mine.find(requests[i]->key);
+    if (it == mine.end() || it->second.ticket.owner != tokens[i]) return std::nullopt;
+    out.push_back({Verdict::acquired, std::move(it->second)});
+  }
+  return out;
+}
+
+// The rows a batch's read found, by key, each with the server's now.
+inline std::unordered_map<Key, backend::RecordRead> batch_rows_answer(
+    const std::vector<Row>& rows) {
+  std::unordered_map<Key, backend::RecordRead> found;
+  for (const Row& row : rows) {
+    RowRead read = decode_record(row);
+    Key key = read.record.key;
+    found.emplace(std::move(key), backend::RecordRead{std::move(read.record), read.now});
+  }
+  return found;
 }
 
 }  // namespace idem::mysql::detail

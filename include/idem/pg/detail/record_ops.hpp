@@ -167,6 +167,41 @@ inline std::vector<Param> points_values(const Key& key, const Ticket& held, std:
   return {Param::text_or_null(after), key.id(), key.biz_type(), held.fence, held.owner, before};
 }
 
+// A batch claim's values (make_record_sql's claim_batch): the keys, tokens and fingerprints as
+// four text arrays, request i's token tokens[i]; then the lease and the ttl.
+inline std::vector<Param> claim_batch_values(std::span<const ClaimRequest* const> requests,
+                                             std::span<const std::string> tokens,
+                                             const Options& o) {
+  std::vector<std::string_view> ids, types, fps;
+  for (const ClaimRequest* r : requests) {
+    ids.push_back(r->key.id());
+    types.push_back(r->key.biz_type());
+    fps.push_back(r->fingerprint);
+  }
+  const auto view = [](std::string_view s) { return s; };
+  const auto text = [](const std::string& s) -> const std::string& { return s; };
+  std::vector<Param> values;
+  values.reserve(6);
+  values.emplace_back(text_array(ids, view));
+  values.emplace_back(text_array(types, view));
+  values.emplace_back(text_array(tokens, text));
+  values.emplace_back(text_array(fps, view));
+  values.emplace_back(o.lease.count());
+  values.emplace_back(o.ttl.count());
+  return values;
+}
+
+// The rows a batch claim answered (those it created and those it met), by key.
+inline std::unordered_map<Key, backend::RecordRead> batch_rows_answer(const Result& r) {
+  std::unordered_map<Key, backend::RecordRead> rows;
+  for (int row = 0; row < r.rows(); ++row) {
+    backend::RecordRead read = decode_record(r, row);
+    Key key = read.record.key;
+    rows.emplace(std::move(key), std::move(read));
+  }
+  return rows;
+}
+
 inline std::vector<Record> list_answer(const Result& r) {
   std::vector<Record> found;
   found.reserve(static_cast<std::size_t>(r.rows()));
@@ -204,25 +239,8 @@ class RecordOps {
   std::vector<ClaimResult> claim_chunk(Connection& c, std::span<const ClaimRequest* const> requests,
                                        std::span<const std::string> tokens,
                                        const Options& o) const {
-    const auto text = [](const auto& s) -> const std::string& { return s; };
-    std::vector<std::string_view> ids, types, fps;
-    for (const ClaimRequest* r : requests) {
-      ids.push_back(r->key.id());
-      types.push_back(r->key.biz_type());
-      fps.push_back(r->fingerprint);
-    }
-    const auto view = [](std::string_view s) { return s; };
-    const Result r =
-        c.exec(sql_.claim_batch,
-               {text_array(ids, view), text_array(types, view), text_array(tokens, text),
-                text_array(fps, view), o.lease.count(), o.ttl.count()},
-               "claim_batch");
-    std::unordered_map<Key, backend::RecordRead> rows;
-    for (int row = 0; row < r.rows(); ++row) {
-      backend::RecordRead read = decode_record(r, row);
-      Key key = read.record.key;
-      rows.emplace(std::move(key), std::move(read));
-    }
+    auto rows = batch_rows_answer(
+        c.exec(sql_.claim_batch, claim_batch_values(requests, tokens, o), "claim_batch"));
     return backend::settle_batch("idem::pg", *this, c, requests, tokens, o, rows);
   }
 
