@@ -11,17 +11,22 @@
 // claimed one request at a time. Options and fingerprints are all validated before the first
 // write, so a bad request changes nothing.
 //
-// Every claim made reaches the answer: a cancellation that arrives meanwhile shows at the
-// caller's next co_await, after the call. Adopt each acquired claim into a guard
-// (idem::async::IdempotencyGuard's adopting constructor) before co_awaiting anything else, or
-// use idem::async::consume_batch, which does. When a claim fails in the middle of a batch
-// claimed one request at a time, the claims already made are released (a retryable failure,
-// as an abandoned guard records) before the error propagates.
+// Adopt each acquired claim into a guard (idem::async::IdempotencyGuard's adopting
+// constructor) before co_awaiting anything else, or use idem::async::consume_batch, which does.
+// A batch that fails midway, or whose caller is cancelled (a timer `||`, a parallel_group, a
+// cancellation signal) while it claims, releases every claim it made before it completes (a
+// retryable failure, as an abandoned guard records), so that no claim is left that nobody
+// holds: the error propagates, or operation_aborted for a cancellation. (A store inside the
+// caller's transaction loses its claims with the rollback instead.) The coroutine stores of
+// MariaDB and PostgreSQL also release, once the server is done with it, the claims a statement
+// cut off by the cancellation had written.
 
 #include <exception>
 #include <span>
 #include <utility>
 #include <vector>
+
+#include <boost/system/system_error.hpp>
 
 #include "idem/async/detail/to_completion.hpp"
 #include "idem/async/net.hpp"
@@ -101,6 +106,14 @@ net::awaitable<std::vector<ClaimResult>> claim_batch(S& store,
     }
   } catch (...) {
     failed = std::current_exception();
+  }
+  // Cancelled while it claimed: the caller cannot take the answer (a `||` drops it), so the
+  // claims go back before the call completes.
+  const net::cancellation_state state = co_await net::this_coro::cancellation_state;
+  if (!failed && state.cancelled() != net::cancellation_type::none) {
+    if constexpr (!NotingAsyncStore<S>) co_await detail::release_claims(store, results);
+    failed = std::make_exception_ptr(
+        boost::system::system_error(net::error::operation_aborted, "idem::async::claim_batch"));
   }
   co_await net::this_coro::throw_if_cancelled(throws);
   if (failed) std::rethrow_exception(failed);
