@@ -1,18 +1,24 @@
-// idem::backend::AsyncStoreSkeleton's repair, record_step and list, driven through a scripted backend
-// (no server): the steps of idem/backend/steps.hpp run by coroutine calls, a lost write read
-// again, a lost reply recognised on the next try, and the retry judging of the skeleton's other
-// operations (transient retried, fatal not, a bounded number of tries).
+// idem::backend::AsyncStoreSkeleton's repair, record_step, list and claim_batch, driven through a
+// scripted backend (no server): the steps of idem/backend/steps.hpp run by coroutine calls, a
+// lost write read again, a lost reply recognised on the next try, the retry judging of the
+// skeleton's other operations (transient retried, fatal not, a bounded number of tries), and a
+// batch's chunks, its failure and its cancellation.
 #include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
 #include <idem/async.hpp>
 #include <idem/backend/async_pool.hpp>
@@ -52,6 +58,12 @@ struct ScriptedTable {
   std::map<std::string, std::vector<FailureKind>> failures;
   // Runs before the next write: another writer moves the row on.
   std::function<void()> before_write;
+  // claim_chunk: the width of each statement; those wider than chunk_fail_above fail
+  // (transient); the statement number hang_chunk (from 1) never answers after its rows landed.
+  std::vector<std::size_t> chunk_sizes;
+  std::size_t chunk_fail_above = 0;
+  int fail_chunk = 0;  // the statement number fail_chunk fails (fatal) before any write
+  int hang_chunk = 0;
 
   void seed(const idem::Key& key) {
     rows.emplace(key, idem::backend::claim_record(key, "crashed-owner", "fp", clock.now(),
@@ -73,7 +85,41 @@ std::string_view scripted_name_of(FailureKind k) {
 
 struct ScriptedOps {
   using Connection = ScriptedConnection;
+  static constexpr std::size_t max_batch_rows = 4;
   ScriptedTable* t;
+
+  // A batch statement: writes the keys that have no row, answers every key's row (as
+  // PostgreSQL's claim_batch), and settles each as the real stores do.
+  net::awaitable<std::vector<idem::ClaimResult>> claim_chunk(
+      Connection& c, std::span<const idem::ClaimRequest* const> requests,
+      std::span<const std::string> tokens, const idem::Options& o) const {
+    if (tokens.size() != requests.size()) throw std::logic_error("a token per request");
+    t->chunk_sizes.push_back(requests.size());
+    if (t->chunk_fail_above != 0 && requests.size() > t->chunk_fail_above) {
+      throw idem::StoreError("transient", true);
+    }
+    if (static_cast<int>(t->chunk_sizes.size()) == t->fail_chunk) {
+      throw idem::StoreError("fatal", false);
+    }
+    auto rows = scripted("claim_chunk", [&] {
+      std::unordered_map<idem::Key, idem::backend::RecordRead> found;
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        const idem::Key& key = requests[i]->key;
+        const auto it =
+            t->rows
+                .try_emplace(key, idem::backend::claim_record(
+                                      key, tokens[i], requests[i]->fingerprint, t->clock.now(), o))
+                .first;
+        found.emplace(key, idem::backend::RecordRead{it->second, t->clock.now()});
+      }
+      return found;
+    });
+    if (static_cast<int>(t->chunk_sizes.size()) == t->hang_chunk) {
+      co_await idem::async::sleep_for(std::chrono::hours(1));  // until cancelled
+    }
+    co_return co_await idem::async::detail::settle_batch("scripted", *this, c, requests, tokens, o,
+                                                         rows);
+  }
 
   net::awaitable<std::optional<idem::backend::RecordRead>> read(Connection&, const idem::Key& key,
                                                                 bool) const {
@@ -387,4 +433,70 @@ TEST_CASE_METHOD(Scripted,
   CHECK(sent() == ScriptedStatements{"insert", "write_points", "write_points", "finish"});
   CHECK(nlohmann::json::parse(table.rows.at(key).recovery_points) ==
         nlohmann::json{{"reserve", 1}, {"charge", 2}});
+}
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: claim_batch sends chunks, a failed one again at half its "
+                 "width, and answers as one claim after another") {
+  static_assert(idem::async::BatchClaimingAsyncStore<ScriptedStore>);
+  table.seed({"PAY", "b3"});  // a live claim of another owner
+  table.chunk_fail_above = 2;
+  std::vector<idem::ClaimRequest> requests;
+  for (int i = 0; i < 7; ++i)
+    requests.push_back({idem::Key{"PAY", "b" + std::to_string(i)}, "fp"});
+  requests.push_back(requests[5]);  // a repeat: claimed after the others, meets their claim
+  const auto results = run(idem::async::claim_batch(store, requests));
+  REQUIRE(results.size() == requests.size());
+  for (std::size_t i = 0; i < 7; ++i) {
+    INFO("request " << i);
+    CHECK(results[i].verdict == (i == 3 ? idem::Verdict::in_progress : idem::Verdict::acquired));
+    CHECK(results[i].record.key == requests[i].key);
+    CHECK(table.rows.at(requests[i].key) == results[i].record);
+  }
+  CHECK(results.back().verdict == idem::Verdict::in_progress);
+  // 4 fails, 2, then 4 fails, 2, then 3 fails, 2, 1 (what is left).
+  CHECK(table.chunk_sizes == std::vector<std::size_t>{4, 2, 4, 2, 3, 2, 1});
+}
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: a batch that fails midway releases the claims it made "
+                 "before it completes") {
+  std::vector<idem::ClaimRequest> requests;
+  for (int i = 0; i < 6; ++i)
+    requests.push_back({idem::Key{"PAY", "f" + std::to_string(i)}, "fp"});
+  table.fail_chunk = 2;  // f0-f3 are claimed, then f4 and f5 fail before any write
+  CHECK_THROWS_WITH(run(idem::async::claim_batch(store, requests)), "fatal");
+  for (int i = 0; i < 4; ++i) {
+    INFO("f" << i);
+    const idem::Record& r = table.rows.at(requests[static_cast<std::size_t>(i)].key);
+    CHECK(r.status == idem::Status::failed);
+    CHECK(r.retryable);
+    CHECK(r.snapshot.find("idem.abandoned") != std::string::npos);
+  }
+  CHECK_FALSE(table.rows.contains(requests[4].key));
+  CHECK_FALSE(table.rows.contains(requests[5].key));
+}
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: a batch cancelled while a statement is out releases its "
+                 "landed claims and the claims made before, then completes") {
+  using namespace net::experimental::awaitable_operators;
+  std::vector<idem::ClaimRequest> requests;
+  for (int i = 0; i < 6; ++i)
+    requests.push_back({idem::Key{"PAY", "c" + std::to_string(i)}, "fp"});
+  table.hang_chunk = 2;  // c4 and c5 land, and their statement never answers
+  const bool timer_first = run([&]() -> net::awaitable<bool> {
+    net::steady_timer timer(co_await net::this_coro::executor, 20ms);
+    const auto first = co_await (idem::async::claim_batch(store, requests) ||
+                                 timer.async_wait(net::use_awaitable));
+    co_return first.index() == 1;
+  }());
+  CHECK(timer_first);
+  for (std::size_t i = 0; i < 6; ++i) {
+    INFO("c" << i);
+    const idem::Record& r = table.rows.at(requests[i].key);
+    CHECK(r.status == idem::Status::failed);
+    CHECK(r.retryable);
+    CHECK(r.snapshot.find(i < 4 ? "idem.abandoned" : "idem.cancelled") != std::string::npos);
+  }
 }

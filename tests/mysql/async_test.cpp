@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../support/async_scenarios.hpp"
+#include "../support/batch_states.hpp"
 #include "../support/mysql_async.hpp"
 #include "../support/mysql_killer.hpp"
 #include "../support/workload.hpp"
@@ -121,6 +122,108 @@ TEST_CASE("async mysql: a request cancelled at any point leaves no processing cl
   CHECK(t.count("status = 0") == 0);
   // Every cancelled request's key runs at once on its next duplicate (or replays).
   CHECK(idem_test::replayed_or_ran(t.store, r, 400) == r.requests);
+}
+
+TEST_CASE(
+    "async mysql: claim_batch answers exactly what one claim after another answers, a chunk "
+    "of keys per statement") {
+  const bool returning = GENERATE(true, false);  // INSERT ... RETURNING, or a read after it
+  INFO("insert_returning = " << returning);
+  net::io_context io;
+  idem_test::AsyncTable batched(1, {.insert_returning = returning});
+  idem_test::Table single(2, {.insert_returning = returning});
+  const auto batch = idem_test::prepare_batch_states(batched.blocking.store);
+  const auto same = idem_test::prepare_batch_states(single.store);
+
+  const auto got = run_on(io, idem::async::claim_batch(batched.store, batch));
+  REQUIRE(got.size() == same.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("request " << i << " " << batch[i].key.id() << " fp=" << batch[i].fingerprint);
+    const auto want = single.store.claim(same[i].key, same[i].fingerprint, {});
+    CHECK(idem_test::seen(got[i]) == idem_test::seen(want));
+    CHECK(got[i].record.key == batch[i].key);
+    CHECK(got[i].record.snapshot == want.record.snapshot);
+    CHECK(got[i].verdict == idem_test::batch_state_verdicts()[i]);
+  }
+
+  // 300 fresh keys: 128 + 128 + 44 rows, an INSERT each (and a read each without RETURNING),
+  // counted on the pool's one connection; the first batch prepares the statements.
+  const auto statements = [&]() -> net::awaitable<long long> {
+    auto c = co_await batched.pool->acquire();
+    const std::vector<idem::mysql::Param> none;
+    const auto rows = co_await c->select("SHOW SESSION STATUS LIKE 'Com_stmt_execute'", none);
+    co_return std::stoll(rows.at(0).at(1).to_text().value());
+  };
+  const auto fresh = [](const std::string& prefix) {
+    std::vector<idem::ClaimRequest> r;
+    for (int i = 0; i < 300; ++i)
+      r.push_back({{"FRESH", prefix + std::to_string(i)}, "fp"});
+    return r;
+  };
+  const auto warm = fresh("w-");
+  run_on(io, idem::async::claim_batch(batched.store, warm));
+  const long long first = run_on(io, statements());
+  const long long second = run_on(io, statements());  // what a count costs itself
+  const auto requests = fresh("f-");
+  const auto results = run_on(io, idem::async::claim_batch(batched.store, requests));
+  const long long after = run_on(io, statements());
+  CHECK(after - second - (second - first) == (returning ? 3 : 6));
+  REQUIRE(results.size() == 300);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    INFO("request " << i);
+    CHECK(results[i].verdict == idem::Verdict::acquired);
+    CHECK(results[i].record.key == requests[i].key);
+  }
+  CHECK(batched.count("biz_type = 'FRESH' AND status = 0") == 600);
+}
+
+TEST_CASE("async mysql: batches of a storm on one loop thread - every key runs once") {
+  idem_test::AsyncTable t(16);
+  const auto storm = idem_test::storm_of(1000, 41);
+  idem_test::Executions executions;
+  const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
+  std::printf("async mysql batch storm: %d deliveries, %d messages redelivered\n", r.deliveries,
+              r.redelivered);
+  INFO(r.first_error());
+  CHECK(r.errors.empty());
+  CHECK(r.failed_deliveries == 0);
+  CHECK(executions.max_per_key() == 1);
+  CHECK(executions.total() == storm.distinct);
+  CHECK(t.count("status = 1") == storm.distinct);
+}
+
+TEST_CASE("async mysql: batches while connections are killed at random - every key runs once") {
+  const idem_test::KillableUser user("idem_kill_batch");
+  idem_test::AsyncTable t(16, {}, user.params());
+  const auto storm = idem_test::storm_of(2000, 43);
+  idem_test::Executions executions;
+  idem_test::ConnectionKiller killer(user, 7);
+  const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
+  killer.stop();
+  std::printf(
+      "async mysql batch kill: %d kills, %d deliveries, %d failed (redelivered whole)%s%s\n",
+      killer.kills(), r.deliveries, r.failed_deliveries, r.failed_deliveries > 0 ? ", first: " : "",
+      r.first_failure.c_str());
+  INFO(r.first_error());
+  CHECK(r.errors.empty());
+  CHECK(killer.kills() > 10);
+  CHECK(executions.max_per_key() == 1);
+  CHECK(executions.total() == storm.distinct);
+  CHECK(t.count("status = 1") == storm.distinct);
+}
+
+TEST_CASE("async mysql: a batch cancelled at any point leaves no processing claim behind") {
+  idem_test::AsyncTable t(16);
+  const auto r = idem_test::cancel_batches_at_random(t.store, 8, 150, 19);
+  std::printf(
+      "async mysql batch cancel: %d of %d batches cancelled; retryable failures recorded: %lld "
+      "for statements cut off, %lld for claims made before\n",
+      r.cancelled, r.batches, t.count("response_snapshot LIKE '%idem.cancelled%'"),
+      t.count("response_snapshot LIKE '%idem.abandoned%'"));
+  CHECK(r.cancelled > 16);
+  CHECK(r.finished > 0);
+  CHECK(r.processing_after == 0);
+  CHECK(t.count("status = 0") == 0);
 }
 
 TEST_CASE("async mysql: a store checks its table on its first operation") {

@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "../support/async_scenarios.hpp"
+#include "../support/batch_states.hpp"
 #include "../support/pg_async.hpp"
 #include "../support/workload.hpp"
 
@@ -134,6 +135,66 @@ TEST_CASE("async pg: a request cancelled at any point leaves no processing claim
   CHECK(t.count("status = 0") == 0);
   // Every cancelled request's key runs at once on its next duplicate (or replays).
   CHECK(idem_test::replayed_or_ran(t.store, r, 400) == r.requests);
+}
+
+TEST_CASE("async pg: claim_batch answers exactly what one claim after another answers") {
+  idem::async::net::io_context io;
+  idem_test::PgAsyncTable batched(2);
+  idem_test::PgTable single(2);
+  const auto batch = idem_test::prepare_batch_states(batched.blocking.store);
+  const auto same = idem_test::prepare_batch_states(single.store);
+
+  const auto got = idem_test::run_on(io, idem::async::claim_batch(batched.store, batch));
+  REQUIRE(got.size() == same.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("request " << i << " " << batch[i].key.id() << " fp=" << batch[i].fingerprint);
+    const auto want = single.store.claim(same[i].key, same[i].fingerprint, {});
+    CHECK(idem_test::seen(got[i]) == idem_test::seen(want));
+    CHECK(got[i].record.key == batch[i].key);
+    CHECK(got[i].record.snapshot == want.record.snapshot);
+    CHECK(got[i].verdict == idem_test::batch_state_verdicts()[i]);
+  }
+
+  std::vector<idem::ClaimRequest> fresh;  // 128 + 128 + 44 rows
+  for (int i = 0; i < 300; ++i)
+    fresh.push_back({{"FRESH", std::to_string(i)}, "fp"});
+  const auto results = idem_test::run_on(io, idem::async::claim_batch(batched.store, fresh));
+  REQUIRE(results.size() == 300);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    INFO("request " << i);
+    CHECK(results[i].verdict == idem::Verdict::acquired);
+    CHECK(results[i].record.key == fresh[i].key);
+  }
+  CHECK(batched.count("biz_type = 'FRESH' AND status = 0") == 300);
+}
+
+TEST_CASE("async pg: batches of a storm on one loop thread - every key runs once") {
+  idem_test::PgAsyncTable t(16);
+  const auto storm = idem_test::storm_of(1000, 47);
+  idem_test::Executions executions;
+  const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
+  std::printf("async pg batch storm: %d deliveries, %d messages redelivered\n", r.deliveries,
+              r.redelivered);
+  INFO(r.first_error());
+  CHECK(r.errors.empty());
+  CHECK(r.failed_deliveries == 0);
+  CHECK(executions.max_per_key() == 1);
+  CHECK(executions.total() == storm.distinct);
+  CHECK(t.count("status = 1") == storm.distinct);
+}
+
+TEST_CASE("async pg: a batch cancelled at any point leaves no processing claim behind") {
+  idem_test::PgAsyncTable t(16);
+  const auto r = idem_test::cancel_batches_at_random(t.store, 8, 150, 23);
+  std::printf(
+      "async pg batch cancel: %d of %d batches cancelled; retryable failures recorded: %lld "
+      "for statements cut off, %lld for claims made before\n",
+      r.cancelled, r.batches, t.count("response_snapshot LIKE '%idem.cancelled%'"),
+      t.count("response_snapshot LIKE '%idem.abandoned%'"));
+  CHECK(r.cancelled > 16);
+  CHECK(r.finished > 0);
+  CHECK(r.processing_after == 0);
+  CHECK(t.count("status = 0") == 0);
 }
 
 TEST_CASE("async pg: a store checks its table on its first operation") {

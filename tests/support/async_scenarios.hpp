@@ -1,7 +1,8 @@
 #pragma once
 // The races every coroutine store runs from one loop thread (tests/mysql/async_test.cpp,
 // tests/pg/async_store_test.cpp): a request storm, a timer beside claims in flight, clients
-// retrying through a killer's work, and requests cancelled at random points. Each returns what
+// retrying through a killer's work, requests cancelled at random points, and the same storm and
+// cancellations for batches (claim_batch, consume_batch). Each returns what
 // happened; the test states what must hold, and reads its own table. Each runs on test_loop()
 // (loop.hpp).
 #include <algorithm>
@@ -9,8 +10,11 @@
 #include <cstddef>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -185,32 +189,28 @@ struct CancelResult {
 // How a request is cancelled: the three ways a service's code does it.
 enum class CancelWay { either_operator, parallel_group, signal };
 
-// run_once(key) of a business answering `answer`, raced against `timer`, cancelled `way`; true
-// when the timer won.
-template <class Store>
-async_net::awaitable<bool> cancelled_by_timer(Store& store, idem::Key key, int answer,
-                                              async_net::steady_timer& timer, CancelWay way) {
+// `work` raced against `timer`, cancelled `way`: its answer, or nullopt when the timer won.
+template <class T>
+async_net::awaitable<std::optional<T>> raced_against(async_net::awaitable<T> work,
+                                                     async_net::steady_timer& timer,
+                                                     CancelWay way) {
   namespace experimental = async_net::experimental;
-  auto body = [answer]() -> async_net::awaitable<int> {
-    co_await async_pause(std::chrono::milliseconds(1));
-    co_return answer;
-  };
   switch (way) {
     case CancelWay::either_operator: {
       using namespace experimental::awaitable_operators;
-      const auto first = co_await (idem::async::run_once(store, key, "fp", body) ||
-                                   timer.async_wait(async_net::use_awaitable));
-      co_return first.index() == 1;
+      auto first = co_await (std::move(work) || timer.async_wait(async_net::use_awaitable));
+      if (first.index() == 1) co_return std::nullopt;
+      co_return std::move(std::get<0>(first));
     }
     case CancelWay::parallel_group: {
-      auto [order, run_error, outcome, timer_error] =
+      auto [order, work_error, answer, timer_error] =
           co_await experimental::make_parallel_group(
-              async_net::co_spawn(co_await async_net::this_coro::executor,
-                                  idem::async::run_once(store, key, "fp", body),
+              async_net::co_spawn(co_await async_net::this_coro::executor, std::move(work),
                                   async_net::deferred),
               timer.async_wait(async_net::deferred))
               .async_wait(experimental::wait_for_one(), async_net::use_awaitable);
-      co_return order[0] == 1;
+      if (order[0] == 1) co_return std::nullopt;
+      co_return std::move(answer);
     }
     case CancelWay::signal: {
       // Shared with the timer's handler, which may run after this frame ends.
@@ -218,19 +218,33 @@ async_net::awaitable<bool> cancelled_by_timer(Store& store, idem::Key key, int a
       timer.async_wait([signal](boost::system::error_code e) {
         if (!e) signal->emit(async_net::cancellation_type::terminal);
       });
-      std::exception_ptr error;
+      std::optional<T> answer;
       try {
-        co_await async_net::co_spawn(
-            co_await async_net::this_coro::executor, idem::async::run_once(store, key, "fp", body),
+        answer = co_await async_net::co_spawn(
+            co_await async_net::this_coro::executor, std::move(work),
             async_net::bind_cancellation_slot(signal->slot(), async_net::use_awaitable));
       } catch (...) {
-        error = std::current_exception();
+        answer.reset();
       }
       timer.cancel();
-      co_return error != nullptr;
+      co_return answer;
     }
   }
-  co_return false;
+  co_return std::nullopt;
+}
+
+// run_once(key) of a business answering `answer`, raced against `timer`, cancelled `way`; true
+// when the timer won.
+template <class Store>
+async_net::awaitable<bool> cancelled_by_timer(Store& store, idem::Key key, int answer,
+                                              async_net::steady_timer& timer, CancelWay way) {
+  auto body = [answer]() -> async_net::awaitable<int> {
+    co_await async_pause(std::chrono::milliseconds(1));
+    co_return answer;
+  };
+  const auto out =
+      co_await raced_against(idem::async::run_once(store, key, "fp", body), timer, way);
+  co_return !out.has_value();
 }
 
 // Rounds of `requests` run_once calls (biz type CANCEL_<round>), each raced against a timer
@@ -288,6 +302,163 @@ CancelResult cancel_at_random(Store& store, int requests, unsigned seed) {
     r.requests += requests;
     io.restart();
     io.run();
+  }
+  return r;
+}
+
+struct BatchStormResult {
+  int deliveries = 0;         // batches delivered, redeliveries included
+  int redelivered = 0;        // messages answered retry_later (their key held by another batch)
+  int failed_deliveries = 0;  // consume_batch calls that threw a StoreError (redelivered whole)
+  std::string first_failure;
+  std::vector<std::string> errors;  // what must not happen
+  std::string first_error() const { return errors.empty() ? std::string() : errors.front(); }
+};
+
+// The storm's requests as a broker's batches of `batch_size` messages (biz type BATCH), all at
+// once on one loop thread, each through consume_batch (so one claim_batch per delivery), whose
+// business counts itself in `executions` and takes 1-3 ms. The messages a delivery answers
+// retry_later come again, as a batch of their own, and a delivery that fails with a StoreError
+// comes again whole (as a broker redelivers what was not acknowledged), until every message is
+// committed.
+template <class Store>
+BatchStormResult batch_storm(Store& store, const Storm& storm, std::size_t batch_size,
+                             Executions& executions) {
+  async_net::io_context& io = test_loop();
+  io.restart();
+  BatchStormResult result;
+  for (std::size_t first = 0; first < storm.order.size(); first += batch_size) {
+    const auto begin = storm.order.begin() + static_cast<std::ptrdiff_t>(first);
+    const auto end = storm.order.begin() +
+                     static_cast<std::ptrdiff_t>(std::min(storm.order.size(), first + batch_size));
+    async_net::co_spawn(
+        io,
+        [&, pending = std::vector<int>(begin, end)]() mutable -> async_net::awaitable<void> {
+          for (int delivery = 0; !pending.empty(); ++delivery) {
+            if (delivery == 200) {
+              result.errors.push_back("a batch was still not committed after 200 deliveries");
+              co_return;
+            }
+            ++result.deliveries;
+            std::vector<idem::ClaimRequest> batch;
+            for (int k : pending)
+              batch.push_back({{"BATCH", "B-" + std::to_string(k)}, "fp"});
+            auto apply = [&](std::size_t i) -> async_net::awaitable<void> {
+              executions.executed(batch[i].key.id());
+              co_await async_pause(std::chrono::milliseconds(1 + pending[i] % 3));
+            };
+            std::vector<int> again;
+            try {
+              const auto acks = co_await idem::async::consume_batch(store, batch, apply);
+              for (std::size_t i = 0; i < acks.size(); ++i) {
+                if (acks[i].action == idem::Ack::retry_later) {
+                  again.push_back(pending[i]);
+                } else if (acks[i].action != idem::Ack::commit) {
+                  result.errors.push_back("message " + batch[i].key.id() + ": " + acks[i].reason);
+                }
+              }
+              result.redelivered += static_cast<int>(again.size());
+            } catch (const idem::StoreError& e) {
+              if (result.failed_deliveries++ == 0) result.first_failure = e.what();
+              again = pending;
+            } catch (const std::exception& e) {
+              result.errors.push_back(e.what());
+            }
+            pending = std::move(again);
+            if (!pending.empty()) co_await async_pause(std::chrono::milliseconds(5));
+          }
+        },
+        async_net::detached);
+  }
+  io.run();
+  return result;
+}
+
+struct BatchCancelResult {
+  int batches = 0;
+  int cancelled = 0;
+  int finished = 0;
+  int processing_after = 0;  // keys of a cancelled batch found processing right after it
+};
+
+// Rounds of `batches` claim_batch calls at once, each of `batch_size` keys of its own (biz type
+// CBATCH_<round>; more than a statement's rows, so a batch takes several) and a repeat, each
+// raced against a timer, batch b cancelled the (b % 3)th CancelWay. Two first rounds open the
+// pool's connections and measure how long one takes here; the timeouts spread over one and a
+// half times that (doubled after a round where no batch finished), so that they fall on a pool
+// wait, a statement of either chunk, the repeat's single claim, and after the last. Rounds go
+// on until more than two rounds' worth were cancelled and some finished. A finished batch
+// completes its claims. Each batch's keys are read as soon as its call returned.
+template <class Store>
+BatchCancelResult cancel_batches_at_random(Store& store, int batches, int batch_size,
+                                           unsigned seed) {
+  async_net::io_context& io = test_loop();
+  std::mt19937 rng(seed);
+  BatchCancelResult r;
+  const auto requests_of = [&](const std::string& biz_type, int b) {
+    std::vector<idem::ClaimRequest> batch;
+    for (int i = 0; i < batch_size; ++i)
+      batch.push_back({{biz_type, std::to_string(b) + "-" + std::to_string(i)}, "fp"});
+    batch.push_back(batch.front());  // a repeat, claimed on its own after the chunks
+    return batch;
+  };
+  // How long the claims of a round take (the completes after them are not what is cut).
+  std::chrono::steady_clock::duration claiming{};
+  for (const char* biz_type : {"CBATCH_WARM", "CBATCH_CALIBRATE"}) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int b = 0; b < batches; ++b) {
+      async_net::co_spawn(
+          io,
+          [&, b, biz_type, start]() -> async_net::awaitable<void> {
+            const auto batch = requests_of(biz_type, b);
+            const auto claims = co_await idem::async::claim_batch(store, batch);
+            claiming = std::max(claiming, std::chrono::steady_clock::now() - start);
+            for (const auto& c : claims) {
+              if (c.verdict == idem::Verdict::acquired)
+                co_await store.complete(c.record.key, c.record.ticket, "true");
+            }
+          },
+          async_net::detached);
+    }
+    io.restart();
+    io.run();
+  }
+  auto spread =
+      static_cast<unsigned>(
+          std::chrono::duration_cast<std::chrono::microseconds>(claiming).count() * 3 / 2) +
+      1;
+  for (int round = 0; round < 8 && (r.cancelled <= 2 * batches || r.finished == 0); ++round) {
+    const std::string biz_type = "CBATCH_" + std::to_string(round);
+    const int finished_before = r.finished;
+    for (int b = 0; b < batches; ++b) {
+      const auto timeout = std::chrono::microseconds(rng() % spread);
+      async_net::co_spawn(
+          io,
+          [&, b, timeout, biz_type]() -> async_net::awaitable<void> {
+            const auto batch = requests_of(biz_type, b);
+            async_net::steady_timer timer(co_await async_net::this_coro::executor, timeout);
+            const auto claims = co_await raced_against(idem::async::claim_batch(store, batch),
+                                                       timer, static_cast<CancelWay>(b % 3));
+            if (claims) {
+              ++r.finished;
+              for (const idem::ClaimResult& c : *claims) {
+                if (c.verdict == idem::Verdict::acquired)
+                  co_await store.complete(c.record.key, c.record.ticket, "true");
+              }
+              co_return;
+            }
+            ++r.cancelled;
+            for (const idem::ClaimRequest& request : batch) {
+              const auto stored = co_await store.find(request.key);
+              if (stored && stored->status == idem::Status::processing) ++r.processing_after;
+            }
+          },
+          async_net::detached);
+    }
+    r.batches += batches;
+    io.restart();
+    io.run();
+    if (r.finished == finished_before) spread *= 2;  // cut statements can make a round slower
   }
   return r;
 }

@@ -28,8 +28,10 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -37,12 +39,14 @@
 
 #include "idem/async/detail/to_completion.hpp"
 #include "idem/async/net.hpp"
+#include "idem/backend/batch_plan.hpp"
 #include "idem/backend/housekeeping.hpp"
 #include "idem/backend/record_rules.hpp"
 #include "idem/backend/steps.hpp"
 #include "idem/detail/checks.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
+#include "idem/guard_state.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
@@ -83,6 +87,35 @@ net::awaitable<ClaimResult> claim_on(std::string_view who, const Ops& ops, Conne
         co_return std::move(steps).result();
     }
   }
+}
+
+// backend::settle_batch (idem/backend/store_skeleton.hpp) by coroutine calls: each request of
+// a batch claim settled from the row its statement read, or claimed on its own with its token.
+template <class Ops, class Connection>
+net::awaitable<std::vector<ClaimResult>> settle_batch(
+    std::string_view who, const Ops& ops, Connection& c,
+    std::span<const ClaimRequest* const> requests, std::span<const std::string> tokens,
+    const Options& o, std::unordered_map<Key, backend::RecordRead>& rows) {
+  using Step = backend::ClaimSteps::Step;
+  std::vector<ClaimResult> out;
+  out.reserve(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const ClaimRequest& r = *requests[i];
+    if (auto it = rows.find(r.key); it != rows.end()) {
+      backend::ClaimSteps steps(who, r.key, r.fingerprint, o, tokens[i]);
+      Step step = steps.met(std::move(it->second));
+      if (step == Step::take_over) {
+        step = steps.written(
+            co_await ops.write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
+      }
+      if (step == Step::done) {
+        out.push_back(std::move(steps).result());
+        continue;
+      }
+    }
+    out.push_back(co_await claim_on(who, ops, c, r.key, r.fingerprint, o, tokens[i], false));
+  }
+  co_return out;
 }
 
 // One repair on one connection: backend::RepairSteps run by coroutine calls.
@@ -188,6 +221,58 @@ class AsyncStoreSkeleton {
     std::rethrow_exception(interrupted);
   }
 
+  // Many claims in few round trips, as the blocking skeleton's claim_batch (the order and
+  // widths of idem/backend/batch_plan.hpp). A batch that fails or is cancelled midway releases,
+  // before it completes to its caller, the claims it made (a retryable failure, as an abandoned
+  // guard records) and, once the server is done with the statement it cut off, those of that
+  // statement's claims that landed.
+  net::awaitable<std::vector<ClaimResult>> claim_batch(std::span<const ClaimRequest> requests,
+                                                       const Options& options) requires
+      requires(const Ops& ops, Connection& c, std::span<const ClaimRequest* const> r,
+               std::span<const std::string> t) {
+    { ops.claim_chunk(c, r, t, options) } -> std::same_as<net::awaitable<std::vector<ClaimResult>>>;
+    Ops::max_batch_rows;
+  }
+  {
+    BatchPlan plan(requests, options, Ops::max_batch_rows);
+    unsigned long sent_on = 0;  // the connection the current chunk's statements went out on
+    std::exception_ptr failed;
+    try {
+      while (plan.more_chunks()) {
+        sent_on = 0;
+        std::vector<ClaimResult> answers = co_await with_retries<std::vector<ClaimResult>>(
+            "claim_batch",
+            [&](Connection& c, bool) {
+              sent_on = c.id();
+              const auto chunk = plan.chunk();
+              return ops_.claim_chunk(c, chunk.requests, chunk.tokens, options);
+            },
+            [&] { plan.narrow(); });
+        plan.claimed(std::move(answers));
+      }
+      sent_on = 0;  // a repeat's claim cleans up after itself
+      for (std::size_t i : plan.repeats()) {
+        ClaimResult answer = co_await claim(requests[i].key, requests[i].fingerprint, options);
+        plan.answer(i, std::move(answer));
+      }
+    } catch (const StoreError&) {
+      sent_on = 0;  // (the single claim's rule: a failed statement is left to the lease)
+      failed = std::current_exception();
+    } catch (...) {
+      failed = std::current_exception();  // no co_await inside a handler
+    }
+    if (!failed) co_return std::move(plan).results();
+    std::vector<ClaimResult> made = plan.acquired();
+    std::vector<std::pair<const ClaimRequest*, std::string>> cut_off;
+    if (sent_on != 0) cut_off = plan.in_flight();
+    const bool throws = co_await net::this_coro::throw_if_cancelled();
+    co_await net::this_coro::throw_if_cancelled(false);
+    co_await async::detail::to_completion(
+        release_batch(std::move(made), std::move(cut_off), sent_on));
+    co_await net::this_coro::throw_if_cancelled(throws);
+    std::rethrow_exception(failed);
+  }
+
   net::awaitable<void> complete(const Key& key, const Ticket& ticket, std::string_view snapshot) {
     co_await finish(key, ticket, snapshot, Status::succeeded, false);
   }
@@ -284,19 +369,22 @@ class AsyncStoreSkeleton {
 
   // As the blocking skeleton's with_retries: op(connection, uncertain) on a pooled
   // connection, tried again after a transient failure; the pause is a timer's.
-  template <class R, class Op>
-  net::awaitable<R> with_retries(std::string_view what, Op op) {
-    return retry_on_pool<R>(what, true, std::move(op));
+  // before_retry() runs after each failed try that will be tried again.
+  template <class R, class Op, class BeforeRetry = void (*)()>
+  net::awaitable<R> with_retries(
+      std::string_view what, Op op, BeforeRetry before_retry = [] {}) {
+    return retry_on_pool<R>(what, true, std::move(op), std::move(before_retry));
   }
   // The same without the first-use check of the table (ensure_schema, check_schema).
   template <class R, class Op>
   net::awaitable<R> with_retries_unchecked(std::string_view what, Op op) {
-    return retry_on_pool<R>(what, false, std::move(op));
+    return retry_on_pool<R>(what, false, std::move(op), [] {});
   }
 
  private:
-  template <class R, class Op>
-  net::awaitable<R> retry_on_pool(std::string_view what, bool check_table, Op op) {
+  template <class R, class Op, class BeforeRetry>
+  net::awaitable<R> retry_on_pool(std::string_view what, bool check_table, Op op,
+                                  BeforeRetry before_retry) {
     OperationTries tries(retry_, Backend::name, what, &Backend::classify);
     co_return co_await async::detail::retrying<R>(
         [&]() -> net::awaitable<R> {
@@ -304,7 +392,11 @@ class AsyncStoreSkeleton {
           auto handle = co_await pool().acquire();
           co_return co_await op(*handle, tries.uncertain());
         },
-        [&](const StoreError& e) { return tries.failed(e); });
+        [&](const StoreError& e) {
+          const Duration pause = tries.failed(e);
+          before_retry();
+          return pause;
+        });
   }
 
   // The first operations of a store wait for one check of its table, run by the first of them:
@@ -366,6 +458,37 @@ class AsyncStoreSkeleton {
       co_await fail(key, stored->ticket, async::detail::cancelled_snapshot, true);
     } catch (...) {
       // The lease runs out instead.
+    }
+  }
+
+  // After a batch failed or was cancelled: the claims it made are failed retryably, and once
+  // the server is done with what connection `sent_on` sent, the claims of `in_flight` (the
+  // requests of the statement cut off, with their tokens) that landed. Best effort: a claim
+  // this cannot release waits for its lease.
+  net::awaitable<void> release_batch(
+      std::vector<ClaimResult> made,
+      std::vector<std::pair<const ClaimRequest*, std::string>> in_flight, unsigned long sent_on) {
+    for (const ClaimResult& c : made) {
+      try {
+        co_await fail(c.record.key, c.record.ticket, idem::detail::abandoned_snapshot, true);
+      } catch (...) {
+      }
+    }
+    if (in_flight.empty()) co_return;
+    try {
+      co_await with_retries<bool>("settle a cancelled claim",
+                                  [&](Connection& c, bool) { return ops_.settled(c, sent_on); });
+    } catch (...) {
+      co_return;
+    }
+    for (const auto& [request, token] : in_flight) {
+      try {
+        const std::optional<Record> stored = co_await find(request->key);
+        if (stored && stored->ticket.owner == token && stored->status == Status::processing) {
+          co_await fail(request->key, stored->ticket, async::detail::cancelled_snapshot, true);
+        }
+      } catch (...) {
+      }
     }
   }
 

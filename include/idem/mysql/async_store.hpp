@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,6 +40,7 @@
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
+#include "idem/store.hpp"
 #include "idem/ticket.hpp"
 
 namespace idem::mysql {
@@ -48,6 +50,8 @@ namespace detail {
 // RecordOps' statements on an AsyncConnection: the SQL, values and decoding are RecordOps'.
 class AsyncRecordOps {
  public:
+  static constexpr std::size_t max_batch_rows = RecordOps::max_batch_rows;
+
   explicit AsyncRecordOps(RecordOps ops) : ops_(std::move(ops)) {}
 
   net::awaitable<std::optional<backend::RecordRead>> read(AsyncConnection& c, const Key& key,
@@ -88,6 +92,27 @@ class AsyncRecordOps {
     const auto alone = [&] { return insert_finished(c, r); };
     co_return co_await with_commit(c, ops_.sql().insert_finished_commit, finished_values(r),
                                    code::dup_entry, alone);
+  }
+
+  // RecordOps::claim_chunk: up to max_batch_rows distinct keys with one INSERT IGNORE and one
+  // read (none when INSERT ... RETURNING answers with every key).
+  net::awaitable<std::vector<ClaimResult>> claim_chunk(
+      AsyncConnection& c, std::span<const ClaimRequest* const> requests,
+      std::span<const std::string> tokens, const Options& o) const {
+    const RecordSql& sql = ops_.sql();
+    const std::size_t cls = batch_class(requests.size());
+    if (ops_.batch_returning(c)) {
+      const auto created_rows = co_await c.select(sql.insert_batch_returning[cls],
+                                                  batch_claim_values(requests, tokens, o));
+      auto created = batch_created_answer(created_rows, requests, tokens);
+      if (created) co_return std::move(*created);
+    } else {
+      co_await c.execute(sql.insert_batch[cls], batch_claim_values(requests, tokens, o));
+    }
+    const auto read_rows = co_await c.select(sql.select_batch[cls], batch_key_values(requests));
+    auto rows = batch_rows_answer(read_rows);
+    co_return co_await idem::async::detail::settle_batch("idem::mysql", *this, c, requests, tokens,
+                                                         o, rows);
   }
 
   net::awaitable<bool> write_takeover(AsyncConnection& c, backend::Decision d, const Record& next,
@@ -309,6 +334,7 @@ class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend
 };
 
 static_assert(idem::async::AwaitableStore<AsyncStore>);
+static_assert(idem::async::BatchClaimingAsyncStore<AsyncStore>);
 static_assert(idem::async::AbandoningAsyncStore<AsyncBoundStore>);
 static_assert(idem::async::NotingAsyncStore<AsyncBoundStore>);
 static_assert(idem::async::AttemptCountingAsyncStore<AsyncBoundStore>);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,6 +40,7 @@
 #include "idem/pg/store_params.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
+#include "idem/store.hpp"
 #include "idem/table_layout.hpp"
 #include "idem/ticket.hpp"
 
@@ -49,6 +51,8 @@ namespace detail {
 // RecordOps' statements on an AsyncConnection: the SQL, values and decoding are RecordOps'.
 class AsyncRecordOps {
  public:
+  static constexpr std::size_t max_batch_rows = RecordOps::max_batch_rows;
+
   explicit AsyncRecordOps(RecordOps ops) : ops_(std::move(ops)) {}
 
   net::awaitable<std::optional<backend::RecordRead>> read(AsyncConnection& c, const Key& key,
@@ -62,6 +66,17 @@ class AsyncRecordOps {
     co_return claim_answer(
         co_await c.exec(ops_.sql().insert, claim_values(key, fp, o, token), "claim"), key, fp,
         token);
+  }
+
+  // RecordOps::claim_chunk: up to max_batch_rows distinct keys in one statement.
+  net::awaitable<std::vector<ClaimResult>> claim_chunk(
+      AsyncConnection& c, std::span<const ClaimRequest* const> requests,
+      std::span<const std::string> tokens, const Options& o) const {
+    const Result answered = co_await c.exec(ops_.sql().claim_batch,
+                                            claim_batch_values(requests, tokens, o), "claim_batch");
+    auto rows = batch_rows_answer(answered);
+    co_return co_await idem::async::detail::settle_batch("idem::pg", *this, c, requests, tokens, o,
+                                                         rows);
   }
 
   net::awaitable<bool> write_takeover(AsyncConnection& c, backend::Decision d, const Record& next,
@@ -204,5 +219,6 @@ class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend
 };
 
 static_assert(idem::async::AwaitableStore<AsyncStore>);
+static_assert(idem::async::BatchClaimingAsyncStore<AsyncStore>);
 
 }  // namespace idem::pg
