@@ -10,16 +10,20 @@
 // those per-request semantics (idem::BatchClaimingStore in idem/optional_operations.hpp;
 // idem::mysql::Store sends one multi-row INSERT and one read per chunk of keys).
 // Every other store is claimed one request at a time. Either way options and fingerprints are
-// all validated before the first write, so a bad request in a batch changes nothing.
+// all validated before the first write, so a bad request in a batch changes nothing, and a
+// batch that fails midway releases the claims it made (a retryable failure, as an abandoned
+// guard records) before the error propagates.
 
 #include <span>
 #include <vector>
 
 #include "idem/detail/checks.hpp"
+#include "idem/guard_state.hpp"
 #include "idem/key.hpp"
 #include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/store.hpp"
+#include "idem/verdict.hpp"
 
 namespace idem {
 
@@ -32,8 +36,27 @@ std::vector<ClaimResult> claim_batch(S& store, std::span<const ClaimRequest> req
     detail::validate_batch(requests, options);
     std::vector<ClaimResult> results;
     results.reserve(requests.size());
-    for (const ClaimRequest& r : requests)
-      results.push_back(store.claim(r.key, r.fingerprint, options));
+    try {
+      for (const ClaimRequest& r : requests)
+        results.push_back(store.claim(r.key, r.fingerprint, options));
+    } catch (...) {
+      // The claims made go back (a store inside the caller's transaction loses them with its
+      // rollback instead). Best effort: one that cannot be released waits for its lease.
+      if constexpr (!RollbackOnlyStore<S>) {
+        for (const ClaimResult& c : results) {
+          if (c.verdict != Verdict::acquired) continue;
+          try {
+            if constexpr (AbandoningStore<S>) {
+              store.abandon(c.record.key, c.record.ticket, detail::abandoned_snapshot);
+            } else {
+              store.fail(c.record.key, c.record.ticket, detail::abandoned_snapshot, true);
+            }
+          } catch (...) {
+          }
+        }
+      }
+      throw;
+    }
     return results;
   }
 }

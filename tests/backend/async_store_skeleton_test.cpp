@@ -62,8 +62,10 @@ struct ScriptedTable {
   // (transient); the statement number hang_chunk (from 1) never answers after its rows landed.
   std::vector<std::size_t> chunk_sizes;
   std::size_t chunk_fail_above = 0;
-  int fail_chunk = 0;  // the statement number fail_chunk fails (fatal) before any write
+  int fail_chunk = 0;              // the statement number fail_chunk fails (fatal) before any write
+  int fail_after_write_chunk = 0;  // ... writes its rows, then fails (fatal)
   int hang_chunk = 0;
+  int settled = 0;  // Ops::settled calls: waits for a connection's statement to end
 
   void seed(const idem::Key& key) {
     rows.emplace(key, idem::backend::claim_record(key, "crashed-owner", "fp", clock.now(),
@@ -114,6 +116,9 @@ struct ScriptedOps {
       }
       return found;
     });
+    if (static_cast<int>(t->chunk_sizes.size()) == t->fail_after_write_chunk) {
+      throw idem::StoreError("fatal", false);
+    }
     if (static_cast<int>(t->chunk_sizes.size()) == t->hang_chunk) {
       co_await idem::async::sleep_for(std::chrono::hours(1));  // until cancelled
     }
@@ -160,7 +165,10 @@ struct ScriptedOps {
   }
   net::awaitable<std::size_t> purge(Connection&, std::size_t) const { co_return 0; }
   net::awaitable<std::size_t> release(Connection&, std::size_t) const { co_return 0; }
-  net::awaitable<bool> settled(Connection&, unsigned long) const { co_return true; }
+  net::awaitable<bool> settled(Connection&, unsigned long) const {
+    ++t->settled;
+    co_return true;
+  }
 
   // Guarded as sql_guard::repair_holds: the fence and the owner read.
   net::awaitable<bool> write_repair(Connection&, const idem::Record& next,
@@ -242,9 +250,10 @@ struct ScriptedBackend {
 
 class ScriptedStore : public idem::backend::AsyncStoreSkeleton<ScriptedBackend> {
  public:
-  explicit ScriptedStore(ScriptedTable& t)
-      : AsyncStoreSkeleton(ScriptedOps{&t},
-                           {.max_attempts = 3, .backoff = 1ms, .max_backoff = 2ms}) {
+  explicit ScriptedStore(ScriptedTable& t, idem::RetryPolicy retry = {.max_attempts = 3,
+                                                                      .backoff = 1ms,
+                                                                      .max_backoff = 2ms})
+      : AsyncStoreSkeleton(ScriptedOps{&t}, retry) {
     attach(&pool_);
   }
 
@@ -486,7 +495,8 @@ TEST_CASE_METHOD(Scripted,
     requests.push_back({idem::Key{"PAY", "c" + std::to_string(i)}, "fp"});
   table.hang_chunk = 2;  // c4 and c5 land, and their statement never answers
   const bool timer_first = run([&]() -> net::awaitable<bool> {
-    net::steady_timer timer(co_await net::this_coro::executor, 20ms);
+    // Long after the second statement hangs, whatever the build's speed.
+    net::steady_timer timer(co_await net::this_coro::executor, 200ms);
     const auto first = co_await (idem::async::claim_batch(store, requests) ||
                                  timer.async_wait(net::use_awaitable));
     co_return first.index() == 1;
@@ -499,4 +509,53 @@ TEST_CASE_METHOD(Scripted,
     CHECK(r.retryable);
     CHECK(r.snapshot.find(i < 4 ? "idem.abandoned" : "idem.cancelled") != std::string::npos);
   }
+}
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: a batch whose statement wrote its keys and then failed "
+                 "releases them with the claims made before") {
+  std::vector<idem::ClaimRequest> requests;
+  for (int i = 0; i < 6; ++i)
+    requests.push_back({idem::Key{"PAY", "w" + std::to_string(i)}, "fp"});
+  table.fail_after_write_chunk = 2;  // w4 and w5 land, then their statement fails
+  CHECK_THROWS_WITH(run(idem::async::claim_batch(store, requests)), "fatal");
+  for (std::size_t i = 0; i < 6; ++i) {
+    INFO("w" << i);
+    const idem::Record& r = table.rows.at(requests[i].key);
+    CHECK(r.status == idem::Status::failed);
+    CHECK(r.retryable);
+  }
+  CHECK(table.settled == 0);  // the statement ended with its error: nothing to wait for
+}
+
+TEST_CASE_METHOD(Scripted,
+                 "async skeleton: a batch cancelled in the pause before a retry waits for "
+                 "no connection and leaves no claim") {
+  using namespace net::experimental::awaitable_operators;
+  ScriptedStore patient(table, {.max_attempts = 3, .backoff = 10s, .max_backoff = 10s});
+  std::vector<idem::ClaimRequest> requests;
+  for (int i = 0; i < 6; ++i)
+    requests.push_back({idem::Key{"PAY", "p" + std::to_string(i)}, "fp"});
+  table.failures["claim_chunk"] = {FailureKind::transient};  // the first statement: a deadlock
+  const bool timer_first = run([&]() -> net::awaitable<bool> {
+    net::steady_timer timer(co_await net::this_coro::executor, 50ms);
+    const auto first = co_await (idem::async::claim_batch(patient, requests) ||
+                                 timer.async_wait(net::use_awaitable));
+    co_return first.index() == 1;
+  }());
+  CHECK(timer_first);
+  CHECK(table.settled == 0);  // a failed statement's healthy connection is not waited for
+  CHECK(table.rows.empty());
+  // The same for a single claim.
+  table.failures["insert"] = {FailureKind::transient};
+  const idem::Key single{"PAY", "p-single"};
+  const bool claim_cut = run([&]() -> net::awaitable<bool> {
+    net::steady_timer timer(co_await net::this_coro::executor, 50ms);
+    const auto first =
+        co_await (patient.claim(single, "fp", {}) || timer.async_wait(net::use_awaitable));
+    co_return first.index() == 1;
+  }());
+  CHECK(claim_cut);
+  CHECK(table.settled == 0);
+  CHECK_FALSE(table.rows.contains(single));
 }

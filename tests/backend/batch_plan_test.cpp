@@ -103,13 +103,18 @@ TEST_CASE("batch plan: a retried chunk sends each key with the same token, every
   const auto sent = plan.in_flight();
   REQUIRE(sent.size() == 4);
   for (std::size_t k = 0; k < 4; ++k) {
-    CHECK(sent[k].first->key.id() == std::string(1, static_cast<char>('a' + k)));
+    CHECK(sent[k].first.id() == std::string(1, static_cast<char>('a' + k)));
     CHECK(sent[k].second == first[k]);
   }
   plan.claimed(acquired_all(plan));
-  CHECK(plan.in_flight().empty());  // until the next chunk is sent
+  // c and d: sent by the wide try, not answered yet.
+  const auto still = plan.in_flight();
+  REQUIRE(still.size() == 2);
+  CHECK(still[0].first.id() == "c");
+  CHECK(still[1].second == first[3]);
   CHECK(ids_of(plan.chunk()) == std::vector<std::string>{"c", "d"});
-  CHECK(plan.in_flight().size() == 2);
+  plan.claimed(acquired_all(plan));
+  CHECK(plan.in_flight().empty());
 }
 
 TEST_CASE("batch plan: only acquired answers are claims to release") {

@@ -53,10 +53,16 @@ struct Server {
   std::function<void()> before_next_try;  // with_transaction's next try starts
   std::size_t chunk_fail_above = 0;  // claim_chunk fails (transient) for chunks wider than this
   std::vector<std::size_t> chunk_sizes;
+  int inserts = 0;
+  int fatal_after_insert = 0;  // the insert with this number (from 1) lands, then fails (fatal)
 
   template <class Fn>
   auto run(const std::string& op, Fn&& fn) {
     calls.push_back(op);
+    if (op == "insert" && ++inserts == fatal_after_insert) {
+      fn();
+      throw failure(fatal_code);
+    }
     for (auto it = faults.begin(); it != faults.end(); ++it) {
       if (it->op != op) continue;
       const Fault f = *it;
@@ -402,6 +408,25 @@ TEST_CASE("sql_store: a batch statement that fails is tried again at half its wi
   // and the last chunk is what is left (3 fails, 2, then 1).
   const std::vector<std::size_t> expected{8, 4, 2, 4, 2, 4, 2, 4, 2, 3, 2, 1};
   CHECK(server.chunk_sizes == expected);
+}
+
+TEST_CASE(
+    "sql_store: a batch that fails midway releases the claims it made and those its failed "
+    "statement wrote") {
+  Server server;
+  FakeStore store(server);
+  server.fatal_after_insert = 10;  // 8 keys claimed, then the second chunk's second key fails
+  std::vector<idem::ClaimRequest> requests;
+  for (int i = 0; i < 11; ++i)
+    requests.push_back({idem::Key{"PAY", "m" + std::to_string(i + 10)}, "fp"});
+  CHECK_THROWS_AS(store.claim_batch(requests, store_opts), idem::StoreError);
+  REQUIRE(server.rows.size() == 10);  // the eleventh was never sent
+  for (const auto& [k, r] : server.rows) {
+    INFO(k.id());
+    CHECK(r.status == idem::Status::failed);
+    CHECK(r.retryable);
+    CHECK(r.snapshot.find("idem.abandoned") != std::string::npos);
+  }
 }
 
 TEST_CASE("sql_store: housekeeping runs in batches - a bound store needs a transaction") {

@@ -210,6 +210,7 @@ async_net::awaitable<std::optional<T>> raced_against(async_net::awaitable<T> wor
               timer.async_wait(async_net::deferred))
               .async_wait(experimental::wait_for_one(), async_net::use_awaitable);
       if (order[0] == 1) co_return std::nullopt;
+      if (work_error) std::rethrow_exception(work_error);
       co_return std::move(answer);
     }
     case CancelWay::signal: {
@@ -219,14 +220,18 @@ async_net::awaitable<std::optional<T>> raced_against(async_net::awaitable<T> wor
         if (!e) signal->emit(async_net::cancellation_type::terminal);
       });
       std::optional<T> answer;
+      std::exception_ptr error;
       try {
         answer = co_await async_net::co_spawn(
             co_await async_net::this_coro::executor, std::move(work),
             async_net::bind_cancellation_slot(signal->slot(), async_net::use_awaitable));
+      } catch (const boost::system::system_error& e) {
+        if (e.code() != async_net::error::operation_aborted) error = std::current_exception();
       } catch (...) {
-        answer.reset();
+        error = std::current_exception();
       }
       timer.cancel();
+      if (error) std::rethrow_exception(error);
       co_return answer;
     }
   }
@@ -384,8 +389,8 @@ struct BatchCancelResult {
 // Rounds of `batches` claim_batch calls at once, each of `batch_size` keys of its own (biz type
 // CBATCH_<round>; more than a statement's rows, so a batch takes several) and a repeat, each
 // raced against a timer, batch b cancelled the (b % 3)th CancelWay. Two first rounds open the
-// pool's connections and measure how long one takes here; the timeouts spread over one and a
-// half times that (doubled after a round where no batch finished), so that they fall on a pool
+// pool's connections and measure how long their claims take here; the timeouts spread over
+// that (doubled after a round where no batch finished), so that they fall on a pool
 // wait, a statement of either chunk, the repeat's single claim, and after the last. Rounds go
 // on until more than two rounds' worth were cancelled and some finished. A finished batch
 // completes its claims. Each batch's keys are read as soon as its call returned.
@@ -423,11 +428,10 @@ BatchCancelResult cancel_batches_at_random(Store& store, int batches, int batch_
     io.restart();
     io.run();
   }
-  auto spread =
-      static_cast<unsigned>(
-          std::chrono::duration_cast<std::chrono::microseconds>(claiming).count() * 3 / 2) +
-      1;
-  for (int round = 0; round < 8 && (r.cancelled <= 2 * batches || r.finished == 0); ++round) {
+  auto spread = static_cast<unsigned>(
+                    std::chrono::duration_cast<std::chrono::microseconds>(claiming).count()) +
+                1;
+  for (int round = 0; round < 16 && (r.cancelled <= 2 * batches || r.finished == 0); ++round) {
     const std::string biz_type = "CBATCH_" + std::to_string(round);
     const int finished_before = r.finished;
     for (int b = 0; b < batches; ++b) {

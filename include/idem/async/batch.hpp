@@ -92,6 +92,10 @@ net::awaitable<std::vector<ClaimResult>> claim_batch(S& store,
                                                      std::span<const ClaimRequest> requests,
                                                      Options options = {}) {
   idem::detail::validate_batch(requests, options);
+  const net::cancellation_state on_entry = co_await net::this_coro::cancellation_state;
+  if (on_entry.cancelled() != net::cancellation_type::none) {
+    throw boost::system::system_error(net::error::operation_aborted, "idem::async::claim_batch");
+  }
   // Asio refuses the co_awaits of a cancelled coroutine: off while claims are made, so that each
   // made reaches the caller; the caller's setting is back before it resumes.
   const bool throws = co_await net::this_coro::throw_if_cancelled();

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <boost/system/system_error.hpp>
 
 #include "idem/async/detail/to_completion.hpp"
 #include "idem/async/net.hpp"
@@ -198,25 +199,31 @@ class AsyncStoreSkeleton {
     validate(options);
     idem::detail::check_fingerprint(fingerprint);
     const std::string token = idem::detail::new_owner_token();
-    unsigned long sent_on = 0;  // the connection the claim's statements went out on
+    std::vector<unsigned long> unsettled;  // see tracked()
+    bool sent = false;                     // a try reached a connection
     std::exception_ptr interrupted;
     try {
       co_return co_await with_retries<ClaimResult>("claim", [&](Connection& c, bool) {
-        sent_on = c.id();
-        return async::detail::claim_on(Backend::name, ops_, c, key, fingerprint, options, token,
-                                       false);
+        sent = true;
+        return tracked<ClaimResult>(unsettled, c, [&] {
+          return async::detail::claim_on(Backend::name, ops_, c, key, fingerprint, options, token,
+                                         false);
+        });
       });
     } catch (const StoreError&) {
       throw;
     } catch (...) {
-      if (sent_on == 0) throw;
+      if (!sent) throw;
       interrupted = std::current_exception();  // no co_await inside a handler
     }
     // The clean-up ends before the cancelled claim answers its caller, so that a read right
     // after it finds no processing claim of this call's (idem/async/detail/to_completion.hpp).
     const bool throws = co_await net::this_coro::throw_if_cancelled();
     co_await net::this_coro::throw_if_cancelled(false);
-    co_await async::detail::to_completion(clean_up_cancelled(key, token, sent_on));
+    std::vector<ClaimResult> none;
+    std::vector<std::pair<Key, std::string>> mine{{key, token}};
+    co_await async::detail::to_completion(release_left_behind(
+        std::move(none), std::move(mine), std::move(unsettled), async::detail::cancelled_snapshot));
     co_await net::this_coro::throw_if_cancelled(throws);
     std::rethrow_exception(interrupted);
   }
@@ -224,8 +231,10 @@ class AsyncStoreSkeleton {
   // Many claims in few round trips, as the blocking skeleton's claim_batch (the order and
   // widths of idem/backend/batch_plan.hpp). A batch that fails or is cancelled midway releases,
   // before it completes to its caller, the claims it made (a retryable failure, as an abandoned
-  // guard records) and, once the server is done with the statement it cut off, those of that
-  // statement's claims that landed.
+  // guard records) and, once the server is done with the statements it cut off, those of the
+  // keys sent but not answered that carry the batch's token. A cancellation that reaches it
+  // between statements stops it there. (idem::async::claim_batch, idem/async/batch.hpp, also
+  // releases the claims of a batch that ended after its caller was cancelled.)
   net::awaitable<std::vector<ClaimResult>> claim_batch(std::span<const ClaimRequest> requests,
                                                        const Options& options) requires
       requires(const Ops& ops, Connection& c, std::span<const ClaimRequest* const> r,
@@ -235,40 +244,45 @@ class AsyncStoreSkeleton {
   }
   {
     BatchPlan plan(requests, options, Ops::max_batch_rows);
-    unsigned long sent_on = 0;  // the connection the current chunk's statements went out on
+    std::vector<unsigned long> unsettled;  // see tracked()
     std::exception_ptr failed;
+    bool cut_off = false;  // by a cancellation, not a store failure
     try {
       while (plan.more_chunks()) {
-        sent_on = 0;
+        const net::cancellation_state state = co_await net::this_coro::cancellation_state;
+        if (state.cancelled() != net::cancellation_type::none) {
+          throw boost::system::system_error(net::error::operation_aborted, "claim_batch");
+        }
         std::vector<ClaimResult> answers = co_await with_retries<std::vector<ClaimResult>>(
             "claim_batch",
             [&](Connection& c, bool) {
-              sent_on = c.id();
-              const auto chunk = plan.chunk();
-              return ops_.claim_chunk(c, chunk.requests, chunk.tokens, options);
+              return tracked<std::vector<ClaimResult>>(unsettled, c, [&] {
+                const auto chunk = plan.chunk();
+                return ops_.claim_chunk(c, chunk.requests, chunk.tokens, options);
+              });
             },
             [&] { plan.narrow(); });
         plan.claimed(std::move(answers));
+        unsettled.clear();  // the answered keys were recognised, whatever an earlier try left
       }
-      sent_on = 0;  // a repeat's claim cleans up after itself
-      for (std::size_t i : plan.repeats()) {
+      for (std::size_t i : plan.repeats()) {  // a repeat's claim cleans up after itself
         ClaimResult answer = co_await claim(requests[i].key, requests[i].fingerprint, options);
         plan.answer(i, std::move(answer));
       }
     } catch (const StoreError&) {
-      sent_on = 0;  // (the single claim's rule: a failed statement is left to the lease)
       failed = std::current_exception();
     } catch (...) {
       failed = std::current_exception();  // no co_await inside a handler
+      cut_off = true;
     }
     if (!failed) co_return std::move(plan).results();
     std::vector<ClaimResult> made = plan.acquired();
-    std::vector<std::pair<const ClaimRequest*, std::string>> cut_off;
-    if (sent_on != 0) cut_off = plan.in_flight();
+    std::vector<std::pair<Key, std::string>> sent = plan.in_flight();
     const bool throws = co_await net::this_coro::throw_if_cancelled();
     co_await net::this_coro::throw_if_cancelled(false);
-    co_await async::detail::to_completion(
-        release_batch(std::move(made), std::move(cut_off), sent_on));
+    co_await async::detail::to_completion(release_left_behind(
+        std::move(made), std::move(sent), std::move(unsettled),
+        cut_off ? async::detail::cancelled_snapshot : idem::detail::abandoned_snapshot));
     co_await net::this_coro::throw_if_cancelled(throws);
     std::rethrow_exception(failed);
   }
@@ -445,50 +459,58 @@ class AsyncStoreSkeleton {
     if (!held) throw lease_lost(Backend::name, key, ticket);
   }
 
-  // After a cancelled claim: once the server is done with what the claim's connection sent,
-  // a claim of ours that landed is failed retryably (fenced, so nothing newer is touched).
-  net::awaitable<void> clean_up_cancelled(Key key, std::string token, unsigned long sent_on) {
+  // One try of an operation whose statements a cancellation may cut off, on `c`: `unsettled`
+  // keeps the connections whose statements may still run on the server (the try in flight,
+  // and a try whose connection broke with its statement out, its reply lost). A try that
+  // answered, or failed otherwise, is done there: its connection is not waited for (and not
+  // killed as a stuck one).
+  template <class R, class Op>
+  static net::awaitable<R> tracked(std::vector<unsigned long>& unsettled, Connection& c, Op op) {
+    unsettled.push_back(c.id());
     try {
-      co_await with_retries<bool>("settle a cancelled claim",
-                                  [&](Connection& c, bool) { return ops_.settled(c, sent_on); });
-      const std::optional<Record> stored = co_await find(key);
-      if (!stored || stored->ticket.owner != token || stored->status != Status::processing) {
-        co_return;
-      }
-      co_await fail(key, stored->ticket, async::detail::cancelled_snapshot, true);
-    } catch (...) {
-      // The lease runs out instead.
+      R answer = co_await op();
+      unsettled.pop_back();
+      co_return answer;
+    } catch (const StoreError& e) {
+      if (Backend::classify(e) != FailureKind::reply_lost) unsettled.pop_back();
+      throw;
     }
   }
 
-  // After a batch failed or was cancelled: the claims it made are failed retryably, and once
-  // the server is done with what connection `sent_on` sent, the claims of `in_flight` (the
-  // requests of the statement cut off, with their tokens) that landed. Best effort: a claim
-  // this cannot release waits for its lease.
-  net::awaitable<void> release_batch(
-      std::vector<ClaimResult> made,
-      std::vector<std::pair<const ClaimRequest*, std::string>> in_flight, unsigned long sent_on) {
-    for (const ClaimResult& c : made) {
-      try {
-        co_await fail(c.record.key, c.record.ticket, idem::detail::abandoned_snapshot, true);
-      } catch (...) {
-      }
-    }
-    if (in_flight.empty()) co_return;
+  // After a claim or a batch that was cancelled or failed: the claims it made (`made`) are
+  // failed retryably; then, once the server is done with what the connections `unsettled` sent
+  // (Ops::settled), each key of `sent` whose row is a claim of its token that nobody finished
+  // (the statement wrote it but its answer never came) is failed retryably with `snapshot`, so
+  // that the next duplicate runs at once. Fenced, so nothing newer is touched. The first
+  // failure of the store ends it (the lease runs out instead): an outage does not make the
+  // caller wait for one retried call per key.
+  net::awaitable<void> release_left_behind(std::vector<ClaimResult> made,
+                                           std::vector<std::pair<Key, std::string>> sent,
+                                           std::vector<unsigned long> unsettled,
+                                           std::string_view snapshot) {
     try {
-      co_await with_retries<bool>("settle a cancelled claim",
-                                  [&](Connection& c, bool) { return ops_.settled(c, sent_on); });
-    } catch (...) {
-      co_return;
-    }
-    for (const auto& [request, token] : in_flight) {
-      try {
-        const std::optional<Record> stored = co_await find(request->key);
-        if (stored && stored->ticket.owner == token && stored->status == Status::processing) {
-          co_await fail(request->key, stored->ticket, async::detail::cancelled_snapshot, true);
+      for (const ClaimResult& c : made) {
+        try {
+          co_await fail(c.record.key, c.record.ticket, idem::detail::abandoned_snapshot, true);
+        } catch (const LeaseLost&) {
+          // Taken over meanwhile: no longer ours to release.
         }
-      } catch (...) {
       }
+      if (sent.empty()) co_return;
+      for (unsigned long id : unsettled) {
+        co_await with_retries<bool>("settle a cancelled claim",
+                                    [&](Connection& c, bool) { return ops_.settled(c, id); });
+      }
+      for (const auto& [key, token] : sent) {
+        const std::optional<Record> stored = co_await find(key);
+        if (!unfinished_claim_of(stored, token)) continue;
+        try {
+          co_await fail(key, stored->ticket, snapshot, true);
+        } catch (const LeaseLost&) {
+        }
+      }
+    } catch (...) {
+      // The store failed: the lease runs out instead.
     }
   }
 

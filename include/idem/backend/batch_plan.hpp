@@ -87,7 +87,7 @@ class BatchPlan {
     }
     for (std::size_t k = begin_; k < end_; ++k)
       slots_[firsts_[k]] = std::move(answers[k - begin_]);
-    begin_ = reach_ = end_;
+    begin_ = end_;  // (reach_ stays: a wider try may have sent keys past the answered ones)
     width_ = std::min(max_rows_, width_ * 2);
   }
 
@@ -96,12 +96,12 @@ class BatchPlan {
   const std::vector<std::size_t>& repeats() const noexcept { return repeats_; }
   void answer(std::size_t i, ClaimResult result) { slots_[i] = std::move(result); }
 
-  // The requests any try of the current chunk sent, with their tokens: after a try cut off
-  // midway, the claims of theirs that may have landed are those rows that carry their token.
-  std::vector<std::pair<const ClaimRequest*, std::string>> in_flight() const {
-    std::vector<std::pair<const ClaimRequest*, std::string>> sent;
+  // The keys a try sent that have no answer yet, each with its token: after a batch failed or
+  // was cut off, the claims of theirs that may have landed are the rows that carry their token.
+  std::vector<std::pair<Key, std::string>> in_flight() const {
+    std::vector<std::pair<Key, std::string>> sent;
     for (std::size_t k = begin_; k < reach_; ++k)
-      sent.emplace_back(&requests_[firsts_[k]], tokens_[k]);
+      sent.emplace_back(requests_[firsts_[k]].key, tokens_[k]);
     return sent;
   }
 
@@ -135,7 +135,7 @@ class BatchPlan {
   std::size_t width_;
   std::size_t begin_ = 0;  // the current chunk: firsts_[begin_, end_)
   std::size_t end_ = 0;
-  std::size_t reach_ = 0;  // the end of the widest try of the current chunk
+  std::size_t reach_ = 0;  // the end of the widest try so far
 };
 
 }  // namespace idem::backend

@@ -184,6 +184,13 @@ inline bool holds(const Record& r, const Ticket& t) noexcept {
   return r.status == Status::processing && r.ticket == t;
 }
 
+// Whether `stored` is a claim made with the owner token `token` that nobody finished: what a
+// claim cut off by a cancellation, or a batch that failed midway, leaves behind and releases.
+inline bool unfinished_claim_of(const std::optional<Record>& stored,
+                                std::string_view token) noexcept {
+  return stored && stored->status == Status::processing && stored->ticket.owner == token;
+}
+
 // Only a failure carries the retryable flag; a success never runs again.
 constexpr bool stored_retryable(Status to, bool retryable) noexcept {
   return to == Status::failed && retryable;

@@ -59,6 +59,7 @@
 #include "idem/detail/checks.hpp"
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
+#include "idem/guard_state.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
@@ -216,17 +217,22 @@ class StoreSkeleton {
   }
   {
     backend::BatchPlan plan(requests, options, Ops::max_batch_rows);
-    while (plan.more_chunks()) {
-      plan.claimed(with_retries(
-          "claim_batch",
-          [&](Connection& c, bool) {
-            const auto chunk = plan.chunk();
-            return ops_.claim_chunk(c, chunk.requests, chunk.tokens, options);
-          },
-          [&] { plan.narrow(); }));
+    try {
+      while (plan.more_chunks()) {
+        plan.claimed(with_retries(
+            "claim_batch",
+            [&](Connection& c, bool) {
+              const auto chunk = plan.chunk();
+              return ops_.claim_chunk(c, chunk.requests, chunk.tokens, options);
+            },
+            [&] { plan.narrow(); }));
+      }
+      for (std::size_t i : plan.repeats())
+        plan.answer(i, claim(requests[i].key, requests[i].fingerprint, options));
+    } catch (...) {
+      release_left_behind(plan);
+      throw;
     }
-    for (std::size_t i : plan.repeats())
-      plan.answer(i, claim(requests[i].key, requests[i].fingerprint, options));
     return std::move(plan).results();
   }
 
@@ -382,6 +388,31 @@ class StoreSkeleton {
           before_retry();
           return pause;
         });
+  }
+
+  // After a batch failed midway: the claims it made are failed retryably (as an abandoned guard
+  // records), and so is each key it sent without an answer whose row is a claim of the batch's
+  // token that nobody finished (a statement that wrote it, then failed). The first failure of
+  // the store ends it: the lease runs out instead.
+  void release_left_behind(const backend::BatchPlan& plan) noexcept {
+    try {
+      for (const ClaimResult& c : plan.acquired()) {
+        try {
+          fail(c.record.key, c.record.ticket, detail::abandoned_snapshot, true);
+        } catch (const LeaseLost&) {
+          // Taken over meanwhile: no longer ours to release.
+        }
+      }
+      for (const auto& [key, token] : plan.in_flight()) {
+        const std::optional<Record> stored = find(key);
+        if (!backend::unfinished_claim_of(stored, token)) continue;
+        try {
+          fail(key, stored->ticket, detail::abandoned_snapshot, true);
+        } catch (const LeaseLost&) {
+        }
+      }
+    } catch (...) {
+    }
   }
 
   void finish(const Key& key, const Ticket& ticket, std::string_view snapshot, Status to,
