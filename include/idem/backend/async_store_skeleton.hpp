@@ -474,6 +474,11 @@ class AsyncStoreSkeleton {
     } catch (const StoreError& e) {
       if (Backend::classify(e) != FailureKind::reply_lost) unsettled.pop_back();
       throw;
+    } catch (const boost::system::system_error&) {
+      throw;  // a socket wait cut off: the statement may still run
+    } catch (...) {
+      unsettled.pop_back();  // an answer that could not be read: the statement ended
+      throw;
     }
   }
 
