@@ -17,7 +17,6 @@
 #include <nlohmann/json.hpp>
 
 #include "../support/async_scenarios.hpp"
-#include "../support/batch_states.hpp"
 #include "../support/mysql_async.hpp"
 #include "../support/mysql_killer.hpp"
 #include "../support/workload.hpp"
@@ -132,19 +131,7 @@ TEST_CASE(
   net::io_context io;
   idem_test::AsyncTable batched(1, {.insert_returning = returning});
   idem_test::Table single(2, {.insert_returning = returning});
-  const auto batch = idem_test::prepare_batch_states(batched.blocking.store);
-  const auto same = idem_test::prepare_batch_states(single.store);
-
-  const auto got = run_on(io, idem::async::claim_batch(batched.store, batch));
-  REQUIRE(got.size() == same.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    INFO("request " << i << " " << batch[i].key.id() << " fp=" << batch[i].fingerprint);
-    const auto want = single.store.claim(same[i].key, same[i].fingerprint, {});
-    CHECK(idem_test::seen(got[i]) == idem_test::seen(want));
-    CHECK(got[i].record.key == batch[i].key);
-    CHECK(got[i].record.snapshot == want.record.snapshot);
-    CHECK(got[i].verdict == idem_test::batch_state_verdicts()[i]);
-  }
+  idem_test::check_batch_answers(batched.store, batched.blocking.store, single.store);
 
   // 300 fresh keys: 128 + 128 + 44 rows, an INSERT each (and a read each without RETURNING),
   // counted on the pool's one connection; the first batch prepares the statements.

@@ -12,7 +12,6 @@
 #include <catch2/catch.hpp>
 
 #include "../support/async_scenarios.hpp"
-#include "../support/batch_states.hpp"
 #include "../support/pg_async.hpp"
 #include "../support/workload.hpp"
 
@@ -141,19 +140,7 @@ TEST_CASE("async pg: claim_batch answers exactly what one claim after another an
   idem::async::net::io_context io;
   idem_test::PgAsyncTable batched(2);
   idem_test::PgTable single(2);
-  const auto batch = idem_test::prepare_batch_states(batched.blocking.store);
-  const auto same = idem_test::prepare_batch_states(single.store);
-
-  const auto got = idem_test::run_on(io, idem::async::claim_batch(batched.store, batch));
-  REQUIRE(got.size() == same.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    INFO("request " << i << " " << batch[i].key.id() << " fp=" << batch[i].fingerprint);
-    const auto want = single.store.claim(same[i].key, same[i].fingerprint, {});
-    CHECK(idem_test::seen(got[i]) == idem_test::seen(want));
-    CHECK(got[i].record.key == batch[i].key);
-    CHECK(got[i].record.snapshot == want.record.snapshot);
-    CHECK(got[i].verdict == idem_test::batch_state_verdicts()[i]);
-  }
+  idem_test::check_batch_answers(batched.store, batched.blocking.store, single.store);
 
   std::vector<idem::ClaimRequest> fresh;  // 128 + 128 + 44 rows
   for (int i = 0; i < 300; ++i)

@@ -24,8 +24,10 @@
 #include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <catch2/catch.hpp>
 #include <idem/async.hpp>
 
+#include "batch_states.hpp"
 #include "loop.hpp"
 #include "workload.hpp"
 
@@ -309,6 +311,26 @@ CancelResult cancel_at_random(Store& store, int requests, unsigned seed) {
     io.run();
   }
   return r;
+}
+
+// claim_batch on the coroutine store `batched` answers each request of prepare_batch_states'
+// batch (batch_states.hpp) exactly as one claim after another answers on `single`, a blocking
+// store of the same backend with the same stored states; `setup` is a blocking store on
+// `batched`'s table.
+template <class AsyncStore, class BlockingStore>
+void check_batch_answers(AsyncStore& batched, BlockingStore& setup, BlockingStore& single) {
+  const auto batch = prepare_batch_states(setup);
+  const auto same = prepare_batch_states(single);
+  const auto got = run_on(test_loop(), idem::async::claim_batch(batched, batch));
+  REQUIRE(got.size() == same.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("request " << i << " " << batch[i].key.id() << " fp=" << batch[i].fingerprint);
+    const auto want = single.claim(same[i].key, same[i].fingerprint, {});
+    CHECK(seen(got[i]) == seen(want));
+    CHECK(got[i].record.key == batch[i].key);
+    CHECK(got[i].record.snapshot == want.record.snapshot);
+    CHECK(got[i].verdict == batch_state_verdicts()[i]);
+  }
 }
 
 struct BatchStormResult {
