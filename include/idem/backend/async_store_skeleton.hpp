@@ -36,6 +36,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <boost/container/small_vector.hpp>
 #include <boost/system/system_error.hpp>
 
 #include "idem/async/detail/to_completion.hpp"
@@ -175,6 +176,11 @@ net::awaitable<bool> wait_until_session_ends(Alive alive, End end) {
   co_return true;
 }
 
+// The connections whose statements an operation cut off may have left running (see
+// AsyncStoreSkeleton::tracked): almost always none or one, so kept without a heap allocation
+// on every claim.
+using Unsettled = boost::container::small_vector<unsigned long, 2>;
+
 inline constexpr std::string_view cancelled_snapshot =
     R"({"error":"idem.cancelled","detail":"the claim was cancelled before it answered"})";
 
@@ -199,8 +205,8 @@ class AsyncStoreSkeleton {
     validate(options);
     idem::detail::check_fingerprint(fingerprint);
     const std::string token = idem::detail::new_owner_token();
-    std::vector<unsigned long> unsettled;  // see tracked()
-    bool sent = false;                     // a try reached a connection
+    async::detail::Unsettled unsettled;  // see tracked()
+    bool sent = false;                   // a try reached a connection
     std::exception_ptr interrupted;
     try {
       co_return co_await with_retries<ClaimResult>("claim", [&](Connection& c, bool) {
@@ -244,7 +250,7 @@ class AsyncStoreSkeleton {
   }
   {
     BatchPlan plan(requests, options, Ops::max_batch_rows);
-    std::vector<unsigned long> unsettled;  // see tracked()
+    async::detail::Unsettled unsettled;  // see tracked()
     std::exception_ptr failed;
     bool cut_off = false;  // by a cancellation, not a store failure
     try {
@@ -465,7 +471,7 @@ class AsyncStoreSkeleton {
   // answered, or failed otherwise, is done there: its connection is not waited for (and not
   // killed as a stuck one).
   template <class R, class Op>
-  static net::awaitable<R> tracked(std::vector<unsigned long>& unsettled, Connection& c, Op op) {
+  static net::awaitable<R> tracked(async::detail::Unsettled& unsettled, Connection& c, Op op) {
     unsettled.push_back(c.id());
     try {
       R answer = co_await op();
@@ -491,7 +497,7 @@ class AsyncStoreSkeleton {
   // caller wait for one retried call per key.
   net::awaitable<void> release_left_behind(std::vector<ClaimResult> made,
                                            std::vector<std::pair<Key, std::string>> sent,
-                                           std::vector<unsigned long> unsettled,
+                                           async::detail::Unsettled unsettled,
                                            std::string_view snapshot) {
     try {
       for (const ClaimResult& c : made) {
