@@ -2,10 +2,12 @@
 // values inlined as the handle's session reads them (NO_BACKSLASH_ESCAPES, ANSI_QUOTES,
 // latin1), the session left as it was, the handle never closed, and a call cancelled midway
 // leaving the handle broken but the service's to close.
+#include <fcntl.h>
 #include <mysql.h>
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -123,4 +125,37 @@ TEST_CASE("async mysql connection: a borrowed handle's call cancelled midway lea
   CHECK(c.broken());
   CHECK_THROWS_AS(run_on(io, c.execute("SELECT 1", {})), idem::StoreError);
   // The handle is still the service's to close (ServiceHandle's destructor).
+}
+
+TEST_CASE(
+    "async mysql connection: a connection outlives the loop it waited on and serves another") {
+  // Its socket stays registered with the loop it last waited on; the loop going first drops
+  // that registration, and the next loop registers it anew.
+  auto first = std::make_unique<net::io_context>();
+  std::unique_ptr<AsyncConnection> c = run_on(*first, AsyncConnection::open(idem_test::server()));
+  CHECK(run_on(*first, c->select("SELECT 1", {})).size() == 1);
+  first.reset();
+  net::io_context second;
+  for (int i = 0; i < 50; ++i) {
+    REQUIRE(run_on(second, c->select("SELECT SLEEP(0.001)", {})).size() == 1);
+  }
+  CHECK_FALSE(c->broken());
+  c.reset();  // closes while `second` still holds the registration
+}
+
+TEST_CASE("async mysql connection: a borrowed handle's socket gets its blocking mode back") {
+  idem_test::ServiceHandle service;
+  const int fd = mysql_get_socket(service.mysql);
+  const int before = ::fcntl(fd, F_GETFL);
+  {
+    net::io_context io;
+    AsyncConnection c(service.mysql);
+    CHECK(run_on(io, c.select("SELECT SLEEP(0.01)", {})).size() == 1);
+  }
+  CHECK(::fcntl(fd, F_GETFL) == before);
+  // The service's own blocking calls still wait for their answer.
+  REQUIRE(mysql_query(service.mysql, "SELECT SLEEP(0.2)") == 0);
+  MYSQL_RES* res = mysql_store_result(service.mysql);
+  CHECK(res != nullptr);
+  mysql_free_result(res);
 }

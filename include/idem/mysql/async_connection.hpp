@@ -19,13 +19,14 @@
 //   (docs/mysql.md, "Your own connections"): never closed, reconnected or reconfigured, and
 //   its statements travel as SQL text with every value a hexadecimal literal. It turns the
 //   handle's MYSQL_OPT_NONBLOCK on, which leaves the service's own blocking calls on it as
-//   they were. A borrowed handle whose call was cancelled midway is broken(): the service
-//   closes it.
+//   they were, and gives the socket its blocking mode back as it goes. A borrowed handle
+//   whose call was cancelled midway is broken(): the service closes it.
 // - What still blocks: the DNS lookup of ConnectionParams::host (give an IP address or a unix
 //   socket) and closing a healthy connection (one small write).
 // Needs MariaDB Connector/C (Debian's libmysqlclient is it); Oracle's libmysqlclient has a
 // different non-blocking API.
 
+#include <fcntl.h>
 #include <mysql.h>
 #include <sys/socket.h>
 
@@ -103,10 +104,16 @@ class AsyncConnection {
           false);
     }
     returning_ = detail::server_has_returning(mysql_);
+    // Asio's waits make the socket non-blocking; the service's handle gets its mode back.
+    socket_flags_ = ::fcntl(mysql_get_socket(mysql_), F_GETFL);
   }
 
   ~AsyncConnection() {
-    if (!borrowed_) close();
+    if (!borrowed_) {
+      close();
+    } else if (socket_flags_ >= 0) {
+      ::fcntl(mysql_get_socket(mysql_), F_SETFL, socket_flags_);
+    }
   }
   AsyncConnection(const AsyncConnection&) = delete;
   AsyncConnection& operator=(const AsyncConnection&) = delete;
@@ -407,6 +414,7 @@ class AsyncConnection {
   bool returning_ = false;
   bool galera_ = false;
   bool autocommit_off_ = false;
+  int socket_flags_ = -1;  // a borrowed handle's socket's, as it came
   detail::StatementCache statements_;
   detail::ParamBinds param_binds_;
   detail::ResultBinds results_;
