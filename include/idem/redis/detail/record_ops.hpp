@@ -335,29 +335,11 @@ class RecordOps {
   // "of Redis prefix idem", for SchemaMismatch's message.
   std::string schema_name() const { return "of Redis prefix " + layout_.prefix(); }
 
-  // Stale claims come from the lease index (scored by lease_until) and outcome_unknown records
-  // from the unknown index (scored by updated_at), each read in the order list() answers in,
-  // so that a call reads about the records it lists. Any other query walks every record: the
-  // expiry index holds all but the outcome_unknown ones (docs/redis.md, "Listing").
-  std::vector<Record> list(Connection& c, const RecordQuery& q) const {
-    const bool unknown = q.status == Status::outcome_unknown;
-    const bool ordered = q.stale || unknown;
-    std::vector<IndexCursor> cursors;
-    for (std::uint32_t b = 0; b < layout_.buckets(); ++b) {
-      if (ordered) {
-        cursors.push_back({b, unknown ? layout_.unknown(b) : layout_.leases(b)});
-      } else {
-        cursors.push_back({b, layout_.expiry(b), "0"});
-        if (!q.status) cursors.push_back({b, layout_.unknown(b), "0"});
-      }
-    }
-    // How far before the server's now an ordered index's scores end: a stale lease has run
-    // out; an outcome_unknown record was last updated not_updated_for ago.
-    std::string until = "0";
-    if (unknown) until = q.not_updated_for ? decimal(q.not_updated_for->count()) : "";
-    return ordered ? list_ordered(c, q, std::move(cursors), until)
-                   : list_walk(c, q, std::move(cursors));
-  }
+  // One list() query without I/O (defined below): the round trips it needs, one after another
+  // (index pages, then the records they name), for a blocking or a coroutine connection to send.
+  class ListRun;
+
+  std::vector<Record> list(Connection& c, const RecordQuery& q) const;
 
   ScriptRequest finish_request(const Key& key, const Ticket& t, std::string_view snapshot,
                                Status to, bool retryable) const {
@@ -518,91 +500,50 @@ class RecordOps {
     TimePoint last{};  // ordered: the last score read
   };
 
-  // Index pages (each bucket's, pipelined: one round trip per node, so every master of a
-  // cluster) and then the records they name (pipelined), kept by backend::matches() at the server's
-  // now of their read. A bucket is read further only while its pages came full and could
-  // still hold a record before the last of the best `limit` found so far.
-  std::vector<Record> list_ordered(Connection& c, const RecordQuery& q,
-                                   std::vector<IndexCursor> open, const std::string& until) const {
-    const std::size_t page = std::min<std::size_t>(q.limit, 2 * (q.limit / layout_.buckets()) + 8);
-    const std::string count = decimal(static_cast<std::int64_t>(page));
-    std::vector<Record> found;
-    while (!open.empty()) {
-      std::vector<ScriptCall> calls;
-      calls.reserve(open.size());
-      for (const IndexCursor& cur : open)
-        calls.push_back({{cur.index}, {until, cur.from, cur.skip, count}});
-      const std::vector<Reply> pages = c.eval_all(scripts_.range, calls);
-      Candidates got;
-      std::vector<IndexCursor> more;
-      for (std::size_t i = 0; i < open.size(); ++i) {
-        const std::size_t n = take(got, q, open[i].bucket, pages[i]);
-        if (n < page) continue;  // the bucket has no more
-        IndexCursor& cur = open[i];
-        const std::string_view last = pages[i][2 * n - 1].text();
-        std::size_t ties = 0;  // the page's last members share its last score
-        while (ties < n && pages[i][2 * (n - ties) - 1].text() == last)
-          ++ties;
-        cur.skipped = last == cur.from ? cur.skipped + n : ties;
-        cur.from = std::string(last);
-        cur.skip = decimal(static_cast<std::int64_t>(cur.skipped));
-        cur.last = score_of(last);
-        more.push_back(std::move(cur));
-      }
-      keep_best(c, q, got, found);
-      open.clear();
-      const auto order_key = [&](const Record& r) {
-        return q.stale ? r.lease_until : r.updated_at;
-      };
-      for (IndexCursor& cur : more) {
-        // Ties are listed in any order: a bucket whose next page starts at the last kept
-        // record's key has nothing to add.
-        if (found.size() == q.limit && cur.last >= order_key(found.back())) continue;
-        open.push_back(std::move(cur));
-      }
+  // Walks indexes by ZSCAN pages (the server's work per call is bounded however large the
+  // index; a member may come twice), a few cursors per round trip (pipelined).
+  class IndexWalk {
+   public:
+    explicit IndexWalk(std::vector<IndexCursor> open) : open_(std::move(open)) {}
+    bool done() const noexcept { return open_.empty(); }
+    // The round's calls (views of the walk's cursors, until answer()).
+    std::vector<ScriptCall> calls() const {
+      std::vector<ScriptCall> out;
+      out.reserve(round());
+      for (std::size_t i = 0; i < round(); ++i)
+        out.push_back({{open_[i].index}, {open_[i].from, count}});
+      return out;
     }
-    return found;
-  }
+    // The round's pages, in calls()' order: each goes to on_page(bucket, page) (member,
+    // score, ...).
+    template <class OnPage>
+    void answer(const std::vector<Reply>& pages, OnPage on_page) {
+      const std::size_t n = round();
+      std::vector<IndexCursor> more(
+          std::make_move_iterator(open_.begin() + static_cast<std::ptrdiff_t>(n)),
+          std::make_move_iterator(open_.end()));
+      for (std::size_t i = 0; i < n; ++i) {
+        on_page(open_[i].bucket, pages[i][1]);
+        open_[i].from = std::string(pages[i][0].text());
+        if (open_[i].from != "0") more.push_back(std::move(open_[i]));
+      }
+      open_ = std::move(more);
+    }
 
-  // Every record of the given indexes, by ZSCAN pages (the server's work per call is bounded
-  // however large the index; a record may come twice), a few buckets per round.
-  std::vector<Record> list_walk(Connection& c, const RecordQuery& q,
-                                std::vector<IndexCursor> open) const {
-    std::vector<Record> found;
-    Candidates got;
-    walk(
-        c, std::move(open),
-        [&](std::uint32_t bucket, ReplyView page) { take(got, q, bucket, page); },
-        [&] {
-          keep_best(c, q, got, found);
-          got = {};
-        });
-    return found;
-  }
+   private:
+    static constexpr std::size_t cursors_per_round = 32;
+    static constexpr std::string_view count = "128";
+    std::size_t round() const noexcept { return std::min(open_.size(), cursors_per_round); }
+    std::vector<IndexCursor> open_;
+  };
 
-  // Walks the cursors' indexes by ZSCAN pages, a few buckets per round (pipelined): each page
-  // goes to on_page(bucket, page) (member, score, ...), and on_round() ends each round.
+  // walk() on this connection: on_round() ends each round.
   template <class OnPage, class OnRound>
   void walk(Connection& c, std::vector<IndexCursor> open, OnPage on_page, OnRound on_round) const {
-    constexpr std::size_t cursors_per_round = 32;
-    const std::string count = "128";
-    while (!open.empty()) {
-      const std::size_t n = std::min(open.size(), cursors_per_round);
-      std::vector<ScriptCall> calls;
-      calls.reserve(n);
-      for (std::size_t i = 0; i < n; ++i)
-        calls.push_back({{open[i].index}, {open[i].from, count}});
-      const std::vector<Reply> pages = c.eval_all(scripts_.scan, calls);
-      std::vector<IndexCursor> more(
-          std::make_move_iterator(open.begin() + static_cast<std::ptrdiff_t>(n)),
-          std::make_move_iterator(open.end()));
-      for (std::size_t i = 0; i < n; ++i) {
-        on_page(open[i].bucket, pages[i][1]);
-        open[i].from = std::string(pages[i][0].text());
-        if (open[i].from != "0") more.push_back(std::move(open[i]));
-      }
+    IndexWalk w(std::move(open));
+    while (!w.done()) {
+      w.answer(c.eval_all(scripts_.scan, w.calls()), on_page);
       on_round();
-      open = std::move(more);
     }
   }
 
@@ -626,15 +567,19 @@ class RecordOps {
     return n;
   }
 
-  // Reads the candidates' records (pipelined) and keeps, in `found`, the best `limit` of
-  // those found so far that match the query, each record once.
-  void keep_best(Connection& c, const RecordQuery& q, const Candidates& got,
-                 std::vector<Record>& found) const {
+  // The reads of the candidates' records (views of `got`).
+  static std::vector<ScriptCall> read_calls(const Candidates& got) {
     std::vector<ScriptCall> reads;
     reads.reserve(got.keys.size());
     for (const RecordKeys& k : got.keys)
       reads.push_back({{k.record}, {}});
-    const std::vector<Reply> records = c.eval_all(scripts_.read, reads);
+    return reads;
+  }
+
+  // Keeps, in `found`, the best `limit` of those found so far that match the query, each
+  // record once, given the candidates' records as read_calls() read them.
+  static void keep_best(const RecordQuery& q, const Candidates& got,
+                        const std::vector<Reply>& records, std::vector<Record>& found) {
     for (std::size_t i = 0; i < records.size(); ++i) {
       const Reply& r = records[i];
       if (r.size() < 2) continue;  // gone since the index named it
@@ -704,6 +649,142 @@ class RecordOps {
   std::string keep_;
   RecordScripts scripts_;
 };
+
+// Stale claims come from the lease index (scored by lease_until) and outcome_unknown records from
+// the unknown index (scored by updated_at), each read in the order list() answers in, so that a
+// call reads about the records it lists: index pages (each bucket's, pipelined), then the
+// records they name (pipelined), kept by backend::matches() at the server's now of their read; a
+// bucket is read further only while its pages came full and could still hold a record before
+// the last of the best `limit` found so far. Any other query walks every record (IndexWalk):
+// the expiry index holds all but the outcome_unknown ones (docs/redis.md, "Listing").
+class RecordOps::ListRun {
+ public:
+  // `ops` outlives the run.
+  ListRun(const RecordOps& ops, RecordQuery q) : ops_(ops), q_(std::move(q)) {
+    const bool unknown = q_.status == Status::outcome_unknown;
+    ordered_ = q_.stale || unknown;
+    std::vector<IndexCursor> cursors;
+    const Layout& layout = ops_.layout_;
+    for (std::uint32_t b = 0; b < layout.buckets(); ++b) {
+      if (ordered_) {
+        cursors.push_back({b, unknown ? layout.unknown(b) : layout.leases(b)});
+      } else {
+        cursors.push_back({b, layout.expiry(b), "0"});
+        if (!q_.status) cursors.push_back({b, layout.unknown(b), "0"});
+      }
+    }
+    if (!ordered_) {
+      walk_.emplace(std::move(cursors));
+      return;
+    }
+    // How far before the server's now an ordered index's scores end: a stale lease has run
+    // out; an outcome_unknown record was last updated not_updated_for ago.
+    if (unknown) until_ = q_.not_updated_for ? decimal(q_.not_updated_for->count()) : "";
+    page_ = std::min<std::size_t>(q_.limit, 2 * (q_.limit / layout.buckets()) + 8);
+    count_ = decimal(static_cast<std::int64_t>(page_));
+    open_ = std::move(cursors);
+  }
+
+  bool done() const noexcept { return phase_ == Phase::done; }
+
+  // The next round trip: one script, pipelined over calls() (views of the run, until answer()).
+  const Script& script() const noexcept {
+    if (phase_ == Phase::reads) return ops_.scripts_.read;
+    return ordered_ ? ops_.scripts_.range : ops_.scripts_.scan;
+  }
+  std::vector<ScriptCall> calls() const {
+    if (phase_ == Phase::reads) return read_calls(got_);
+    if (!ordered_) return walk_->calls();
+    std::vector<ScriptCall> out;
+    out.reserve(open_.size());
+    for (const IndexCursor& cur : open_)
+      out.push_back({{cur.index}, {until_, cur.from, cur.skip, count_}});
+    return out;
+  }
+
+  // The replies of that round trip, in calls()' order.
+  void answer(const std::vector<Reply>& replies) {
+    if (phase_ == Phase::done) throw UsageError("idem::redis: the listing has ended");
+    if (phase_ == Phase::reads) {
+      keep_best(q_, got_, replies, found_);
+      got_ = {};
+      next_pages();
+      return;
+    }
+    if (ordered_) {
+      took_ordered(replies);
+    } else {
+      walk_->answer(replies, [&](std::uint32_t bucket, ReplyView page) {
+        ops_.take(got_, q_, bucket, page);
+      });
+    }
+    phase_ = Phase::reads;
+    if (got_.keys.empty()) answer({});  // no record to read
+  }
+
+  std::vector<Record> result() && { return std::move(found_); }
+
+ private:
+  enum class Phase { pages, reads, done };
+
+  // An ordered round's pages: their candidates, and the cursors of the buckets that may hold
+  // more.
+  void took_ordered(const std::vector<Reply>& pages) {
+    for (std::size_t i = 0; i < open_.size(); ++i) {
+      const std::size_t n = ops_.take(got_, q_, open_[i].bucket, pages[i]);
+      if (n < page_) continue;  // the bucket has no more
+      IndexCursor& cur = open_[i];
+      const std::string_view last = pages[i][2 * n - 1].text();
+      std::size_t ties = 0;  // the page's last members share its last score
+      while (ties < n && pages[i][2 * (n - ties) - 1].text() == last)
+        ++ties;
+      cur.skipped = last == cur.from ? cur.skipped + n : ties;
+      cur.from = std::string(last);
+      cur.skip = decimal(static_cast<std::int64_t>(cur.skipped));
+      cur.last = score_of(last);
+      more_.push_back(std::move(cur));
+    }
+    open_.clear();
+  }
+
+  void next_pages() {
+    if (!ordered_) {
+      phase_ = walk_->done() ? Phase::done : Phase::pages;
+      return;
+    }
+    for (IndexCursor& cur : more_) {
+      // Ties are listed in any order: a bucket whose next page starts at the last kept
+      // record's key has nothing to add.
+      const TimePoint last_kept =
+          found_.empty() ? TimePoint{}
+                         : (q_.stale ? found_.back().lease_until : found_.back().updated_at);
+      if (found_.size() == q_.limit && cur.last >= last_kept) continue;
+      open_.push_back(std::move(cur));
+    }
+    more_.clear();
+    phase_ = open_.empty() ? Phase::done : Phase::pages;
+  }
+
+  const RecordOps& ops_;
+  RecordQuery q_;
+  bool ordered_ = false;
+  Phase phase_ = Phase::pages;
+  std::optional<IndexWalk> walk_;  // not ordered
+  std::vector<IndexCursor> open_;  // ordered: the next round's cursors
+  std::vector<IndexCursor> more_;  // ordered: the buckets that may hold more
+  std::string until_ = "0";
+  std::size_t page_ = 0;
+  std::string count_;
+  Candidates got_;
+  std::vector<Record> found_;
+};
+
+inline std::vector<Record> RecordOps::list(Connection& c, const RecordQuery& q) const {
+  ListRun run(*this, q);
+  while (!run.done())
+    run.answer(c.eval_all(run.script(), run.calls()));
+  return std::move(run).result();
+}
 
 // idem::redis for the store skeleton (idem/backend/store_skeleton.hpp).
 struct Backend : backend::BackendTypes<redis::Connection, redisContext, redis::Pool, RecordOps> {
