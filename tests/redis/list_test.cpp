@@ -1,6 +1,7 @@
-// list() on idem::redis::Store: stale claims and outcome_unknown records from their indexes,
-// in order, over many buckets and many pages, checked against every record read one by one;
-// the other queries by a walk of every record; and what each costs the server, counted.
+// list() on idem::redis::Store (and idem::redis::AsyncStore, which sends the same round trips):
+// stale claims and outcome_unknown records from their indexes, in order, over many buckets and
+// many pages, checked against every record read one by one; the other queries by a walk of
+// every record; and what each costs the server, counted.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -14,12 +15,14 @@
 
 #include <idem/redis.hpp>
 
+#include "../support/redis_async.hpp"
 #include "../support/redis_server.hpp"
 #include "../support/threads.hpp"
 #include "raw.hpp"
 
 using namespace std::chrono_literals;
 using idem_test::RedisStore;
+namespace net = idem::async::net;
 
 namespace {
 
@@ -70,10 +73,11 @@ Population populate(idem::redis::Store& store, idem::Duration wave_gap) {
   return p;
 }
 
-// Checks list(q) against the records read one by one: the best `limit` that match, in order
-// (ties may come in any order, so the order keys are compared, and the membership).
-void check_list(idem::redis::Store& store, const Population& p, const idem::RecordQuery& q) {
-  const std::vector<idem::Record> listed = store.list(q);
+// Checks what a list(q) answered (`listed`) against the records read one by one: the best
+// `limit` that match, in order (ties may come in any order, so the order keys are compared, and
+// the membership).
+void check_listed(idem::redis::Store& store, const Population& p, const idem::RecordQuery& q,
+                  const std::vector<idem::Record>& listed) {
   const idem::TimePoint now = store.ops().read(*store.pool().acquire(), p.keys.front(), false)->now;
   std::vector<idem::Record> expected;
   for (const idem::Key& k : p.keys) {
@@ -95,6 +99,10 @@ void check_list(idem::redis::Store& store, const Population& p, const idem::Reco
     CHECK(matching.count(listed[i].key) == 1);
     CHECK(seen.insert(listed[i].key).second);  // each record once
   }
+}
+
+void check_list(idem::redis::Store& store, const Population& p, const idem::RecordQuery& q) {
+  check_listed(store, p, q, store.list(q));
 }
 
 }  // namespace
@@ -225,4 +233,25 @@ TEST_CASE("list of stale or outcome_unknown records reads about what it lists, n
                           << stale_ms << " ms; outcome_unknown " << unknown_calls << " scripts, "
                           << unknown_ms << " ms; succeeded (a walk) " << walk_calls << " scripts, "
                           << walk_ms << " ms");
+}
+
+TEST_CASE("the coroutine store lists as the blocking one, across buckets and pages") {
+  // The same run (RecordOps::ListRun) sent by a coroutine connection: ordered pages over
+  // several rounds, and walks of several pages per index.
+  net::io_context io;
+  idem_test::RedisAsyncStore s(io.get_executor(), 1, {.buckets = 16});
+  const Population p = populate(s.blocking, 1500ms);
+  const idem::RecordQuery queries[] = {
+      {.stale = true, .limit = 10},
+      {.stale = true, .limit = 1'000},
+      {.stale = true, .biz_type = "PAY", .limit = 10},
+      {.status = idem::Status::outcome_unknown, .limit = 3},
+      {.status = idem::Status::succeeded, .limit = 17},
+      {.status = idem::Status::failed, .biz_type = "SHIP"},
+      {.limit = 1'000},
+  };
+  for (const idem::RecordQuery& q : queries) {
+    check_listed(s.blocking, p, q, idem_test::run_on(io, s.store.list(q)));
+  }
+  CHECK_THROWS_AS(idem_test::run_on(io, s.store.list({.limit = 0})), idem::InvalidArgument);
 }

@@ -11,8 +11,8 @@
 //   auto out = co_await idem::async::run_once(store, key, fp, handler);
 //
 // A blocking idem::redis::Store and an AsyncStore on the same prefix work side by side.
-// Not yet here (docs/redis.md, "Coroutines"): a Redis Cluster, list() and stats(); run those
-// through idem::async::OffloadStore over the blocking store.
+// Not yet here (docs/redis.md, "Coroutines"): a Redis Cluster, and stats() (which no coroutine
+// store has); run those through idem::async::OffloadStore over the blocking store.
 
 #include <chrono>
 #include <cstddef>
@@ -33,6 +33,7 @@
 #include "idem/key.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
+#include "idem/record_query.hpp"
 #include "idem/redis/async_connection.hpp"
 #include "idem/redis/async_pool.hpp"
 #include "idem/redis/detail/record_ops.hpp"
@@ -120,6 +121,17 @@ class AsyncRecordOps {
           const std::vector<std::string_view> kill{"CLIENT", "KILL", "ID", client};
           (void)co_await c.command(kill);  // an error: it ended meanwhile
         });
+  }
+
+  // As RecordOps::list: the run decides, this sends its round trips.
+  net::awaitable<std::vector<Record>> list(AsyncConnection& c, const RecordQuery& q) const {
+    RecordOps::ListRun run(ops_, q);
+    while (!run.done()) {
+      const std::vector<ScriptCall> calls = run.calls();
+      const std::vector<Reply> replies = co_await c.eval_all(run.script(), calls);
+      run.answer(replies);
+    }
+    co_return std::move(run).result();
   }
 
   net::awaitable<TableLayout> layout_of(AsyncConnection& c) const {
@@ -217,5 +229,6 @@ class AsyncStore : public backend::AsyncStoreSkeleton<detail::AsyncBackend> {
 
 static_assert(async::AwaitableStore<AsyncStore>);
 static_assert(async::RepairingAsyncStore<AsyncStore> && async::RecoveryPointAsyncStore<AsyncStore>);
+static_assert(async::ListingAsyncStore<AsyncStore>);
 
 }  // namespace idem::redis
