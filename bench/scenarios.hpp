@@ -45,6 +45,7 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "mysql.cache",
                                                  "mysql.cache_storm",
                                                  "mysql.batch",
+                                                 "mysql.async_batch",
                                                  "mysql.storm",
                                                  "mysql.big_table",
                                                  "sqlite.cycle",

@@ -7,6 +7,10 @@
 //    business's order INSERT, record_last) through the coroutine with_transaction and the
 //    bound AsyncStore, against mysql.tx's library side (the blocking with_transaction).
 // The goal of both: one loop thread serves at least what 32 blocked threads serve.
+//  - mysql.async_batch (issue 31): mysql.batch in coroutines: idem::async::claim_batch of 100
+//    messages on the AsyncStore, against the same messages claimed one co_await store.claim
+//    after another (what a consumer without claim_batch writes), both from one loop thread
+//    with 4 consumers in flight on 4 connections. The goal: mysql.batch's, >= 3.
 #include "shared.hpp"
 
 #ifdef IDEM_BENCH_ASYNC
@@ -67,6 +71,35 @@ net::awaitable<void> bound_requester(idem::mysql::AsyncPool& pool, idem::mysql::
     };
     const bool ok = co_await idem::mysql::with_transaction(pool, body);
     if (!ok) throw std::runtime_error("transaction did not succeed");
+  }
+}
+
+// One of mysql.async_batch's consumers: the next `batch` fresh messages of the round, claimed
+// in one claim_batch (`batched`) or one claim after another, until the round's are out.
+// `feed.runs` counts the claims acquired.
+net::awaitable<void> batch_requester(idem::mysql::AsyncStore& store, Feed& feed, std::size_t batch,
+                                     bool batched) {
+  while (feed.next < feed.total) {
+    const std::size_t first = feed.next;
+    feed.next = std::min(feed.total, first + batch);
+    std::vector<idem::ClaimRequest> requests;
+    requests.reserve(feed.next - first);
+    for (std::size_t i = first; i < feed.next; ++i)
+      requests.push_back({idem::Key{"BENCH", key_id(feed.round, 0, i)}, fixed_fingerprint()});
+    if (batched) {
+      const std::vector<idem::ClaimResult> results =
+          co_await idem::async::claim_batch(store, requests, options);
+      for (const idem::ClaimResult& r : results) {
+        if (r.verdict != idem::Verdict::acquired) throw std::runtime_error("not acquired");
+        ++feed.runs;
+      }
+    } else {
+      for (const idem::ClaimRequest& m : requests) {
+        const idem::ClaimResult r = co_await store.claim(m.key, m.fingerprint, options);
+        if (r.verdict != idem::Verdict::acquired) throw std::runtime_error("not acquired");
+        ++feed.runs;
+      }
+    }
   }
 }
 
@@ -216,6 +249,43 @@ void async_bound_scenario(const Config& config) {
   emit(j);
 }
 
+void async_batch_scenario(const Config& config) {
+  const std::string name = "mysql.async_batch";
+  const int consumers = 4;  // mysql.batch's threads
+  const std::size_t batch = 100;
+  Server server(config, 2);
+  AsyncSide async(config, consumers);
+  async.in_flight = static_cast<std::size_t>(consumers);  // one batch per connection
+  // Three times mysql.batch's messages: a batched round of theirs is a fifth of a second here.
+  const std::size_t total = config.ops(30'000, 10'000) / batch * batch;
+  long batched_claims = 0;
+  long single_claims = 0;
+  const auto side = [&](bool batched, long* claims) {
+    return Side{[&](int) { server.truncate(lib_table); },
+                [&, batched, claims](int, int r) {
+                  *claims += async.round(r, total, [&](Feed& feed) {
+                    return batch_requester(async.store, feed, batch, batched);
+                  });
+                }};
+  };
+  const auto t = alternate(name, config.rounds_per_side(), 1, 1, total, side(true, &batched_claims),
+                           side(false, &single_claims));
+  auto j = throughput_json(name, 1, total, t, ">= 3");
+  j["connections"] = consumers;
+  j["in_flight"] = async.in_flight;
+  j["batch"] = batch;
+  j["library_claims"] = batched_claims / config.rounds_per_side();
+  j["baseline_claims"] = single_claims / config.rounds_per_side();
+  j["library"] = fmt::format(
+      "idem::async::claim_batch of {} messages on mysql::AsyncStore (one multi-row INSERT IGNORE "
+      "... RETURNING), from one loop thread, {} consumers in flight on an AsyncPool of {} "
+      "connections",
+      batch, async.in_flight, async.pool_size);
+  j["baseline"] =
+      "co_await store.claim once per message, on the same loop thread, consumers and connections";
+  emit(j);
+}
+
 #else
 
 void async_cycle_scenario(const Config&) {
@@ -223,6 +293,10 @@ void async_cycle_scenario(const Config&) {
 }
 
 void async_bound_scenario(const Config&) {
+  throw std::runtime_error("idem-bench was built without idem::async (Boost.Asio 1.81)");
+}
+
+void async_batch_scenario(const Config&) {
   throw std::runtime_error("idem-bench was built without idem::async (Boost.Asio 1.81)");
 }
 

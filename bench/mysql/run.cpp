@@ -31,6 +31,7 @@ int run_mysql(const Config& config, const Selected& selected) {
       {"mysql.cache", [&] { cache_scenario(config, false); }},
       {"mysql.cache_storm", [&] { cache_scenario(config, true); }},
       {"mysql.batch", [&] { batch_scenario(config); }},
+      {"mysql.async_batch", [&] { async_batch_scenario(config); }},
       {"mysql.storm", [&] { storm_scenario(config); }},
       {"mysql.big_table", [&] { big_table_scenario(config); }},
   };

@@ -20,6 +20,9 @@ void async_cycle_scenario(const Config& config);
 // through the coroutine with_transaction and AsyncStore's bound store from one loop thread,
 // against mysql.tx's library side on --threads threads.
 void async_bound_scenario(const Config& config);
+// mysql.async_batch (issue 31): mysql.batch in coroutines, idem::async::claim_batch against one
+// claim per message, both from one loop thread.
+void async_batch_scenario(const Config& config);
 
 // mysql.tx: the library's same-transaction mode (its default, BoundClaim::record_last).
 // mysql.tx_claim_first: the same with BoundClaim::claim_first. mysql.tx_floor: record_last's
