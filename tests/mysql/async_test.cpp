@@ -169,14 +169,7 @@ TEST_CASE("async mysql: batches of a storm on one loop thread - every key runs o
   const auto storm = idem_test::storm_of(1000, 41);
   idem_test::Executions executions;
   const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
-  std::printf("async mysql batch storm: %d deliveries, %d messages redelivered\n", r.deliveries,
-              r.redelivered);
-  INFO(r.first_error());
-  CHECK(r.errors.empty());
-  CHECK(r.failed_deliveries == 0);
-  CHECK(executions.max_per_key() == 1);
-  CHECK(executions.total() == storm.distinct);
-  CHECK(t.count("status = 1") == storm.distinct);
+  idem_test::check_batch_storm("async mysql", r, storm, executions, t.count("status = 1"));
 }
 
 TEST_CASE("async mysql: batches while connections are killed at random - every key runs once") {
@@ -202,15 +195,9 @@ TEST_CASE("async mysql: batches while connections are killed at random - every k
 TEST_CASE("async mysql: a batch cancelled at any point leaves no processing claim behind") {
   idem_test::AsyncTable t(16);
   const auto r = idem_test::cancel_batches_at_random(t.store, 8, 150, 19);
-  std::printf(
-      "async mysql batch cancel: %d of %d batches cancelled; retryable failures recorded: %lld "
-      "for statements cut off, %lld for claims made before\n",
-      r.cancelled, r.batches, t.count("response_snapshot LIKE '%idem.cancelled%'"),
-      t.count("response_snapshot LIKE '%idem.abandoned%'"));
-  CHECK(r.cancelled > 16);
-  CHECK(r.finished > 0);
-  CHECK(r.processing_after == 0);
-  CHECK(t.count("status = 0") == 0);
+  idem_test::check_cancelled_batches("async mysql", r, 8, t.count("status = 0"),
+                                     t.count("response_snapshot LIKE '%idem.cancelled%'"),
+                                     t.count("response_snapshot LIKE '%idem.abandoned%'"));
 }
 
 TEST_CASE("async mysql: a store checks its table on its first operation") {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -401,6 +402,21 @@ BatchStormResult batch_storm(Store& store, const Storm& storm, std::size_t batch
   return result;
 }
 
+// What a batch storm on a healthy server shows (`store` names it in the output): no error and
+// no failed delivery, every key run once and recorded succeeded (`succeeded`: the table's count
+// of succeeded records).
+inline void check_batch_storm(const char* store, const BatchStormResult& r, const Storm& storm,
+                              Executions& executions, long long succeeded) {
+  std::printf("%s batch storm: %d deliveries, %d messages redelivered\n", store, r.deliveries,
+              r.redelivered);
+  INFO(r.first_error());
+  CHECK(r.errors.empty());
+  CHECK(r.failed_deliveries == 0);
+  CHECK(executions.max_per_key() == 1);
+  CHECK(executions.total() == storm.distinct);
+  CHECK(succeeded == storm.distinct);
+}
+
 struct BatchCancelResult {
   int batches = 0;
   int cancelled = 0;
@@ -506,6 +522,24 @@ int replayed_or_ran(Store& store, const CancelResult& cancelled, int requests) {
     }
   }
   return n;
+}
+
+// What batches cancelled at random leave (cancel_batches_at_random's `r`, of `batches` a
+// round): enough cut and some finished, and no key processing, right after each cut
+// (`processing_now`: the table's count of processing records now). `cut_off` and
+// `made_before` (the table's counts of idem.cancelled and idem.abandoned snapshots) only go to
+// the output.
+inline void check_cancelled_batches(const char* store, const BatchCancelResult& r, int batches,
+                                    long long processing_now, long long cut_off,
+                                    long long made_before) {
+  std::printf(
+      "%s batch cancel: %d of %d batches cancelled; retryable failures recorded: %lld for "
+      "statements cut off, %lld for claims made before\n",
+      store, r.cancelled, r.batches, cut_off, made_before);
+  CHECK(r.cancelled > 2 * batches);
+  CHECK(r.finished > 0);
+  CHECK(r.processing_after == 0);
+  CHECK(processing_now == 0);
 }
 
 }  // namespace idem_test
