@@ -13,9 +13,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <idem/async/janitor.hpp>
-#include <nlohmann/json.hpp>
-
 #include "../support/async_scenarios.hpp"
 #include "../support/mysql_async.hpp"
 #include "../support/mysql_killer.hpp"
@@ -254,37 +251,6 @@ TEST_CASE("async mysql: the coroutine Janitor purges, resolves and releases on t
   static_assert(idem::async::ListingAsyncStore<idem::mysql::AsyncStore> &&
                 idem::async::RepairingAsyncStore<idem::mysql::AsyncStore>);
   idem_test::AsyncTable t;
-  const idem::Options expires{.lease = 100ms, .ttl = 100ms};
-  const idem::Options dies{.lease = 100ms, .ttl = 1h};
-  for (int i = 0; i < 10; ++i)
-    t.blocking.store.claim({"OLD", "k" + std::to_string(i)}, "", expires);
-  for (const char* id : {"paid", "free"})
-    t.blocking.store.claim({"PAY", id}, "", dies);
-  t.blocking.store.claim({"MAIL", "m1"}, "", dies);
-  t.blocking.store.claim({"PAY", "live"}, "", {.lease = 1h, .ttl = 2h});
-  std::this_thread::sleep_for(300ms);
-
-  idem::Resolvers resolvers;
-  resolvers.add("PAY", [](const idem::Record& r, const idem::ResolveContext&) {
-    if (r.key.id() == "paid") return idem::Resolution::happened(nlohmann::json{{"charge", "c1"}});
-    return idem::Resolution::not_happened();
-  });
-  idem::async::Janitor janitor(t.store, {.interval = 1h, .resolvers = &resolvers});
-  net::io_context io;
-  run_on(io, [](auto& j) -> net::awaitable<bool> {
-    co_await j.run_once();
-    co_return true;
-  }(janitor));
-  const idem::JanitorStats s = janitor.stats();
-  CHECK(s.rounds == 1);
-  CHECK(s.errors == 0);
-  CHECK(s.purged == 10);
-  CHECK(s.resolved_happened == 1);
-  CHECK(s.resolved_not_happened == 1);
-  CHECK(s.released == 1);  // MAIL/m1: no resolver, released by a fenced repair
+  idem_test::check_janitor_round(t.store, t.blocking.store);
   CHECK(t.count() == 4);
-  CHECK(t.blocking.store.find({"PAY", "paid"})->status == idem::Status::succeeded);
-  CHECK(t.blocking.store.find({"PAY", "free"})->status == idem::Status::failed);
-  CHECK(t.blocking.store.find({"MAIL", "m1"})->status == idem::Status::failed);
-  CHECK(t.blocking.store.find({"PAY", "live"})->status == idem::Status::processing);
 }

@@ -171,6 +171,12 @@ TEST_CASE("async pg: a batch cancelled at any point leaves no processing claim b
                                      t.count("response_snapshot LIKE '%idem.abandoned%'"));
 }
 
+TEST_CASE("async pg: the coroutine Janitor purges, resolves and releases on the loop") {
+  idem_test::PgAsyncTable t;
+  idem_test::check_janitor_round(t.store, t.blocking.store);
+  CHECK(t.count() == 4);
+}
+
 TEST_CASE("async pg: a store checks its table on its first operation") {
   idem_test::PgAsyncTable t;
   t.blocking.pool->acquire()->query("ALTER TABLE " + t.store.table() +

@@ -11,8 +11,6 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <idem/async/janitor.hpp>
-#include <nlohmann/json.hpp>
 
 #include "../support/async_scenarios.hpp"
 #include "../support/redis_async.hpp"
@@ -195,38 +193,6 @@ TEST_CASE(
 TEST_CASE("async redis: the coroutine Janitor purges, resolves and releases on the loop") {
   static_assert(idem::async::ListingAsyncStore<idem::redis::AsyncStore> &&
                 idem::async::RepairingAsyncStore<idem::redis::AsyncStore>);
-  net::io_context io;
-  idem_test::RedisAsyncStore t(io.get_executor());
-  const idem::Options expires{.lease = 100ms, .ttl = 100ms};
-  const idem::Options dies{.lease = 100ms, .ttl = 1h};
-  for (int i = 0; i < 10; ++i)
-    t.blocking.claim({"OLD", "k" + std::to_string(i)}, "", expires);
-  for (const char* id : {"paid", "free"})
-    t.blocking.claim({"PAY", id}, "", dies);
-  t.blocking.claim({"MAIL", "m1"}, "", dies);
-  t.blocking.claim({"PAY", "live"}, "", {.lease = 1h, .ttl = 2h});
-  std::this_thread::sleep_for(300ms);  // expired (and kept by Redis for keep_expired)
-
-  idem::Resolvers resolvers;
-  resolvers.add("PAY", [](const idem::Record& r, const idem::ResolveContext&) {
-    if (r.key.id() == "paid") return idem::Resolution::happened(nlohmann::json{{"charge", "c1"}});
-    return idem::Resolution::not_happened();
-  });
-  idem::async::Janitor janitor(t.store, {.interval = 1h, .resolvers = &resolvers});
-  run_on(io, [](auto& j) -> net::awaitable<bool> {
-    co_await j.run_once();
-    co_return true;
-  }(janitor));
-  const idem::JanitorStats s = janitor.stats();
-  CHECK(s.rounds == 1);
-  CHECK(s.errors == 0);
-  CHECK(s.purged == 10);
-  CHECK(s.resolved_happened == 1);
-  CHECK(s.resolved_not_happened == 1);
-  CHECK(s.released == 1);  // MAIL/m1: no resolver, released by a fenced repair
-  CHECK_FALSE(t.blocking.find({"OLD", "k0"}));
-  CHECK(t.blocking.find({"PAY", "paid"})->status == idem::Status::succeeded);
-  CHECK(t.blocking.find({"PAY", "free"})->status == idem::Status::failed);
-  CHECK(t.blocking.find({"MAIL", "m1"})->status == idem::Status::failed);
-  CHECK(t.blocking.find({"PAY", "live"})->status == idem::Status::processing);
+  idem_test::RedisAsyncStore t(idem_test::test_loop().get_executor());
+  idem_test::check_janitor_round(t.store, t.blocking);
 }

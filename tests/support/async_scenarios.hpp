@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -540,6 +541,48 @@ inline void check_cancelled_batches(const char* store, const BatchCancelResult& 
   CHECK(r.finished > 0);
   CHECK(r.processing_after == 0);
   CHECK(processing_now == 0);
+}
+
+// A round of the coroutine Janitor on `store`, over claims made with `blocking` (a blocking
+// store on the same records): 10 expired claims (purged), PAY/paid and PAY/free stale (a
+// resolver answers happened and not happened), MAIL/m1 stale without a resolver (released by a
+// fenced repair), PAY/live held. Checks the round's counts and the records after it.
+template <class Store, class Blocking>
+void check_janitor_round(Store& store, Blocking& blocking) {
+  using namespace std::chrono_literals;
+  const idem::Options expires{.lease = 100ms, .ttl = 100ms};
+  const idem::Options dies{.lease = 100ms, .ttl = 1h};
+  for (int i = 0; i < 10; ++i)
+    blocking.claim({"OLD", "k" + std::to_string(i)}, "", expires);
+  for (const char* id : {"paid", "free"})
+    blocking.claim({"PAY", id}, "", dies);
+  blocking.claim({"MAIL", "m1"}, "", dies);
+  blocking.claim({"PAY", "live"}, "", {.lease = 1h, .ttl = 2h});
+  std::this_thread::sleep_for(300ms);
+
+  idem::Resolvers resolvers;
+  resolvers.add("PAY", [](const idem::Record& r, const idem::ResolveContext&) {
+    if (r.key.id() == "paid") return idem::Resolution::happened(nlohmann::json{{"charge", "c1"}});
+    return idem::Resolution::not_happened();
+  });
+  idem::async::Janitor janitor(store, {.interval = 1h, .resolvers = &resolvers});
+  async_net::io_context& io = test_loop();
+  run_on(io, [](auto& j) -> async_net::awaitable<bool> {
+    co_await j.run_once();
+    co_return true;
+  }(janitor));
+  const idem::JanitorStats s = janitor.stats();
+  CHECK(s.rounds == 1);
+  CHECK(s.errors == 0);
+  CHECK(s.purged == 10);
+  CHECK(s.resolved_happened == 1);
+  CHECK(s.resolved_not_happened == 1);
+  CHECK(s.released == 1);
+  CHECK_FALSE(blocking.find({"OLD", "k0"}));
+  CHECK(blocking.find({"PAY", "paid"})->status == idem::Status::succeeded);
+  CHECK(blocking.find({"PAY", "free"})->status == idem::Status::failed);
+  CHECK(blocking.find({"MAIL", "m1"})->status == idem::Status::failed);
+  CHECK(blocking.find({"PAY", "live"})->status == idem::Status::processing);
 }
 
 }  // namespace idem_test
