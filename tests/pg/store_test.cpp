@@ -119,11 +119,11 @@ TEST_CASE(
   INFO("killer: " << killer_errors.first());
   CHECK(killer_errors.size() == 0);
   // The killer aims about every 20 ms, as long as the storm lasts (shorter on a fast build):
-  // at least a third of those aims hit, and never fewer than 10.
+  // at least a third of those aims hit, and one at the least.
   const long aims = static_cast<long>(lasted / std::chrono::milliseconds(20));
   INFO("the storm lasted " << std::chrono::duration_cast<std::chrono::milliseconds>(lasted).count()
                            << " ms");
-  CHECK(kills >= std::max(10L, aims / 3));
+  CHECK(kills >= std::max(1L, aims / 3));
   WARN("pg_terminate_backend: " << kills << " connections terminated under load");
   CHECK(t.count("status = 1") == storm.distinct);
 }

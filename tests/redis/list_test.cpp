@@ -236,22 +236,26 @@ TEST_CASE("list of stale or outcome_unknown records reads about what it lists, n
 }
 
 TEST_CASE("the coroutine store lists as the blocking one, across buckets and pages") {
-  // The same run (RecordOps::ListRun) sent by a coroutine connection: ordered pages over
-  // several rounds, and walks of several pages per index.
-  net::io_context io;
-  idem_test::RedisAsyncStore s(io.get_executor(), 1, {.buckets = 16});
-  const Population p = populate(s.blocking, 1500ms);
-  const idem::RecordQuery queries[] = {
-      {.stale = true, .limit = 10},
-      {.stale = true, .limit = 1'000},
-      {.stale = true, .biz_type = "PAY", .limit = 10},
-      {.status = idem::Status::outcome_unknown, .limit = 3},
-      {.status = idem::Status::succeeded, .limit = 17},
-      {.status = idem::Status::failed, .biz_type = "SHIP"},
-      {.limit = 1'000},
-  };
-  for (const idem::RecordQuery& q : queries) {
-    check_listed(s.blocking, p, q, idem_test::run_on(io, s.store.list(q)));
+  // The same run (RecordOps::ListRun) sent by a coroutine connection. One bucket: indexes of
+  // hundreds of members, walked in several ZSCAN pages and paged in several ordered rounds; 20
+  // buckets: a walk of 40 indexes, more cursors than one round trip takes.
+  for (const std::uint32_t buckets : {1u, 20u}) {
+    INFO(buckets << " buckets");
+    net::io_context io;
+    idem_test::RedisAsyncStore s(io.get_executor(), 1, {.buckets = buckets});
+    const Population p = populate(s.blocking, 1500ms);
+    const idem::RecordQuery queries[] = {
+        {.stale = true, .limit = 10},
+        {.stale = true, .limit = 1'000},
+        {.stale = true, .biz_type = "PAY", .limit = 10},
+        {.status = idem::Status::outcome_unknown, .limit = 3},
+        {.status = idem::Status::succeeded, .limit = 17},
+        {.status = idem::Status::failed, .biz_type = "SHIP"},
+        {.limit = 1'000},
+    };
+    for (const idem::RecordQuery& q : queries) {
+      check_listed(s.blocking, p, q, idem_test::run_on(io, s.store.list(q)));
+    }
+    CHECK_THROWS_AS(idem_test::run_on(io, s.store.list({.limit = 0})), idem::InvalidArgument);
   }
-  CHECK_THROWS_AS(idem_test::run_on(io, s.store.list({.limit = 0})), idem::InvalidArgument);
 }

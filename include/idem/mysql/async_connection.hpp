@@ -19,7 +19,7 @@
 //   (docs/mysql.md, "Your own connections"): never closed, reconnected or reconfigured, and
 //   its statements travel as SQL text with every value a hexadecimal literal. It turns the
 //   handle's MYSQL_OPT_NONBLOCK on, which leaves the service's own blocking calls on it as
-//   they were, and gives the socket its blocking mode back as it goes. A borrowed handle
+//   they were, and gives the socket its blocking mode back after each call. A borrowed handle
 //   whose call was cancelled midway is broken(): the service closes it.
 // - What still blocks: the DNS lookup of ConnectionParams::host (give an IP address or a unix
 //   socket) and closing a healthy connection (one small write).
@@ -104,16 +104,11 @@ class AsyncConnection {
           false);
     }
     returning_ = detail::server_has_returning(mysql_);
-    // Asio's waits make the socket non-blocking; the service's handle gets its mode back.
     socket_flags_ = ::fcntl(mysql_get_socket(mysql_), F_GETFL);
   }
 
   ~AsyncConnection() {
-    if (!borrowed_) {
-      close();
-    } else if (socket_flags_ >= 0) {
-      ::fcntl(mysql_get_socket(mysql_), F_SETFL, socket_flags_);
-    }
+    if (!borrowed_) close();
   }
   AsyncConnection(const AsyncConnection&) = delete;
   AsyncConnection& operator=(const AsyncConnection&) = delete;
@@ -365,9 +360,19 @@ class AsyncConnection {
   template <class Start, class Cont>
   net::awaitable<void> drive(Start start, Cont cont) {
     mid_call_ = true;
-    for (int status = start(); status != 0;)
+    bool waited = false;
+    for (int status = start(); status != 0; waited = true)
       status = cont(co_await wait(status));
     mid_call_ = false;
+    if (waited && borrowed_) give_back_socket_mode();
+  }
+
+  // Asio's waits make a socket non-blocking; a borrowed handle's gets its mode back after each
+  // call that waited, while the handle is surely the service's open one (Connector/C answers no
+  // socket once it closed its own).
+  void give_back_socket_mode() noexcept {
+    const int fd = mysql_get_socket(mysql_);
+    if (socket_flags_ >= 0 && fd >= 0) ::fcntl(fd, F_SETFL, socket_flags_);
   }
 
   // Waits on the calling coroutine's executor for what the driver asked.
@@ -414,7 +419,7 @@ class AsyncConnection {
   bool returning_ = false;
   bool galera_ = false;
   bool autocommit_off_ = false;
-  int socket_flags_ = -1;  // a borrowed handle's socket's, as it came
+  int socket_flags_ = -1;  // a borrowed handle's socket's file status flags, as it came
   detail::StatementCache statements_;
   detail::ParamBinds param_binds_;
   detail::ResultBinds results_;

@@ -65,8 +65,7 @@ bool read_wait(net::io_context& io, int fd, std::chrono::milliseconds limit) {
                            idem::async::detail::wait_for_socket(fd, SocketWait::wait_read, limit));
 }
 
-// Runs `io`'s reactor for a while with nothing queued on the socket, so that an edge that
-// comes now is reported while no wait is there to take it.
+// Runs `io`'s reactor for a while with nothing queued on the socket.
 void idle_loop(net::io_context& io, std::chrono::milliseconds how_long) {
   net::steady_timer timer(io, how_long);
   timer.async_wait([](boost::system::error_code) {});
@@ -88,13 +87,13 @@ TEST_CASE("wait for socket: a read wait ends when bytes come, and leaves them to
 }
 
 TEST_CASE("wait for socket: bytes that came while no wait was queued are not missed") {
-  // The reactor reports a socket's readiness once per change (edge-triggered): bytes that
-  // came while no wait was queued must still end the next one at once.
+  // Bytes that came, and were seen by the loop, before the next wait was queued end that wait at
+  // once.
   net::io_context io;
   Pair pair;
   for (int round = 0; round < 5; ++round) {
     pair.send("early");
-    idle_loop(io, 20ms);  // the edge is reported now, with no wait queued
+    idle_loop(io, 20ms);  // the loop runs while no wait is queued
     CHECK(read_wait(io, pair.library, 500ms));
     CHECK(pair.drain() == "early");
   }
