@@ -372,7 +372,8 @@ class AsyncConnection {
   // socket once it closed its own).
   void give_back_socket_mode() noexcept {
     const int fd = mysql_get_socket(mysql_);
-    if (socket_flags_ >= 0 && fd >= 0) ::fcntl(fd, F_SETFL, socket_flags_);
+    const bool was_blocking = socket_flags_ >= 0 && (socket_flags_ & O_NONBLOCK) == 0;
+    if (was_blocking && fd >= 0) ::fcntl(fd, F_SETFL, socket_flags_);
   }
 
   // Waits on the calling coroutine's executor for what the driver asked.

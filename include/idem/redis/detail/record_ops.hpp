@@ -752,13 +752,13 @@ class RecordOps::ListRun {
       phase_ = walk_->done() ? Phase::done : Phase::pages;
       return;
     }
+    // With `limit` kept, a bucket whose next page starts at or after the last kept record's
+    // key has nothing to add (ties are listed in any order).
+    const bool full = !found_.empty() && found_.size() == q_.limit;
+    const TimePoint last_kept =
+        full ? (q_.stale ? found_.back().lease_until : found_.back().updated_at) : TimePoint{};
     for (IndexCursor& cur : more_) {
-      // Ties are listed in any order: a bucket whose next page starts at the last kept
-      // record's key has nothing to add.
-      const TimePoint last_kept =
-          found_.empty() ? TimePoint{}
-                         : (q_.stale ? found_.back().lease_until : found_.back().updated_at);
-      if (found_.size() == q_.limit && cur.last >= last_kept) continue;
+      if (full && cur.last >= last_kept) continue;
       open_.push_back(std::move(cur));
     }
     more_.clear();
