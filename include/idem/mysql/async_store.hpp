@@ -30,7 +30,6 @@
 #include "idem/detail/identifier.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
-#include "idem/mysql/async_bound_store.hpp"
 #include "idem/mysql/async_pool.hpp"
 #include "idem/mysql/detail/record_sql.hpp"
 #include "idem/mysql/errors.hpp"
@@ -40,6 +39,7 @@
 #include "idem/options.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
+#include "idem/same_transaction/async_bound_sql_store.hpp"
 #include "idem/store.hpp"
 #include "idem/ticket.hpp"
 
@@ -259,16 +259,31 @@ struct AsyncBackend {
   using Pool = AsyncPool;
   using Ops = AsyncRecordOps;
   static constexpr std::string_view name = "idem::mysql";
+  static constexpr std::string_view begin_hint = Backend::begin_hint;
   static backend::FailureKind classify(const StoreError& e) noexcept {
     return Backend::classify(e);
+  }
+  // Also a session with autocommit off: a claim there would not commit on its own.
+  static bool in_transaction(AsyncConnection& c) noexcept {
+    return c.in_transaction() || !c.autocommit();
+  }
+
+  // For the coroutine transaction (idem/same_transaction/async_transaction.hpp).
+  static constexpr std::string_view transaction_who = "idem::mysql::with_transaction";
+  static constexpr std::string_view transaction_object_who = "idem::mysql::AsyncTransaction";
+  static net::awaitable<void> begin(AsyncConnection& c) { return c.begin_transaction(); }
+  static net::awaitable<void> commit(AsyncConnection& c) { return c.query("COMMIT"); }
+  static void roll_back_blocking(AsyncConnection& c) noexcept {
+    if (c.broken()) return;
+    if (mysql_real_query(c.native(), "ROLLBACK", 8) != 0) c.mark_broken();
   }
 };
 
 }  // namespace detail
 
 // The AsyncStore's operations inside the caller's transaction (see
-// idem/mysql/async_bound_store.hpp).
-using AsyncBoundStore = BasicAsyncBoundStore<detail::AsyncRecordOps>;
+// idem/same_transaction/async_bound_sql_store.hpp).
+using AsyncBoundStore = same_transaction::AsyncBoundSqlStore<detail::AsyncBackend>;
 
 class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend> {
  public:

@@ -46,264 +46,30 @@
 // The ledger travels with the transaction (bind), not with the thread: a coroutine may resume
 // on another thread of the loop.
 
-#include <exception>
-#include <functional>
-#include <memory>
+#include <concepts>
 #include <optional>
-#include <string_view>
 #include <type_traits>
 #include <utility>
 
-#include <fmt/format.h>
-
 #include "idem/async/net.hpp"
-#include "idem/backend/pool.hpp"
-#include "idem/backend/retry_loop.hpp"
 #include "idem/errors.hpp"
 #include "idem/mysql/async_pool.hpp"
 #include "idem/mysql/async_store.hpp"
 #include "idem/mysql/transaction.hpp"
 #include "idem/retry_policy.hpp"
-#include "idem/same_transaction/claim_ledger.hpp"
+#include "idem/same_transaction/async_transaction.hpp"
 #include "idem/same_transaction/transaction_try.hpp"
 
 namespace idem::mysql {
 
-class AsyncTransaction;
+// One transaction on an AsyncConnection (see the header comment and
+// idem/same_transaction/async_transaction.hpp).
+using AsyncTransaction = same_transaction::AsyncSqlTransaction<detail::AsyncBackend>;
 
 namespace detail {
 
-inline constexpr std::string_view async_transaction_who = "idem::mysql::with_transaction";
-
 template <class F>
-using transaction_result_t =
-    typename idem::async::detail::Awaited<std::invoke_result_t<F&, AsyncTransaction&>>::type;
-
-template <class F>
-net::awaitable<transaction_result_t<F>> run_async_try(AsyncConnection& c, F& body,
-                                                      idem::same_transaction::TryReport& report);
-
-}  // namespace detail
-
-class AsyncTransaction {
- public:
-  // Begins a transaction on `c` unless one is open there (then this one ends it): one of the
-  // pool's connections, or one borrowing the service's handle. `c` must outlive it. Throws
-  // StoreError.
-  static net::awaitable<AsyncTransaction> begin(AsyncConnection& c) {
-    // (Begun before the object exists: a BEGIN that fails leaves nothing to roll back.)
-    if (!c.in_transaction()) co_await c.begin_transaction();
-    co_return AsyncTransaction(c, false, "idem::mysql::AsyncTransaction");
-  }
-
-  AsyncTransaction(AsyncTransaction&& other) noexcept
-      : connection_(std::exchange(other.connection_, nullptr)),
-        who_(other.who_),
-        ledger_(std::move(other.ledger_)),
-        writes_(std::move(other.writes_)),
-        ended_(other.ended_),
-        committed_(other.committed_) {}
-  AsyncTransaction& operator=(AsyncTransaction&&) = delete;
-  ~AsyncTransaction() {
-    if (connection_ == nullptr || ended_) return;
-    ledger_->rolled_back();
-    roll_back_blocking(*connection_);
-  }
-
-  AsyncConnection& connection() const noexcept { return *connection_; }
-  // The store, bound to this transaction's connection and ledger, claiming as its
-  // StoreParams::bound_claim says.
-  AsyncBoundStore bind(const AsyncStore& store) const {
-    return AsyncBoundStore(store.ops(), *connection_, store.bound_claim(), ledger_.get(),
-                           writes_.get());
-  }
-  // As BoundStore::set_rollback_only, for the whole transaction.
-  void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
-
-  // Ends the transaction as its claims say (see the header comment): true when it committed.
-  // Throws UsageError when it already ended or a claim forbids the commit (after the
-  // rollback); a StoreError from the COMMIT or the ROLLBACK leaves after a rollback.
-  net::awaitable<bool> commit() {
-    end();
-    idem::same_transaction::TryReport nobody;  // the guards reported their own claims
-    co_await finish(nobody);
-    co_return committed_;
-  }
-
-  // Rolls back whatever the claims say. The failed attempts a consumer counted in it are not
-  // written (commit() writes them after its rollback). Throws UsageError when the
-  // transaction already ended, StoreError when the ROLLBACK fails (the connection is then
-  // broken).
-  net::awaitable<void> roll_back() {
-    end();
-    ledger_->rolled_back();
-    co_await roll_back_or_break();
-  }
-
-  // Whether commit() committed (false also after a rollback it chose).
-  bool committed() const noexcept { return committed_; }
-
- private:
-  using Ledger = idem::same_transaction::ClaimLedger;
-
-  template <class F>
-  friend net::awaitable<detail::transaction_result_t<F>> detail::run_async_try(
-      AsyncConnection& c, F& body, idem::same_transaction::TryReport& report);
-
-  // `is_try`: a try of with_transaction, which holds its claims' events until it ended and
-  // sends a claim's result with its COMMIT (the caller's own transaction does neither).
-  AsyncTransaction(AsyncConnection& c, bool is_try, std::string_view who)
-      : connection_(&c),
-        who_(who),
-        ledger_(std::make_unique<Ledger>()),
-        writes_(std::make_unique<AsyncTransactionWrites>()) {
-    if (!is_try) return;
-    ledger_->hold_events();
-    writes_->defers = true;
-  }
-
-  void end() {
-    if (ended_) throw UsageError(fmt::format("{}: the transaction already ended", who_));
-    ended_ = true;
-  }
-
-  // The steps of TryEnd (idem/same_transaction/transaction_try.hpp), as the blocking try takes
-  // them; a failure rolls back and leaves as try_failed says.
-  net::awaitable<void> finish(idem::same_transaction::TryReport& report) {
-    std::exception_ptr failed;
-    try {
-      using Step = idem::same_transaction::TryEnd::Step;
-      idem::same_transaction::TryEnd end(*ledger_, who_, !writes_->after_rollback.empty());
-      for (Step step = end.start(); step != Step::done; step = end.done(step)) {
-        switch (step) {
-          case Step::commit: {
-            // A claim's result may wait to go with it (AsyncTransactionWrites).
-            const bool sent = co_await writes_->send_deferred(*connection_, *ledger_, true, who_);
-            if (!sent) co_await connection_->query("COMMIT");
-            break;
-          }
-          case Step::roll_back:
-            co_await connection_->query("ROLLBACK");
-            break;
-          case Step::write_after_rollback:
-            co_await write_after_rollback();
-            break;
-          case Step::done:
-            break;
-        }
-      }
-      committed_ = end.committed();
-    } catch (...) {
-      failed = fail(std::current_exception(), report);
-    }
-    if (failed) {
-      co_await roll_back_quietly();
-      std::rethrow_exception(failed);
-    }
-  }
-
-  std::exception_ptr fail(std::exception_ptr error, idem::same_transaction::TryReport& report) {
-    ended_ = true;
-    return idem::same_transaction::try_failed(*ledger_, report, std::move(error), who_);
-  }
-
-  // As idem::same_transaction::write_after_rollback: the bound stores' writes in a transaction
-  // of their own, tried again while they fail transiently.
-  net::awaitable<void> write_after_rollback() {
-    backend::RetryLoop loop(RetryPolicy{}, who_, idem::same_transaction::after_rollback_what);
-    co_await idem::async::detail::retrying<bool>(
-        [&]() -> net::awaitable<bool> {
-          std::exception_ptr failed;
-          try {
-            co_await connection_->begin_transaction();
-            for (auto& write : writes_->after_rollback)
-              co_await write(*connection_);
-            co_await connection_->query("COMMIT");
-          } catch (const StoreError&) {
-            failed = std::current_exception();
-          }
-          if (failed) {
-            co_await roll_back_quietly();
-            std::rethrow_exception(failed);
-          }
-          co_return true;
-        },
-        [&](const StoreError& e) {
-          if (!e.retryable()) throw idem::same_transaction::after_rollback_failed(who_, e);
-          return loop.failed(e);
-        });
-  }
-
-  net::awaitable<void> roll_back_or_break() {
-    try {
-      co_await connection_->query("ROLLBACK");
-    } catch (...) {
-      connection_->mark_broken();  // in an unknown transaction state: not reused
-      throw;
-    }
-  }
-  // A connection whose ROLLBACK failed is in an unknown state: the pool drops it.
-  net::awaitable<void> roll_back_quietly() {
-    if (connection_->broken()) co_return;
-    try {
-      co_await connection_->query("ROLLBACK");
-    } catch (...) {
-      connection_->mark_broken();
-    }
-  }
-  static void roll_back_blocking(AsyncConnection& c) noexcept {
-    if (c.broken()) return;
-    if (mysql_real_query(c.native(), "ROLLBACK", 8) != 0) c.mark_broken();
-  }
-
-  AsyncConnection* connection_;
-  std::string_view who_;  // a literal
-  // On the heap: the bound stores point at them, and the transaction moves.
-  std::unique_ptr<Ledger> ledger_;
-  std::unique_ptr<AsyncTransactionWrites> writes_;
-  bool ended_ = false;
-  bool committed_ = false;
-};
-
-namespace detail {
-
-// One try of with_transaction: begin, the body, then the transaction's end as its claims say.
-template <class F>
-net::awaitable<transaction_result_t<F>> run_async_try(AsyncConnection& c, F& body,
-                                                      idem::same_transaction::TryReport& report) {
-  using R = transaction_result_t<F>;
-  AsyncTransaction tx(c, true, async_transaction_who);
-  std::exception_ptr failed;
-  std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> result;
-  try {
-    co_await c.begin_transaction();
-    if constexpr (std::is_void_v<R>) {
-      co_await body(tx);
-      result.emplace(true);
-    } else {
-      result.emplace(co_await body(tx));
-    }
-  } catch (...) {
-    failed = tx.fail(std::current_exception(), report);
-  }
-  if (failed) {
-    co_await tx.roll_back_quietly();
-    std::rethrow_exception(failed);
-  }
-  tx.end();
-  co_await tx.finish(report);
-  if constexpr (!std::is_void_v<R>) co_return std::move(*result);
-}
-
-// with_transaction's retry loop, the coroutine form of same_transaction::retry_transaction:
-// co_awaits one_try(report) until it answers, as TransactionTries says.
-template <class R, class Try>
-net::awaitable<R> retry_async_transaction(TransactionParams params, Try one_try) {
-  idem::same_transaction::TransactionTries tries(params, async_transaction_who);
-  co_return co_await idem::async::detail::retrying<R>(
-      [&] { return one_try(tries.next_try()); },
-      [&](const StoreError& e) { return tries.failed(e); });
-}
+using transaction_result_t = same_transaction::async_try_result_t<AsyncBackend, F>;
 
 }  // namespace detail
 
@@ -312,12 +78,8 @@ net::awaitable<R> retry_async_transaction(TransactionParams params, Try one_try)
 template <class F>
 net::awaitable<detail::transaction_result_t<F>> with_transaction(AsyncPool& pool, F body,
                                                                  TransactionParams params = {}) {
-  using R = detail::transaction_result_t<F>;
-  co_return co_await detail::retry_async_transaction<R>(
-      params, [&](idem::same_transaction::TryReport& report) -> net::awaitable<R> {
-        auto conn = co_await pool.acquire(backend::ConnectionPurpose::transaction);
-        co_return co_await detail::run_async_try(*conn, body, report);
-      });
+  co_return co_await same_transaction::with_async_transaction<detail::AsyncBackend>(pool, body,
+                                                                                    params);
 }
 
 namespace detail {
@@ -346,10 +108,10 @@ net::awaitable<void> run_lent_try(LentTry<F>& t, MYSQL* mysql) {
   AsyncConnection c(mysql);
   check_lent(c.in_transaction());
   if constexpr (std::is_void_v<transaction_result_t<F>>) {
-    co_await run_async_try(c, t.body, t.report);
+    co_await same_transaction::run_async_try<AsyncBackend>(c, t.body, t.report);
     t.result.emplace(0);
   } else {
-    t.result.emplace(co_await run_async_try(c, t.body, t.report));
+    t.result.emplace(co_await same_transaction::run_async_try<AsyncBackend>(c, t.body, t.report));
   }
 }
 
@@ -393,8 +155,9 @@ template <class L, class F>
 requires AsyncConnectionLender<L> net::awaitable<detail::transaction_result_t<F>> with_transaction(
     L lend, F body, TransactionParams params = {}) {
   using R = detail::transaction_result_t<F>;
-  co_return co_await detail::retry_async_transaction<R>(
-      params, [&](idem::same_transaction::TryReport& report) -> net::awaitable<R> {
+  co_return co_await same_transaction::retry_async_transaction<R>(
+      params, detail::AsyncBackend::transaction_who,
+      [&](idem::same_transaction::TryReport& report) -> net::awaitable<R> {
         detail::LentTry<F> t(body, report);
         const detail::LentUse<F> use{&t};
         co_await lend(use);

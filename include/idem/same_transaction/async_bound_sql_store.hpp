@@ -1,20 +1,35 @@
 #pragma once
-// idem::mysql::AsyncBoundStore: the AsyncStore's operations on one AsyncConnection, inside the
-// transaction open on it, so that the claim, the business writes and the recorded result
-// commit or roll back together (same-transaction mode, docs/mysql.md). It claims as BoundStore
-// does (BoundClaim): claim_first INSERTs the processing row in the transaction and the result
-// UPDATEs it, a concurrent duplicate waiting on the row's lock, then replaying; record_last
-// reads without a lock, keeps a fresh claim in memory (SpeculativeClaims) and INSERTs the
-// finished record as its result, a concurrent duplicate's INSERT meeting the first one's row
-// (its transaction then rolls back and runs again, replaying). In a try of with_transaction,
-// as in BoundStore's, a claim's result (that INSERT, or the fenced UPDATE) waits to be sent with
-// the COMMIT, in one round trip. Nothing is retried here: a failure rolls back the caller's
-// transaction (with_transaction runs it again, idem/mysql/async_transaction.hpp).
+// The bound (same-transaction) store of an SQL backend, for coroutines: the store's operations
+// on one connection, inside the transaction open on it, so that the claim, the business writes
+// and the recorded result commit or roll back together. The coroutine form of BoundSqlStore
+// (idem/same_transaction/bound_sql_store.hpp), whose rules it follows: claim_first INSERTs the
+// processing row in the transaction and the result UPDATEs it, a concurrent duplicate waiting on
+// the row's lock, then replaying; record_last reads without a lock, keeps a fresh claim in memory
+// (SpeculativeClaims) and INSERTs the finished record as its result, a concurrent duplicate's
+// INSERT meeting the first one's row (its transaction then rolls back and runs again, replaying).
+// In a try of with_transaction, where the Ops can, a claim's result (that INSERT, or the fenced
+// UPDATE) waits to be sent with the COMMIT, in one round trip. Nothing is retried here: a failure
+// rolls back the caller's transaction (with_transaction runs it again,
+// idem/same_transaction/async_transaction.hpp).
 //
 // Every claim acquired is noted in the transaction's ClaimLedger; the transaction may commit
 // only when committable(): each claim succeeded or failed permanently. A consumer's failed
 // attempt, which rolls back with the business's writes, is counted after the rollback
-// (fail_after_rollback) by the AsyncTransaction the store was bound through.
+// (fail_after_rollback) by the transaction the store was bound through.
+//
+// Its Backend is the coroutine store skeleton's (idem/backend/async_store_skeleton.hpp) and also
+// says:
+//
+//   struct AsyncBackend {
+//     ...                                              // as the skeleton asks
+//     static constexpr std::string_view begin_hint = "BEGIN";  // for the error below
+//     static bool in_transaction(Connection&);         // a claim here would not commit alone
+//   };
+//
+// Its Ops may also, for BoundClaim::record_last, probe(c, key) and insert_finished(c, record),
+// and, to send a result with the COMMIT, insert_finished_and_commit(c, record) and
+// finish_and_commit(c, key, ticket, snapshot, to, retryable), each awaitable, as BoundSqlStore's
+// blocking ones.
 
 #include <concepts>
 #include <cstddef>
@@ -38,7 +53,6 @@
 #include "idem/detail/token.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
-#include "idem/mysql/async_connection.hpp"
 #include "idem/observer.hpp"
 #include "idem/options.hpp"
 #include "idem/record.hpp"
@@ -52,41 +66,40 @@
 
 IDEM_ASYNC_FRAMES_BEGIN
 
-namespace idem::mysql {
+namespace idem::same_transaction {
 
-// The writes that wait for a coroutine try's ROLLBACK (ClaimLedger::after_rollback's, awaited):
-// the try runs them in a transaction of their own on its connection, and again after a
-// transient failure.
-using AsyncWritesAfterRollback = std::vector<std::function<net::awaitable<void>(AsyncConnection&)>>;
+namespace net = idem::async::net;
 
 // What the stores bound through an AsyncTransaction leave for its end: the writes waiting for
 // its ROLLBACK and, in a try of with_transaction, the one write waiting to be sent with its
 // COMMIT in one round trip (ClaimLedger::Deferred, awaitable): a claim's result.
+template <class Connection>
 struct AsyncTransactionWrites {
   struct Deferred {
     Key key;
     Ticket ticket;
     // write(c, true) writes and commits, write(c, false) writes alone; false: the finished
     // record met another request's row (then nothing was committed).
-    std::function<net::awaitable<bool>(AsyncConnection&, bool with_commit)> write;
+    std::function<net::awaitable<bool>(Connection&, bool with_commit)> write;
   };
 
   // Whether a result may wait for the COMMIT: only where idem sends that COMMIT itself (a
   // try of with_transaction), never where the caller might end the transaction on its own.
   bool defers = false;
   std::optional<Deferred> deferred;  // dropped unsent when the transaction rolls back
-  AsyncWritesAfterRollback after_rollback;
+  // The writes that wait for a try's ROLLBACK (ClaimLedger::after_rollback's, awaited): the try
+  // runs them in a transaction of their own on its connection, and again after a transient
+  // failure.
+  std::vector<std::function<net::awaitable<void>(Connection&)>> after_rollback;
 
   // As ClaimLedger::send_deferred, on `c`: writes the waiting result, if any, alone or with the
   // COMMIT; false when none waited. Superseded: noted in `ledger`, and thrown.
-  net::awaitable<bool> send_deferred(AsyncConnection& c,
-                                     idem::same_transaction::ClaimLedger& ledger, bool with_commit,
+  net::awaitable<bool> send_deferred(Connection& c, ClaimLedger& ledger, bool with_commit,
                                      std::string_view who) {
     if (!deferred) co_return false;
     Deferred d = std::move(*deferred);
     deferred.reset();
-    const idem::same_transaction::ClaimLedger::Sending sending(ledger, std::move(d.key), d.ticket,
-                                                               with_commit, who);
+    const ClaimLedger::Sending sending(ledger, std::move(d.key), d.ticket, with_commit, who);
     bool written = false;
     try {
       written = co_await d.write(c, with_commit);
@@ -98,28 +111,31 @@ struct AsyncTransactionWrites {
   }
 };
 
-template <class Ops>
-class BasicAsyncBoundStore {
+template <class Backend>
+class AsyncBoundSqlStore {
  public:
+  using Ops = typename Backend::Ops;
+  using Connection = typename Backend::Connection;
+
   // As BoundStore's: a duplicate's wait would hold the shared row lock of its reads and block
   // the very claim it waits for.
   static constexpr bool supports_wait = false;
   static constexpr bool in_caller_transaction = true;
   // Whether the Ops can claim record-last.
   static constexpr bool can_record_last =
-      requires(const Ops& ops, AsyncConnection& c, const Key& key, const Record& r) {
-    { ops.probe(c, key) } -> std::same_as<net::awaitable<idem::same_transaction::RecordProbe>>;
+      requires(const Ops& ops, Connection& c, const Key& key, const Record& r) {
+    { ops.probe(c, key) } -> std::same_as<net::awaitable<RecordProbe>>;
     { ops.insert_finished(c, r) } -> std::same_as<net::awaitable<bool>>;
   };
   // Whether they can send a record-last claim's INSERT, and a written claim's result, with the
   // COMMIT.
   static constexpr bool can_commit_with_record =
-      requires(const Ops& ops, AsyncConnection& c, const Record& r) {
+      requires(const Ops& ops, Connection& c, const Record& r) {
     { ops.insert_finished_and_commit(c, r) } -> std::same_as<net::awaitable<bool>>;
   };
   static constexpr bool can_commit_with_result =
-      requires(const Ops& ops, AsyncConnection& c, const Key& k, const Ticket& t,
-               std::string_view v, Status to, bool flag) {
+      requires(const Ops& ops, Connection& c, const Key& k, const Ticket& t, std::string_view v,
+               Status to, bool flag) {
     { ops.finish_and_commit(c, k, t, v, to, flag) } -> std::same_as<net::awaitable<bool>>;
   };
 
@@ -128,34 +144,34 @@ class BasicAsyncBoundStore {
   // `ops` (the store's) must outlive the transaction, whose end may send a result of this
   // store's; `connection` and the transaction must outlive this. Throws InvalidArgument for
   // record_last on Ops that cannot.
-  BasicAsyncBoundStore(const Ops& ops, AsyncConnection& connection,
-                       BoundClaim how = BoundClaim::claim_first,
-                       idem::same_transaction::ClaimLedger* ledger = nullptr,
-                       AsyncTransactionWrites* writes = nullptr)
+  AsyncBoundSqlStore(const Ops& ops, Connection& connection,
+                     BoundClaim how = BoundClaim::claim_first, ClaimLedger* ledger = nullptr,
+                     AsyncTransactionWrites<Connection>* writes = nullptr)
       : ops_(&ops),
         connection_(&connection),
         ledger_(ledger != nullptr ? ledger : own_.get()),
         writes_(writes),
         how_(checked(how)) {}
 
-  BasicAsyncBoundStore(BasicAsyncBoundStore&&) noexcept = default;
-  BasicAsyncBoundStore& operator=(BasicAsyncBoundStore&&) noexcept = default;
+  AsyncBoundSqlStore(AsyncBoundSqlStore&&) noexcept = default;
+  AsyncBoundSqlStore& operator=(AsyncBoundSqlStore&&) noexcept = default;
 
   net::awaitable<ClaimResult> claim(const Key& key, std::string_view fingerprint,
                                     const Options& options) {
     validate(options);
     idem::detail::check_fingerprint(fingerprint);
-    if (!connection_->in_transaction() && connection_->autocommit()) {
-      throw UsageError(
-          "idem::mysql::AsyncBoundStore: no transaction is open on the connection (begin one "
-          "first): the claim would commit on its own");
+    if (!Backend::in_transaction(*connection_)) {
+      throw UsageError(fmt::format(
+          "{}::AsyncBoundStore: no transaction is open on the connection (begin one first: {}): "
+          "the claim would commit on its own",
+          who, Backend::begin_hint));
     }
     co_await send_deferred();  // the read below must see the record a claim before it finished
     ledger_->claiming(options);
     std::optional<ClaimResult> r;
     if constexpr (can_record_last) {
       if (how_ == BoundClaim::record_last) {
-        idem::same_transaction::RecordProbe seen = co_await ops_->probe(*connection_, key);
+        RecordProbe seen = co_await ops_->probe(*connection_, key);
         r = speculative_.claim(key, fingerprint, options, idem::detail::new_owner_token(),
                                std::move(seen));
       }
@@ -209,8 +225,7 @@ class BasicAsyncBoundStore {
   net::awaitable<std::string> record_step(
       const Key& key, const Ticket& ticket, std::string_view step, std::string_view result,
       std::optional<std::string_view> known = std::nullopt) requires
-      requires(const Ops& ops, AsyncConnection& c, const Key& k, const Ticket& t,
-               std::string_view v) {
+      requires(const Ops& ops, Connection& c, const Key& k, const Ticket& t, std::string_view v) {
     { ops.write_points(c, k, t, v, v) } -> std::same_as<net::awaitable<bool>>;
   }
   {
@@ -226,7 +241,7 @@ class BasicAsyncBoundStore {
   // As BoundStore::repair: a fenced repair (idem/repair.hpp) in this transaction;
   // RepairRefused with the current record when the fence moved on.
   net::awaitable<Record> repair(const Key& key, const Repair& repair) requires
-      requires(const Ops& ops, AsyncConnection& c, const Record& r, const Ticket& t) {
+      requires(const Ops& ops, Connection& c, const Record& r, const Ticket& t) {
     { ops.write_repair(c, r, t) } -> std::same_as<net::awaitable<bool>>;
   }
   {
@@ -238,7 +253,7 @@ class BasicAsyncBoundStore {
 
   // The records a RecordQuery asks for, read in this transaction.
   net::awaitable<std::vector<Record>> list(const RecordQuery& query) requires
-      requires(const Ops& ops, AsyncConnection& c, const RecordQuery& q) {
+      requires(const Ops& ops, Connection& c, const RecordQuery& q) {
     { ops.list(c, q) } -> std::same_as<net::awaitable<std::vector<Record>>>;
   }
   {
@@ -274,7 +289,7 @@ class BasicAsyncBoundStore {
     idem::detail::check_fingerprint(fingerprint);
     idem::detail::check_snapshot(error);
     writes_->after_rollback.push_back([ops = ops_, key, fp = std::string(fingerprint), options,
-                                       error = std::move(error), retryable](AsyncConnection& c) {
+                                       error = std::move(error), retryable](Connection& c) {
       return count_failed_attempt(*ops, c, key, fp, options, error, retryable);
     });
     return true;
@@ -286,16 +301,17 @@ class BasicAsyncBoundStore {
   void set_rollback_only() noexcept { ledger_->set_rollback_only(); }
   // As BoundStore's: in with_transaction's try, events are held until the try ends.
   Observer* observer_for(Observer* requested) { return ledger_->held(requested); }
-  AsyncConnection& connection() const noexcept { return *connection_; }
+  Connection& connection() const noexcept { return *connection_; }
   BoundClaim how() const noexcept { return how_; }
 
  private:
-  using Ledger = idem::same_transaction::ClaimLedger;
-  static constexpr std::string_view who = "idem::mysql";
+  using Ledger = ClaimLedger;
+  static constexpr std::string_view who = Backend::name;
 
   static BoundClaim checked(BoundClaim how) {
     if (how == BoundClaim::record_last && !can_record_last) {
-      throw InvalidArgument("idem::mysql::AsyncBoundStore: these Ops cannot claim record-last");
+      throw InvalidArgument(
+          fmt::format("{}::AsyncBoundStore: these Ops cannot claim record-last", who));
     }
     return how;
   }
@@ -323,9 +339,8 @@ class BasicAsyncBoundStore {
         if constexpr (can_commit_with_record) {
           if (deferrable && may_defer()) {
             co_await send_deferred();
-            writes_->deferred.emplace(AsyncTransactionWrites::Deferred{
-                key, ticket,
-                [ops = ops_, r = std::move(*done)](AsyncConnection& c, bool with_commit) {
+            writes_->deferred.emplace(typename AsyncTransactionWrites<Connection>::Deferred{
+                key, ticket, [ops = ops_, r = std::move(*done)](Connection& c, bool with_commit) {
                   return with_commit ? ops->insert_finished_and_commit(c, r)
                                      : ops->insert_finished(c, r);
                 }});
@@ -341,10 +356,10 @@ class BasicAsyncBoundStore {
     if constexpr (can_commit_with_result) {
       if (deferrable && may_defer()) {
         co_await send_deferred();
-        writes_->deferred.emplace(AsyncTransactionWrites::Deferred{
+        writes_->deferred.emplace(typename AsyncTransactionWrites<Connection>::Deferred{
             key, ticket,
             [ops = ops_, key, ticket, snapshot = std::string(snapshot), to, retryable](
-                AsyncConnection& c, bool with_commit) {
+                Connection& c, bool with_commit) {
               return finish_held(*ops, c, key, ticket, snapshot, to, retryable, with_commit);
             }});
         co_return Written::yes;
@@ -359,7 +374,7 @@ class BasicAsyncBoundStore {
 
   // A written claim's result that waited for the COMMIT (with it, or alone): true, or LeaseLost
   // when the claim is not held (then nothing was committed).
-  static net::awaitable<bool> finish_held(const Ops& ops, AsyncConnection& c, const Key& key,
+  static net::awaitable<bool> finish_held(const Ops& ops, Connection& c, const Key& key,
                                           const Ticket& ticket, const std::string& snapshot,
                                           Status to, bool retryable, bool with_commit) {
     bool held = false;
@@ -382,7 +397,7 @@ class BasicAsyncBoundStore {
   // A claim of the key and, acquired, its failure: the row stays locked by this transaction
   // until it commits, so the finish cannot be refused, and another request's claim or result
   // is left as it is. (A coroutine of its own, whose frame keeps its arguments.)
-  static net::awaitable<void> count_failed_attempt(const Ops& ops, AsyncConnection& c, Key key,
+  static net::awaitable<void> count_failed_attempt(const Ops& ops, Connection& c, Key key,
                                                    std::string fingerprint, Options options,
                                                    std::string error, bool retryable) {
     const ClaimResult r = co_await idem::async::detail::claim_on(
@@ -393,15 +408,15 @@ class BasicAsyncBoundStore {
   }
 
   const Ops* ops_;
-  AsyncConnection* connection_;
+  Connection* connection_;
   // On the heap so that a moved store keeps pointing at it.
   std::unique_ptr<Ledger> own_ = std::make_unique<Ledger>();
   Ledger* ledger_;
-  AsyncTransactionWrites* writes_;
+  AsyncTransactionWrites<Connection>* writes_;
   BoundClaim how_;
-  idem::same_transaction::SpeculativeClaims speculative_;
+  SpeculativeClaims speculative_;
 };
 
-}  // namespace idem::mysql
+}  // namespace idem::same_transaction
 
 IDEM_ASYNC_FRAMES_END
