@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
 #include <idem/async/consume.hpp>
 #include <nlohmann/json.hpp>
@@ -925,4 +927,58 @@ TEST_CASE(
   CHECK(bodies == 1);
   CHECK(biz.rows() == 0);  // the business row did not commit without the claim's result
   CHECK(t.count() == 0);
+}
+
+TEST_CASE(
+    "async mysql: a with_transaction cancelled in its body rolls back before the cancellation "
+    "completes, on the pool's connection and on the service's own") {
+  using namespace net::experimental::awaitable_operators;
+  const bool own_handle = GENERATE(false, true);
+  idem_test::AsyncTable t(2);
+  idem_test::BusinessTable biz(t.blocking.pool);
+  ServiceLender service(1);
+  idem_test::ServiceHandle observer;  // reads the server's transactions, blocking
+  net::io_context io;
+  const idem::Key key{"PAY", "CUT"};
+  int ran = 0;
+  unsigned long thread_id = 0;  // the server thread of the cancelled transaction
+  const auto body = [&](AsyncTransaction& tx) -> net::awaitable<void> {
+    ++ran;
+    thread_id = tx.connection().id();
+    auto bound = tx.bind(t.store);
+    auto guard = co_await Guard::claim(bound, key, "fp");
+    REQUIRE(guard.acquired());
+    co_await insert_row(tx.connection(), biz.name, key.id());
+    co_await idem::async::sleep_for(10s);  // the gateway: cut by the timer below
+    co_await guard.commit(1);
+  };
+  const auto deliver = [&]() -> net::awaitable<void> {
+    if (own_handle) {
+      co_await idem::mysql::with_transaction(service.lender(), body);
+    } else {
+      co_await idem::mysql::with_transaction(*t.pool, body);
+    }
+  };
+  // InnoDB's open transactions of that thread, read the moment the cancelled call completes.
+  std::string open_at_completion;
+  const auto race = [&]() -> net::awaitable<void> {
+    net::steady_timer timer(co_await net::this_coro::executor, 200ms);
+    const auto first = co_await (deliver() || timer.async_wait(net::use_awaitable));
+    CHECK(first.index() == 1);  // the timer won: the delivery was cancelled
+    const std::string sql =
+        "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = " +
+        std::to_string(thread_id);
+    REQUIRE(mysql_query(observer.mysql, sql.c_str()) == 0);
+    MYSQL_RES* res = mysql_store_result(observer.mysql);
+    REQUIRE(res != nullptr);
+    open_at_completion = mysql_fetch_row(res)[0];
+    mysql_free_result(res);
+  };
+  run_on(io, race());
+  CHECK(ran == 1);
+  CHECK(thread_id != 0);
+  CHECK(open_at_completion == "0");
+  CHECK_FALSE(handle_in_transaction(service.handles[0]->mysql));
+  CHECK(t.count() == 0);
+  CHECK(biz.rows() == 0);
 }

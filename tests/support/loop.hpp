@@ -2,6 +2,7 @@
 // Running a coroutine to its end from a test: the async tests' one way to do it.
 #include <exception>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
@@ -14,15 +15,23 @@ namespace idem_test {
 template <class T>
 T run_on(boost::asio::io_context& io, idem::async::net::awaitable<T> a) {
   namespace net = idem::async::net;
-  std::optional<T> out;
+  std::optional<std::conditional_t<std::is_void_v<T>, bool, T>> out;
   std::exception_ptr error;
   net::co_spawn(
-      io, [&]() -> net::awaitable<void> { out.emplace(co_await std::move(a)); },
+      io,
+      [&]() -> net::awaitable<void> {
+        if constexpr (std::is_void_v<T>) {
+          co_await std::move(a);
+          out.emplace(true);
+        } else {
+          out.emplace(co_await std::move(a));
+        }
+      },
       [&](std::exception_ptr e) { error = e; });
   io.restart();
   io.run();
   if (error) std::rethrow_exception(error);
-  return std::move(*out);
+  if constexpr (!std::is_void_v<T>) return std::move(*out);
 }
 
 // The loop the shared scenarios (async_scenarios.hpp) run on: one per test thread, so that a

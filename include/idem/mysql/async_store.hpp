@@ -284,6 +284,8 @@ struct AsyncBackend {
 // The AsyncStore's operations inside the caller's transaction (see
 // idem/same_transaction/async_bound_sql_store.hpp).
 using AsyncBoundStore = same_transaction::AsyncBoundSqlStore<detail::AsyncBackend>;
+// What the stores bound through an AsyncTransaction leave for its end.
+using AsyncTransactionWrites = same_transaction::AsyncTransactionWrites<AsyncConnection>;
 
 class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend> {
  public:

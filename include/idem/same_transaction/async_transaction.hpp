@@ -14,7 +14,9 @@
 //
 // commit() ends it as the blocking OwnTransaction::commit does (COMMIT, or ROLLBACK as the
 // claims say, then the failed attempts counted after it); one try: a transient failure leaves as
-// a retryable StoreError after the rollback. Destroyed before it ended (an exception passing
+// a retryable StoreError after the rollback. Cancelled (a timer `||`, a cancellation signal),
+// a try, commit() or roll_back() sends its ROLLBACK to its end before the cancellation reaches
+// the caller: no connection is handed back with the transaction open. Destroyed before it ended (an exception passing
 // through), it rolls back with a blocking ROLLBACK: a destructor cannot await, so end it with
 // commit() or roll_back() to keep the loop free.
 //
@@ -45,6 +47,7 @@
 
 #include <fmt/format.h>
 
+#include "idem/async/detail/to_completion.hpp"
 #include "idem/async/net.hpp"
 #include "idem/backend/pool.hpp"
 #include "idem/backend/retry_loop.hpp"
@@ -117,7 +120,7 @@ class AsyncSqlTransaction {
   // Throws UsageError when it already ended or a claim forbids the commit (after the
   // rollback); a StoreError from the COMMIT or the ROLLBACK leaves after a rollback.
   net::awaitable<bool> commit() {
-    end();
+    require_open();
     TryReport nobody;  // the guards reported their own claims
     co_await finish(nobody);
     co_return committed_;
@@ -128,9 +131,14 @@ class AsyncSqlTransaction {
   // transaction already ended, StoreError when the ROLLBACK fails (the connection is then
   // broken).
   net::awaitable<void> roll_back() {
-    end();
+    require_open();
     ledger_->rolled_back();
-    co_await roll_back_or_break();
+    const bool throws = co_await net::this_coro::throw_if_cancelled();
+    co_await net::this_coro::throw_if_cancelled(false);  // see send_roll_back
+    ended_ = true;
+    const std::exception_ptr failed = co_await send_roll_back();
+    co_await net::this_coro::throw_if_cancelled(throws);
+    if (failed) std::rethrow_exception(failed);
   }
 
   // Whether commit() committed (false also after a rollback it chose).
@@ -155,14 +163,16 @@ class AsyncSqlTransaction {
     writes_->defers = true;
   }
 
-  void end() {
+  // Marked ended only where the ending has started: a co_await that throws before it starts
+  // (the coroutine was cancelled) leaves the destructor's ROLLBACK in place.
+  void require_open() const {
     if (ended_) throw UsageError(fmt::format("{}: the transaction already ended", who_));
-    ended_ = true;
   }
 
   // The steps of TryEnd (idem/same_transaction/transaction_try.hpp), as the blocking try takes
   // them; a failure rolls back and leaves as try_failed says.
   net::awaitable<void> finish(TryReport& report) {
+    ended_ = true;
     std::exception_ptr failed;
     try {
       using Step = TryEnd::Step;
@@ -190,7 +200,10 @@ class AsyncSqlTransaction {
       failed = fail(std::current_exception(), report);
     }
     if (failed) {
+      const bool throws = co_await net::this_coro::throw_if_cancelled();
+      co_await net::this_coro::throw_if_cancelled(false);  // see send_roll_back
       co_await roll_back_quietly();
+      co_await net::this_coro::throw_if_cancelled(throws);
       std::rethrow_exception(failed);
     }
   }
@@ -227,23 +240,27 @@ class AsyncSqlTransaction {
         });
   }
 
-  net::awaitable<void> roll_back_or_break() {
+  // A ROLLBACK once the try failed, was cancelled, or was ended by roll_back(): sent to its end
+  // even when a cancellation signal comes meanwhile (idem/async/detail/to_completion.hpp), so
+  // that no connection is handed back with the transaction still open. Its failure, if any,
+  // is answered, and the connection marked broken (its transaction state is unknown: the pool
+  // drops it, and a borrowed handle is the service's to close). A cancelled coroutine's every
+  // co_await throws before it starts, this one's too: the caller turns
+  // this_coro::throw_if_cancelled off around it, and gives the setting back after.
+  net::awaitable<std::exception_ptr> send_roll_back() {
+    std::exception_ptr failed;
     try {
-      co_await connection_->query("ROLLBACK");
-    } catch (...) {
-      connection_->mark_broken();  // in an unknown transaction state: not reused
-      throw;
-    }
-  }
-  // A connection whose ROLLBACK failed is in an unknown state: the pool drops it.
-  net::awaitable<void> roll_back_quietly() {
-    if (connection_->broken()) co_return;
-    try {
-      co_await connection_->query("ROLLBACK");
+      co_await idem::async::detail::to_completion(query_roll_back(*connection_));
     } catch (...) {
       connection_->mark_broken();
+      failed = std::current_exception();
     }
+    co_return failed;
   }
+  net::awaitable<void> roll_back_quietly() {
+    if (!connection_->broken()) (void)co_await send_roll_back();
+  }
+  static net::awaitable<void> query_roll_back(Connection& c) { co_await c.query("ROLLBACK"); }
 
   Connection* connection_;
   std::string_view who_;  // a literal
@@ -274,10 +291,13 @@ net::awaitable<async_try_result_t<Backend, F>> run_async_try(typename Backend::C
     failed = tx.fail(std::current_exception(), report);
   }
   if (failed) {
+    const bool throws = co_await net::this_coro::throw_if_cancelled();
+    co_await net::this_coro::throw_if_cancelled(false);  // see send_roll_back
     co_await tx.roll_back_quietly();
+    co_await net::this_coro::throw_if_cancelled(throws);
     std::rethrow_exception(failed);
   }
-  tx.end();
+  tx.require_open();  // (the body may not end the try's transaction itself)
   co_await tx.finish(report);
   if constexpr (!std::is_void_v<R>) co_return std::move(*result);
 }
