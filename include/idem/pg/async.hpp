@@ -8,3 +8,4 @@
 #include "idem/pg/async_pool.hpp"
 #include "idem/pg/async_state_machine.hpp"
 #include "idem/pg/async_store.hpp"
+#include "idem/pg/async_transaction.hpp"

@@ -17,6 +17,13 @@
 //   idem's stores account for that (docs/async.md).
 // - What still blocks: libpq resolves a host name of conninfo synchronously (give hostaddr,
 //   an IP address, or a unix socket directory).
+//
+// AsyncConnection(PGconn*) borrows the service's own connection, as Connection(PGconn*) does:
+// never closed, reset or reconfigured, no statement prepared on it (its session keeps none of
+// idem's). libpq's non-blocking mode is turned on for each call and given back after it, so the
+// service's own blocking calls on the handle work as before. A call cut midway (cancelled, or
+// the connection lost) leaves the handle in the middle of the protocol, and in non-blocking mode:
+// the service must close it.
 
 #include <libpq-fe.h>
 
@@ -53,8 +60,16 @@ class AsyncConnection {
     co_return c;
   }
 
+  // The service's connection, borrowed for as long as this object lives (see the header
+  // comment). Throws InvalidArgument for a null handle.
+  explicit AsyncConnection(PGconn* borrowed) : conn_(borrowed), borrowed_(true) {
+    if (borrowed == nullptr) {
+      throw InvalidArgument("idem::pg::AsyncConnection: the connection is null");
+    }
+  }
+
   ~AsyncConnection() {
-    if (conn_ != nullptr) PQfinish(conn_);
+    if (conn_ != nullptr && !borrowed_) PQfinish(conn_);
   }
   AsyncConnection(const AsyncConnection&) = delete;
   AsyncConnection& operator=(const AsyncConnection&) = delete;
@@ -65,6 +80,7 @@ class AsyncConnection {
   net::awaitable<Result> exec(const std::string& sql, std::vector<Param> params,
                               std::string_view context = "statement") {
     require_usable(context);
+    const NonBlocking mode(*this);
     const detail::Values v(params);
     const std::string* name = co_await prepared(sql, v.count(), context);
     const int sent = name != nullptr ? PQsendQueryPrepared(conn_, name->c_str(), v.count(),
@@ -82,10 +98,11 @@ class AsyncConnection {
   }
 
   // Runs `sql` without parameters (it may hold several statements: BEGIN, DDL, COMMIT).
-  net::awaitable<void> query(std::string sql, std::string_view context = "statement") {
+  net::awaitable<Result> query(std::string sql, std::string_view context = "statement") {
     require_usable(context);
+    const NonBlocking mode(*this);
     if (PQsendQuery(conn_, sql.c_str()) != 1) throw lost(context);
-    checked(co_await result(context), context);
+    co_return checked(co_await result(context), context);
   }
 
   // A round trip: false (and the connection marked broken) when the server does not answer.
@@ -105,9 +122,12 @@ class AsyncConnection {
     const PGTransactionStatusType s = PQtransactionStatus(conn_);
     return s == PQTRANS_INTRANS || s == PQTRANS_INERROR;
   }
-  bool broken() const noexcept { return broken_ || PQstatus(conn_) != CONNECTION_OK; }
+  // Also while a command is under way, or after one whose coroutine was destroyed midway (its
+  // results still to come: a statement sent now would wait behind it).
+  bool broken() const noexcept { return broken_ || !at_rest(); }
   void mark_broken() noexcept { broken_ = true; }
-  bool borrowed() const noexcept { return false; }
+  // Whether the connection is the service's (AsyncConnection(PGconn*)).
+  bool borrowed() const noexcept { return borrowed_; }
   PGconn* native() const noexcept { return conn_; }
   // The server process serving the connection (what pg_terminate_backend takes).
   unsigned long id() const noexcept { return static_cast<unsigned long>(PQbackendPID(conn_)); }
@@ -117,6 +137,31 @@ class AsyncConnection {
   using SocketWait = idem::async::detail::SocketWait;
 
   explicit AsyncConnection(ConnectionParams params) : params_(std::move(params)) {}
+
+  // The connection is up and no command is under way on it.
+  bool at_rest() const noexcept {
+    return PQstatus(conn_) == CONNECTION_OK && PQtransactionStatus(conn_) != PQTRANS_ACTIVE;
+  }
+
+  // libpq's non-blocking mode for one call on a borrowed handle, given back when the call
+  // ends with the protocol at rest (also after the server refused the statement; nothing is
+  // left to send then, so giving it back cannot block). idem's own connections stay
+  // non-blocking.
+  class NonBlocking {
+   public:
+    explicit NonBlocking(AsyncConnection& c)
+        : c_(c.borrowed_ && PQisnonblocking(c.conn_) == 0 ? &c : nullptr) {
+      if (c_ != nullptr && PQsetnonblocking(c_->conn_, 1) != 0) throw c_->lost("statement");
+    }
+    ~NonBlocking() {
+      if (c_ != nullptr && c_->at_rest()) PQsetnonblocking(c_->conn_, 0);
+    }
+    NonBlocking(const NonBlocking&) = delete;
+    NonBlocking& operator=(const NonBlocking&) = delete;
+
+   private:
+    AsyncConnection* c_;
+  };
 
   net::awaitable<void> connect() {
     conn_ = detail::start_connecting(params_);
@@ -155,7 +200,7 @@ class AsyncConnection {
   // statements are sent with their text.
   net::awaitable<const std::string*> prepared(const std::string& sql, int params,
                                               std::string_view context) {
-    if (!params_.prepared_statements) co_return nullptr;
+    if (borrowed_ || !params_.prepared_statements) co_return nullptr;
     if (const std::string* name = statements_.find(sql)) co_return name;
     if (statements_.full()) co_return nullptr;
     std::string name = statements_.next_name();
@@ -224,6 +269,7 @@ class AsyncConnection {
 
   ConnectionParams params_;
   PGconn* conn_ = nullptr;
+  bool borrowed_ = false;
   bool broken_ = false;
   detail::PreparedNames statements_;
 };

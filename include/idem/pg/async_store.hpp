@@ -14,6 +14,8 @@
 // docs/postgres.md ("Coroutines") and docs/async.md have the model, cancellation and what
 // blocks.
 
+#include <libpq-fe.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +31,7 @@
 #include "idem/async/store.hpp"
 #include "idem/backend/async_store_skeleton.hpp"
 #include "idem/backend/record_rules.hpp"
+#include "idem/bound_claim.hpp"
 #include "idem/errors.hpp"
 #include "idem/key.hpp"
 #include "idem/options.hpp"
@@ -40,6 +43,8 @@
 #include "idem/pg/store_params.hpp"
 #include "idem/record.hpp"
 #include "idem/record_query.hpp"
+#include "idem/same_transaction/async_bound_sql_store.hpp"
+#include "idem/same_transaction/claim_ledger.hpp"
 #include "idem/store.hpp"
 #include "idem/table_layout.hpp"
 #include "idem/ticket.hpp"
@@ -77,6 +82,15 @@ class AsyncRecordOps {
     auto rows = batch_rows_answer(answered);
     co_return co_await idem::async::detail::settle_batch("idem::pg", *this, c, requests, tokens, o,
                                                          rows);
+  }
+
+  // RecordOps::probe and insert_finished: a record-last claim's plain read, and its finished
+  // record's INSERT (false: another request's row holds the key).
+  net::awaitable<same_transaction::RecordProbe> probe(AsyncConnection& c, const Key& key) const {
+    co_return probe_answer(co_await c.exec(ops_.sql().probe, key_values(key), "claim"), key);
+  }
+  net::awaitable<bool> insert_finished(AsyncConnection& c, const Record& r) const {
+    co_return co_await c.execute(ops_.sql().insert_finished, finished_values(r), "record") == 1;
   }
 
   net::awaitable<bool> write_takeover(AsyncConnection& c, backend::Decision d, const Record& next,
@@ -147,8 +161,29 @@ struct AsyncBackend {
   using Pool = AsyncPool;
   using Ops = AsyncRecordOps;
   static constexpr std::string_view name = "idem::pg";
+  static constexpr std::string_view begin_hint = Backend::begin_hint;
   static backend::FailureKind classify(const StoreError& e) noexcept {
     return Backend::classify(e);
+  }
+  // Also a transaction that failed and waits for its ROLLBACK (as Backend's).
+  static bool in_transaction(AsyncConnection& c) noexcept { return c.in_transaction(); }
+
+  // For the coroutine transaction (idem/same_transaction/async_transaction.hpp).
+  static constexpr std::string_view transaction_who = "idem::pg::with_transaction";
+  static constexpr std::string_view transaction_object_who = "idem::pg::AsyncTransaction";
+  static net::awaitable<void> begin(AsyncConnection& c) {
+    co_await c.query("BEGIN", "with_transaction");
+  }
+  static net::awaitable<void> commit(AsyncConnection& c) {
+    require_committed(co_await c.query("COMMIT", "with_transaction"), transaction_who);
+  }
+  // PQexec blocks whatever libpq's mode; a connection with a call cut midway is broken and
+  // skipped (the pool closes it).
+  static void roll_back_blocking(AsyncConnection& c) noexcept {
+    if (c.broken()) return;
+    PGresult* r = PQexec(c.native(), "ROLLBACK");
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) c.mark_broken();
+    PQclear(r);
   }
 };
 
@@ -164,16 +199,21 @@ inline net::awaitable<TableLayout> check_record_table(AsyncConnection& c, const 
   co_return detail::table_check(name, columns, indexes, comment);
 }
 
+// The AsyncStore's operations inside the caller's transaction (see
+// idem/same_transaction/async_bound_sql_store.hpp).
+using AsyncBoundStore = same_transaction::AsyncBoundSqlStore<detail::AsyncBackend>;
+
 class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend> {
  public:
-  // The store shares the pool. Same parameters as Store (bound_claim is not used). Throws
-  // InvalidArgument for a null pool or a bad table name.
+  // The store shares the pool. Same parameters as Store. Throws InvalidArgument for a null pool
+  // or a bad table name.
   explicit AsyncStore(std::shared_ptr<AsyncPool> pool, StoreParams params = {})
       : AsyncStoreSkeleton(
             detail::AsyncRecordOps(detail::RecordOps(parse_table_name(params.table))),
             params.retry),
         pool_(std::move(pool)),
-        name_(parse_table_name(params.table)) {
+        name_(parse_table_name(params.table)),
+        bound_claim_(params.bound_claim) {
     if (!pool_) throw InvalidArgument("idem::pg::AsyncStore: pool must not be null");
     attach(pool_.get());
     if (params.check_table) {
@@ -209,6 +249,15 @@ class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend
     co_return layout;
   }
 
+  // The store on a connection inside the transaction the caller began on it (in a
+  // with_transaction, bind through its AsyncTransaction instead), claiming as
+  // StoreParams::bound_claim says. The store must outlive it.
+  AsyncBoundStore bind(AsyncConnection& connection) const {
+    return AsyncBoundStore(ops(), connection, bound_claim_);
+  }
+  // How its bound stores claim (StoreParams::bound_claim).
+  BoundClaim bound_claim() const noexcept { return bound_claim_; }
+
   // The quoted table name, e.g. "idempotent_record".
   std::string table() const { return name_.quoted(); }
   AsyncPool& pool() const noexcept { return *pool_; }
@@ -216,9 +265,13 @@ class AsyncStore : public idem::backend::AsyncStoreSkeleton<detail::AsyncBackend
  private:
   std::shared_ptr<AsyncPool> pool_;
   TableName name_;
+  BoundClaim bound_claim_;
 };
 
 static_assert(idem::async::AwaitableStore<AsyncStore>);
 static_assert(idem::async::BatchClaimingAsyncStore<AsyncStore>);
+static_assert(idem::async::AbandoningAsyncStore<AsyncBoundStore>);
+static_assert(idem::async::NotingAsyncStore<AsyncBoundStore>);
+static_assert(idem::async::AttemptCountingAsyncStore<AsyncBoundStore>);
 
 }  // namespace idem::pg

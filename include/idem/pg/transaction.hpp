@@ -60,15 +60,7 @@ struct ConnectionTry {
   const void* handle() const noexcept { return c.native(); }
   void begin() { c.query("BEGIN", "with_transaction"); }
   void commit() {
-    // A COMMIT of a transaction that failed earlier (an error of the service's own SQL that
-    // the body caught) succeeds as a ROLLBACK: say so rather than report a commit.
-    const Result r = c.query("COMMIT", "with_transaction");
-    if (std::string_view(PQcmdStatus(r.native())) == "ROLLBACK") {
-      throw StoreError(
-          "idem::pg::with_transaction: the transaction had failed (a statement in it was "
-          "refused), so its COMMIT rolled it back",
-          false);
-    }
+    require_committed(c.query("COMMIT", "with_transaction"), "idem::pg::with_transaction");
   }
   void roll_back() { c.query("ROLLBACK", "with_transaction"); }
   void roll_back_quietly() noexcept {

@@ -210,6 +210,20 @@ inline std::vector<Record> list_answer(const Result& r) {
   return found;
 }
 
+// The probe's answer: the row, if any, and the server's now.
+inline same_transaction::RecordProbe probe_answer(const Result& r, const Key& key) {
+  if (r.rows() != 1) throw CorruptRecord("idem::pg: the probe did not answer one row");
+  if (r.is_null(0, column::key)) {
+    if (r.columns() != column::count_with_now) {
+      throw CorruptRecord("idem::pg: unexpected column count from the probe");
+    }
+    return {std::nullopt, time_of(r, 0, column::now, "statement_timestamp()")};
+  }
+  backend::RecordRead read = decode_record(r, 0);
+  backend::require_key_read("idem::pg", key, read.record);
+  return {std::move(read.record), read.now};
+}
+
 // The record operations on one connection. Under READ COMMITTED (the standalone store's
 // autocommit statements) every statement reads the latest committed rows.
 class RecordOps {
@@ -248,17 +262,7 @@ class RecordOps {
   // REPEATABLE READ or SERIALIZABLE the transaction's snapshot), so that a duplicate holds no
   // lock while its body runs.
   same_transaction::RecordProbe probe(Connection& c, const Key& key) const {
-    const Result r = c.exec(sql_.probe, key_values(key), "claim");
-    if (r.rows() != 1) throw CorruptRecord("idem::pg: the probe did not answer one row");
-    if (r.is_null(0, column::key)) {
-      if (r.columns() != column::count_with_now) {
-        throw CorruptRecord("idem::pg: unexpected column count from the probe");
-      }
-      return {std::nullopt, time_of(r, 0, column::now, "statement_timestamp()")};
-    }
-    backend::RecordRead read = decode_record(r, 0);
-    backend::require_key_read("idem::pg", key, read.record);
-    return {std::move(read.record), read.now};
+    return probe_answer(c.exec(sql_.probe, key_values(key), "claim"), key);
   }
 
   // A record-last claim's finished record (its updated_at: the server's now); false when
@@ -350,6 +354,17 @@ class RecordOps {
   std::string name_;  // quoted
   RecordSql sql_;     // built once, when the store is made
 };
+
+// A COMMIT's answer: a transaction that failed earlier (an error of the service's own SQL that
+// the body caught) answers COMMIT with ROLLBACK; say so rather than report a commit.
+inline void require_committed(const Result& r, std::string_view who) {
+  if (std::string_view(PQcmdStatus(r.native())) == "ROLLBACK") {
+    throw StoreError(fmt::format("{}: the transaction had failed (a statement in it was "
+                                 "refused), so its COMMIT rolled it back",
+                                 who),
+                     false);
+  }
+}
 
 // idem::pg for the store skeleton (idem/backend/store_skeleton.hpp).
 struct Backend : backend::BackendTypes<pg::Connection, PGconn, pg::Pool, RecordOps> {
