@@ -6,9 +6,11 @@
 // no prepared statement, no setting); a COMMIT the server answered with ROLLBACK; and a
 // consumer's failed attempts counted after the rollback.
 #include <libpq-fe.h>
+#include <stdlib.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -339,9 +341,13 @@ TEST_CASE("async pg: an AsyncTransaction ends as its claims say, once") {
 }
 
 TEST_CASE(
-    "async pg: a COMMIT the server answers with ROLLBACK is an error, and a transaction already "
-    "open on the service's connection is refused") {
-  idem_test::PgAsyncTable t;
+    "async pg: a transaction the service's own SQL broke commits nothing and says why, and a "
+    "transaction already open on the service's connection is refused") {
+  // claim_first: the result's UPDATE is written at guard.commit, and the COMMIT, answered as a
+  // ROLLBACK, is the error. record_last: the finished record's INSERT waits for the COMMIT and
+  // goes with it, and is refused first (25P02, the server's error), as the blocking store's.
+  const auto how = GENERATE(idem::BoundClaim::claim_first, idem::BoundClaim::record_last);
+  idem_test::PgAsyncTable t(8, {.bound_claim = how});
   idem_test::PgBusiness biz(t.blocking.pool);
   ServiceConnection service;
   net::io_context io;
@@ -366,7 +372,11 @@ TEST_CASE(
     run_on(io, idem::pg::with_transaction(service.conn, body));
     FAIL("the COMMIT was reported as committed");
   } catch (const idem::StoreError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("its COMMIT rolled it back"));
+    if (how == idem::BoundClaim::claim_first) {
+      CHECK_THAT(e.what(), Catch::Contains("its COMMIT rolled it back"));
+    } else {
+      CHECK_THAT(e.what(), Catch::Contains("25P02"));
+    }
     CHECK_FALSE(e.retryable());
   }
   CHECK(ran == 1);
@@ -620,4 +630,70 @@ TEST_CASE(
     CHECK(biz.rows() == 0);
     CHECK(t.count() == 0);
   }
+}
+
+TEST_CASE(
+    "async pg: inside with_transaction a record-last result goes with the COMMIT in one round "
+    "trip, and one met there by another request's row is run again and replays") {
+  idem_test::PgAsyncTable t(8, {.bound_claim = idem::BoundClaim::record_last});
+  idem_test::PgBusiness biz(t.blocking.pool);
+  ServiceConnection service;
+  net::io_context io;
+  int ran = 0;
+  const auto pay = [&](AsyncTransaction& tx) -> net::awaitable<int> {
+    auto bound = tx.bind(t.store);
+    auto guard = co_await Guard::claim(bound, {"PAY", "ROUND"}, "fp");
+    if (!guard.acquired()) co_return guard.replay<int>().value();
+    ++ran;
+    co_await insert_row(tx.connection(), biz.name, "ROUND");
+    co_await guard.commit(7);
+    co_return 7;
+  };
+  // libpq's trace of what the service's connection sent: each Sync (extended protocol) or
+  // Query (simple protocol) ends one round trip.
+  char path[] = "/tmp/idem-pg-trace-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  FILE* trace = fdopen(fd, "w+");
+  REQUIRE(trace != nullptr);
+  PQtrace(service.conn, trace);
+  PQsetTraceFlags(service.conn, PQTRACE_SUPPRESS_TIMESTAMPS);
+  CHECK(run_on(io, idem::pg::with_transaction(service.conn, pay)) == 7);
+  PQuntrace(service.conn);
+  std::rewind(trace);
+  int round_trips = 0;
+  for (char line[4096]; std::fgets(line, sizeof line, trace) != nullptr;) {
+    const std::string l(line);
+    if (l.rfind("F\t", 0) == 0 &&
+        (l.find("\tSync") != std::string::npos || l.find("\tQuery\t") != std::string::npos)) {
+      ++round_trips;
+    }
+  }
+  std::fclose(trace);
+  std::remove(path);
+  // BEGIN, the claim's read, the business's INSERT, the finished record's INSERT with COMMIT.
+  CHECK(round_trips == 4);
+  CHECK(ran == 1);
+  CHECK(t.count("status = 1") == 1);
+
+  // Another request finished the key while this one ran: its INSERT meets the row at the
+  // COMMIT, nothing commits, and the try runs again and replays.
+  const idem::Key raced{"PAY", "RACED"};
+  int tries = 0;
+  const auto racing = [&](AsyncTransaction& tx) -> net::awaitable<int> {
+    ++tries;
+    auto bound = tx.bind(t.store);
+    auto guard = co_await Guard::claim(bound, raced, "fp");
+    if (!guard.acquired()) co_return guard.replay<int>().value();
+    co_await insert_row(tx.connection(), biz.name, "RACED");
+    if (tries == 1) {  // the other request, on the blocking store, finishes first
+      CHECK(idem::run_once(t.blocking.store, raced, "fp", [] { return 8; }).value() == 8);
+    }
+    co_await guard.commit(9);
+    co_return 9;
+  };
+  CHECK(run_on(io, idem::pg::with_transaction(*t.pool, racing)) == 8);
+  CHECK(tries == 2);
+  CHECK(biz.rows("RACED") == 0);
+  CHECK(t.blocking.store.find(raced)->snapshot == "8");
 }

@@ -10,10 +10,11 @@
 //   auto receipt = co_await idem::mysql::with_transaction(
 //       *pool, [&](idem::mysql::AsyncTransaction& tx) -> net::awaitable<Receipt> {
 //         auto bound = tx.bind(store);          // the guard's store, in this transaction
-//         auto guard = co_await idem::async::Guard<idem::mysql::AsyncBoundStore>::claim(
+//         auto guard = co_await idem::async::IdempotencyGuard<idem::mysql::AsyncBoundStore>::claim(
 //             bound, key, fp);
 //         if (!guard.acquired()) co_return ...;
-//         co_await tx.connection().execute("INSERT INTO orders ...", {...});
+//         const std::vector<idem::mysql::Param> values{order_no};  // named before the co_await
+//         co_await tx.connection().execute("INSERT INTO orders (order_no) VALUES (?)", values);
 //         co_await guard.commit(receipt);
 //         co_return receipt;
 //       });

@@ -91,6 +91,31 @@ class AsyncConnection {
     co_return checked(co_await result(context), context);
   }
 
+  // As Connection::exec_and_commit: `sql` with `params` and then COMMIT, in one round trip
+  // (libpq's pipeline mode), inside the transaction open on the connection. The COMMIT runs
+  // only when the statement succeeded; a failure of either is thrown as StoreError (a failed
+  // statement leaves the transaction failed, for the caller to roll back).
+  net::awaitable<void> exec_and_commit(const std::string& sql, std::vector<Param> params,
+                                       std::string_view context = "statement") {
+    require_usable(context);
+    const NonBlocking mode(*this);
+    const detail::Values v(params);
+    const std::string* name = co_await prepared(sql, v.count(), context);  // not in the pipeline
+    if (PQenterPipelineMode(conn_) != 1) throw lost(context);
+    const int sent = name != nullptr ? PQsendQueryPrepared(conn_, name->c_str(), v.count(),
+                                                           v.values(), v.lengths(), nullptr, 0)
+                                     : PQsendQueryParams(conn_, sql.c_str(), v.count(), nullptr,
+                                                         v.values(), v.lengths(), nullptr, 0);
+    if (sent != 1 ||
+        PQsendQueryParams(conn_, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) != 1 ||
+        PQpipelineSync(conn_) != 1) {
+      throw lost(context);
+    }
+    // The statement's result, the COMMIT's (PGRES_PIPELINE_ABORTED after a failed statement):
+    // the first failure is the one thrown.
+    checked(co_await result(context, true), context);
+  }
+
   // The rows `sql` changed.
   net::awaitable<std::uint64_t> execute(const std::string& sql, std::vector<Param> params,
                                         std::string_view context = "statement") {
@@ -212,8 +237,9 @@ class AsyncConnection {
   }
 
   // Sends what libpq holds and collects the command's results: the first failure, or else
-  // the last result (as PQexec answers).
-  net::awaitable<Result> result(std::string_view context) {
+  // the last result (as PQexec answers). `pipeline`: the results of every command sent in
+  // pipeline mode, up to the sync that ends them.
+  net::awaitable<Result> result(std::string_view context, bool pipeline = false) {
     try {
       for (int flushed = PQflush(conn_); flushed != 0; flushed = PQflush(conn_)) {
         if (flushed < 0) throw lost(context);
@@ -221,14 +247,24 @@ class AsyncConnection {
                                                       std::nullopt);
       }
       std::optional<Result> kept;
-      for (;;) {
+      for (int ends = 0;;) {
         while (PQisBusy(conn_) == 1) {
           co_await idem::async::detail::wait_for_socket(PQsocket(conn_), SocketWait::wait_read,
                                                         std::nullopt);
           if (PQconsumeInput(conn_) != 1) throw lost(context);
         }
         PGresult* r = PQgetResult(conn_);
-        if (r == nullptr) break;
+        if (r == nullptr) {
+          // The end of one command's results; in a pipeline, two in a row: no sync is coming.
+          if (!pipeline || ++ends == 2) break;
+          continue;
+        }
+        ends = 0;
+        if (pipeline && PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+          PQclear(r);
+          if (PQexitPipelineMode(conn_) != 1) throw lost(context);
+          break;
+        }
         if (kept && !succeeded(*kept)) {
           PQclear(r);  // the first failure is the one to report
         } else {
@@ -245,7 +281,7 @@ class AsyncConnection {
     }
   }
 
-  static bool succeeded(const Result& r) noexcept {
+  static bool succeeded(const Result& r) noexcept {  // (PGRES_PIPELINE_ABORTED is not)
     const ExecStatusType status = PQresultStatus(r.native());
     return status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
   }

@@ -92,6 +92,18 @@ class AsyncRecordOps {
   net::awaitable<bool> insert_finished(AsyncConnection& c, const Record& r) const {
     co_return co_await c.execute(ops_.sql().insert_finished, finished_values(r), "record") == 1;
   }
+  // The same and the COMMIT, in one round trip; false: another request's row holds the key,
+  // and nothing was committed (the transaction is failed, to roll back).
+  net::awaitable<bool> insert_finished_and_commit(AsyncConnection& c, const Record& r) const {
+    bool met = false;
+    try {
+      co_await c.exec_and_commit(ops_.sql().insert_finished_strict, finished_values(r), "record");
+    } catch (const StoreError& e) {
+      if (e.diagnostics().sqlstate != sqlstate::unique_violation) throw;
+      met = true;
+    }
+    co_return !met;
+  }
 
   net::awaitable<bool> write_takeover(AsyncConnection& c, backend::Decision d, const Record& next,
                                       const Ticket& read) const {
