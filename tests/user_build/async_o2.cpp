@@ -52,6 +52,25 @@ net::awaitable<void> own(idem::mysql::AsyncStore& store, MYSQL* mysql) {
   };
   (void)co_await idem::mysql::with_transaction(lend, body);
 }
+// PostgreSQL's: the object on the service's PGconn*, and with_transaction on it and on the pool.
+net::awaitable<void> own_pg(idem::pg::AsyncStore& store, PGconn* conn) {
+  idem::pg::AsyncConnection c(conn);
+  auto tx = co_await idem::pg::AsyncTransaction::begin(c);
+  auto bound = tx.bind(store);
+  auto g = co_await idem::async::IdempotencyGuard<idem::pg::AsyncBoundStore>::claim(
+      bound, {"PAY", "4"}, "fp");
+  if (g.acquired()) co_await g.commit(4);
+  (void)co_await tx.commit();
+  auto body = [&](idem::pg::AsyncTransaction& t) -> net::awaitable<int> {
+    auto b = t.bind(store);
+    auto guard = co_await idem::async::IdempotencyGuard<idem::pg::AsyncBoundStore>::claim(
+        b, {"PAY", "5"}, "fp");
+    if (guard.acquired()) co_await guard.commit(5);
+    co_return 5;
+  };
+  (void)co_await idem::pg::with_transaction(conn, body);
+  (void)co_await idem::pg::with_transaction(store.pool(), body);
+}
 int main() {
   net::io_context io;
   auto mpool = std::make_shared<idem::mysql::AsyncPool>(idem::mysql::ConnectionParams{},
@@ -74,6 +93,7 @@ int main() {
   net::co_spawn(io, use(rstore), net::detached);
   net::co_spawn(io, move(*mpool, *ppool), net::detached);
   net::co_spawn(io, own(mstore, nullptr), net::detached);
+  net::co_spawn(io, own_pg(pstore, nullptr), net::detached);
   idem::async::Janitor janitor(mstore);
   net::co_spawn(io, janitor.run(), net::detached);
   io.run();
