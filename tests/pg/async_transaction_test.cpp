@@ -24,36 +24,17 @@
 
 #include "../support/pg_async.hpp"
 #include "../support/pg_server.hpp"
+#include "../support/pg_service.hpp"
 
 using namespace std::chrono_literals;
 namespace net = idem::async::net;
 using idem::pg::AsyncConnection;
 using idem::pg::AsyncTransaction;
 using idem_test::run_on;
+using idem_test::ServiceConnection;
 using Guard = idem::async::IdempotencyGuard<idem::pg::AsyncBoundStore>;
 
 namespace {
-
-// A connection of the service's own, opened with libpq as the service opens it.
-struct ServiceConnection {
-  PGconn* conn = PQconnectdb(idem_test::pg_conninfo().c_str());
-  ServiceConnection() {
-    if (PQstatus(conn) != CONNECTION_OK) throw std::runtime_error(PQerrorMessage(conn));
-  }
-  ~ServiceConnection() { PQfinish(conn); }
-  ServiceConnection(const ServiceConnection&) = delete;
-  ServiceConnection& operator=(const ServiceConnection&) = delete;
-  // The first value `sql` answers, read with libpq's blocking API.
-  std::string text(const char* sql) const {
-    PGresult* r = PQexec(conn, sql);
-    std::string out = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0
-                          ? std::string(PQgetvalue(r, 0, 0))
-                          : std::string("(error) ") + PQerrorMessage(conn);
-    PQclear(r);
-    return out;
-  }
-  bool idle() const { return PQtransactionStatus(conn) == PQTRANS_IDLE; }
-};
 
 net::awaitable<void> insert_row(AsyncConnection& c, const std::string& table,
                                 const std::string& trade_no) {
@@ -219,7 +200,7 @@ TEST_CASE(
     CHECK(s.idle());                      // each transaction ended
     CHECK(PQisnonblocking(s.conn) == 0);  // libpq's mode given back
     CHECK(s.text("SELECT count(*) FROM pg_prepared_statements") == "0");
-    CHECK(s.text("SELECT count(*) FROM pg_settings WHERE source = 'session'") == "0");
+    CHECK(s.text(idem_test::settings_set_by_session) == "0");
     CHECK(s.text("SELECT 'still the service''s'") == "still the service's");
   }
 }

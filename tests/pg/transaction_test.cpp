@@ -9,38 +9,14 @@
 #include <catch2/catch.hpp>
 
 #include "../support/pg_server.hpp"
+#include "../support/pg_service.hpp"
 #include "../support/threads.hpp"
 
 using idem_test::Errors;
 using idem_test::PgBusiness;
 using idem_test::PgTable;
-
-namespace {
-
-// A connection of the service's own, opened with libpq as the service opens it.
-struct ServiceConnection {
-  PGconn* conn = PQconnectdb(idem_test::pg_conninfo().c_str());
-  ServiceConnection() {
-    if (PQstatus(conn) != CONNECTION_OK) throw std::runtime_error(PQerrorMessage(conn));
-  }
-  ~ServiceConnection() { PQfinish(conn); }
-  ServiceConnection(const ServiceConnection&) = delete;
-  ServiceConnection& operator=(const ServiceConnection&) = delete;
-  std::string text(const char* sql) const {
-    PGresult* r = PQexec(conn, sql);
-    std::string out = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0
-                          ? std::string(PQgetvalue(r, 0, 0))
-                          : std::string("(error) ") + PQerrorMessage(conn);
-    PQclear(r);
-    return out;
-  }
-};
-
-// What a session's SET statements changed: nothing, for a session idem has only borrowed.
-const char* const settings_set_by_session =
-    "SELECT count(*) FROM pg_settings WHERE source = 'session'";
-
-}  // namespace
+using idem_test::ServiceConnection;
+using idem_test::settings_set_by_session;
 
 TEST_CASE("pg Transaction: begins on the service's connection - commits a finished claim") {
   PgTable t;
