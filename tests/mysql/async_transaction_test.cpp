@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
@@ -942,6 +944,9 @@ TEST_CASE(
   const idem::Key key{"PAY", "CUT"};
   int ran = 0;
   unsigned long thread_id = 0;  // the server thread of the cancelled transaction
+  // Opened when the transaction reaches its wait: the cancellation comes then (a fixed timer
+  // could come first, while a slow build still connects or writes).
+  std::optional<net::steady_timer> gate;
   const auto body = [&](AsyncTransaction& tx) -> net::awaitable<void> {
     ++ran;
     thread_id = tx.connection().id();
@@ -949,7 +954,8 @@ TEST_CASE(
     auto guard = co_await Guard::claim(bound, key, "fp");
     REQUIRE(guard.acquired());
     co_await insert_row(tx.connection(), biz.name, key.id());
-    co_await idem::async::sleep_for(10s);  // the gateway: cut by the timer below
+    gate->cancel();
+    co_await idem::async::sleep_for(10s);  // the gateway: cut by the cancellation
     co_await guard.commit(1);
   };
   const auto deliver = [&]() -> net::awaitable<void> {
@@ -962,9 +968,9 @@ TEST_CASE(
   // InnoDB's open transactions of that thread, read the moment the cancelled call completes.
   std::string open_at_completion;
   const auto race = [&]() -> net::awaitable<void> {
-    net::steady_timer timer(co_await net::this_coro::executor, 200ms);
-    const auto first = co_await (deliver() || timer.async_wait(net::use_awaitable));
-    CHECK(first.index() == 1);  // the timer won: the delivery was cancelled
+    gate.emplace(co_await net::this_coro::executor, 1h);
+    const auto first = co_await (deliver() || gate->async_wait(net::as_tuple(net::use_awaitable)));
+    CHECK(first.index() == 1);  // the gate won: the delivery was cancelled
     const std::string sql =
         "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = " +
         std::to_string(thread_id);

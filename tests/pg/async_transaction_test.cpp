@@ -2,9 +2,11 @@
 // on the real PostgreSQL server: the claim commits with the business's writes and duplicates
 // replay (from the pool and from the service's own connections); a body that throws or forgets
 // its claim leaves nothing; the transaction as an object, ended as its claims say and rolled back
-// when destroyed before it ended; the service's PGconn* left as it was (libpq's mode, the socket,
-// no prepared statement, no setting); a COMMIT the server answered with ROLLBACK; and a
-// consumer's failed attempts counted after the rollback.
+// when destroyed before it ended; the service's PGconn* left as it was (libpq's mode, no prepared
+// statement, no setting); a transaction the service's own SQL broke; a consumer's failed
+// attempts counted after the rollback; cancellation between statements; the tries run again
+// (a serialization failure, a lost pooled connection) and not (the service's connection lost);
+// and the finished record sent with the COMMIT in one round trip.
 #include <libpq-fe.h>
 #include <stdlib.h>
 
@@ -12,10 +14,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
@@ -440,6 +444,9 @@ TEST_CASE(
   const idem::Key key{"PAY", "CUT"};
   int ran = 0;
   unsigned long server_process = 0;  // the one serving the cancelled transaction
+  // Opened when the transaction reaches its wait: the cancellation comes then (a fixed timer
+  // could come first, while a slow build still connects or writes).
+  std::optional<net::steady_timer> gate;
   const auto body = [&](AsyncTransaction& tx) -> net::awaitable<void> {
     ++ran;
     server_process = tx.connection().id();
@@ -447,7 +454,8 @@ TEST_CASE(
     auto guard = co_await Guard::claim(bound, key, "fp");
     REQUIRE(guard.acquired());
     co_await insert_row(tx.connection(), biz.name, key.id());
-    co_await idem::async::sleep_for(10s);  // the gateway: cut by the timer below
+    gate->cancel();
+    co_await idem::async::sleep_for(10s);  // the gateway: cut by the cancellation
     co_await guard.commit(1);
   };
   const auto object_at_commit = [&](AsyncConnection& c) -> net::awaitable<void> {
@@ -458,6 +466,7 @@ TEST_CASE(
     co_await insert_row(c, biz.name, key.id());
     co_await guard.commit(1);
     ++ran;
+    gate->cancel();
     net::steady_timer pause(co_await net::this_coro::executor, 10s);
     bool cut = false;
     try {
@@ -466,7 +475,7 @@ TEST_CASE(
       cut = true;  // the coroutine is cancelled: its next co_await throws at once
     }
     CHECK(cut);
-    (void)co_await tx.commit();  // throws operation_aborted, after its ROLLBACK
+    (void)co_await tx.commit();  // throws operation_aborted; the destructor rolls back
   };
   const auto deliver = [&]() -> net::awaitable<void> {
     if (at_commit && own_connection) {
@@ -485,9 +494,9 @@ TEST_CASE(
   // completes: idle, not idle in transaction (holding the claim's row and the business's).
   std::string state_at_completion;
   const auto race = [&]() -> net::awaitable<void> {
-    net::steady_timer timer(co_await net::this_coro::executor, 200ms);
-    const auto first = co_await (deliver() || timer.async_wait(net::use_awaitable));
-    CHECK(first.index() == 1);  // the timer won: the delivery was cancelled
+    gate.emplace(co_await net::this_coro::executor, 1h);
+    const auto first = co_await (deliver() || gate->async_wait(net::as_tuple(net::use_awaitable)));
+    CHECK(first.index() == 1);  // the gate won: the delivery was cancelled
     const auto c = t.blocking.pool->acquire();
     const idem::pg::Result r = c->exec("SELECT state FROM pg_stat_activity WHERE pid = $1",
                                        {static_cast<std::int64_t>(server_process)});
@@ -536,6 +545,7 @@ TEST_CASE(
     }
     int tries = 0;
     int done = 0;
+    int reads = 0;
     const std::string read = "SELECT n FROM " + biz.name + "_counter";
     const std::string write = "UPDATE " + biz.name + "_counter SET n = n + 1";
     const std::vector<idem::pg::Param> none;  // (named: GCC 12 and a braced list in a co_await)
@@ -549,7 +559,9 @@ TEST_CASE(
         auto guard = co_await Guard::claim(bound, {"PAY", id}, "fp");
         REQUIRE(guard.acquired());
         co_await tx.connection().exec(read, none);
-        co_await idem::async::sleep_for(50ms);  // both have read before either writes
+        ++reads;
+        for (int i = 0; reads < 2 && i < 2000; ++i)  // both have read before either writes
+          co_await idem::async::sleep_for(5ms);
         co_await tx.connection().exec(write, none);
         co_await guard.commit(1);
       };

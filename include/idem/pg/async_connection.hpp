@@ -113,7 +113,7 @@ class AsyncConnection {
     }
     // The statement's result, the COMMIT's (PGRES_PIPELINE_ABORTED after a failed statement):
     // the first failure is the one thrown.
-    checked(co_await result(context, true), context);
+    checked(co_await result(context, 2), context);
   }
 
   // The rows `sql` changed.
@@ -237,16 +237,19 @@ class AsyncConnection {
   }
 
   // Sends what libpq holds and collects the command's results: the first failure, or else
-  // the last result (as PQexec answers). `pipeline`: the results of every command sent in
-  // pipeline mode, up to the sync that ends them.
-  net::awaitable<Result> result(std::string_view context, bool pipeline = false) {
+  // the last result (as PQexec answers). `pipelined`: the number of commands sent in pipeline
+  // mode, whose results are read up to the sync that ends them (one result each, or the
+  // connection is lost).
+  net::awaitable<Result> result(std::string_view context, int pipelined = 0) {
     try {
       for (int flushed = PQflush(conn_); flushed != 0; flushed = PQflush(conn_)) {
         if (flushed < 0) throw lost(context);
         co_await idem::async::detail::wait_for_socket(PQsocket(conn_), SocketWait::wait_write,
                                                       std::nullopt);
       }
+      const bool pipeline = pipelined > 0;
       std::optional<Result> kept;
+      int results = 0;
       for (int ends = 0;;) {
         while (PQisBusy(conn_) == 1) {
           co_await idem::async::detail::wait_for_socket(PQsocket(conn_), SocketWait::wait_read,
@@ -262,9 +265,10 @@ class AsyncConnection {
         ends = 0;
         if (pipeline && PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
           PQclear(r);
-          if (PQexitPipelineMode(conn_) != 1) throw lost(context);
+          if (results != pipelined || PQexitPipelineMode(conn_) != 1) throw lost(context);
           break;
         }
+        ++results;
         if (kept && !succeeded(*kept)) {
           PQclear(r);  // the first failure is the one to report
         } else {

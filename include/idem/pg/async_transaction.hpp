@@ -76,8 +76,10 @@ net::awaitable<detail::async_transaction_result_t<F>> with_transaction(
 }
 
 // On the service's own connection, which must have no transaction open, borrowed for each try.
-// A try that lost the connection is not run again on it (idem never reopens a handle of the
-// service's): the retryable StoreError leaves, for the service to reconnect and call again.
+// A try that lost the connection, or was cut in the middle of a statement, is not run again on
+// it (idem never reopens a handle of the service's): the next try throws a StoreError that is
+// not retryable ("reconnect it and call again"). After an exception, a connection whose
+// PQtransactionStatus is PQTRANS_ACTIVE was cut midway: close it.
 template <class F>
 net::awaitable<detail::async_transaction_result_t<F>> with_transaction(
     PGconn* conn, F body, TransactionParams params = {}) {

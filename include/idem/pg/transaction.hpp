@@ -120,8 +120,8 @@ auto with_transaction(Connection& connection, F&& body, TransactionParams params
 }
 
 // On the service's own connection, which must have no transaction open. A try that lost the
-// connection is not run again on it (idem never reopens a handle of the service's): the
-// retryable StoreError leaves, for the service to reconnect and call again.
+// connection is not run again on it (idem never reopens a handle of the service's): the next
+// try throws a StoreError that is not retryable ("reconnect it and call again").
 template <class F>
 auto with_transaction(PGconn* conn, F&& body, TransactionParams params = {})
     -> std::invoke_result_t<F&, PGconn*> {

@@ -14,9 +14,15 @@
 //
 // commit() ends it as the blocking OwnTransaction::commit does (COMMIT, or ROLLBACK as the
 // claims say, then the failed attempts counted after it); one try: a transient failure leaves as
-// a retryable StoreError after the rollback. Cancelled (a timer `||`, a cancellation signal),
-// a try, commit() or roll_back() sends its ROLLBACK to its end before the cancellation reaches
-// the caller: no connection is handed back with the transaction open. Destroyed before it ended (an exception passing
+// a retryable StoreError after the rollback. A try of with_transaction cancelled between its
+// statements (a timer `||`, a cancellation signal) sends its ROLLBACK, to its end, before the
+// cancellation reaches the caller, and so do commit() and roll_back() cancelled once started.
+// (Awaited from a coroutine cancelled before, they do not start: the destructor's ROLLBACK
+// below runs instead; turn this_coro::throw_if_cancelled off around them to keep the loop
+// free.) A statement cut in flight by a cancellation signal leaves the connection in the middle
+// of the protocol: the pool drops it, and a borrowed handle is the service's to close
+// (PQTRANS_ACTIVE, or a MariaDB handle that AsyncConnection::broken() calls so). Destroyed
+// before it ended (an exception passing
 // through), it rolls back with a blocking ROLLBACK: a destructor cannot await, so end it with
 // commit() or roll_back() to keep the loop free.
 //
@@ -46,6 +52,9 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <boost/asio/cancellation_state.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/system/system_error.hpp>
 
 #include "idem/async/detail/to_completion.hpp"
 #include "idem/async/net.hpp"
@@ -185,8 +194,8 @@ class AsyncSqlTransaction {
             if (!sent) co_await Backend::commit(*connection_);
             break;
           }
-          case Step::roll_back:
-            co_await connection_->query("ROLLBACK");
+          case Step::roll_back:  // (not cut by a cancellation signal once sent)
+            co_await idem::async::detail::to_completion(query_roll_back(*connection_));
             break;
           case Step::write_after_rollback:
             co_await write_after_rollback();
@@ -257,8 +266,11 @@ class AsyncSqlTransaction {
     }
     co_return failed;
   }
+  // (Not when no transaction is open: a failed COMMIT ended it, or BEGIN never ran.)
   net::awaitable<void> roll_back_quietly() {
-    if (!connection_->broken()) (void)co_await send_roll_back();
+    if (!connection_->broken() && Backend::in_transaction(*connection_)) {
+      (void)co_await send_roll_back();
+    }
   }
   static net::awaitable<void> query_roll_back(Connection& c) { co_await c.query("ROLLBACK"); }
 
@@ -286,6 +298,13 @@ net::awaitable<async_try_result_t<Backend, F>> run_async_try(typename Backend::C
       result.emplace(true);
     } else {
       result.emplace(co_await body(tx));
+    }
+    // Cancelled while the body's last call could not be cut (a guard's record): the try fails
+    // here, as the next co_await would throw before it starts.
+    const net::cancellation_state cancellation = co_await net::this_coro::cancellation_state;
+    const bool throws = co_await net::this_coro::throw_if_cancelled();
+    if (throws && cancellation.cancelled() != net::cancellation_type::none) {
+      throw boost::system::system_error(net::error::operation_aborted);
     }
   } catch (...) {
     failed = tx.fail(std::current_exception(), report);
