@@ -945,8 +945,14 @@ TEST_CASE(
   int ran = 0;
   unsigned long thread_id = 0;  // the server thread of the cancelled transaction
   // Opened when the transaction reaches its wait: the cancellation comes then (a fixed timer
-  // could come first, while a slow build still connects or writes).
+  // could come first, while a slow build still connects or writes). `reached` also covers a
+  // transaction that gets there before the gate's wait began (a server that answers before the
+  // client reads finishes each call without suspending).
   std::optional<net::steady_timer> gate;
+  bool reached = false;
+  const auto opened = [&]() -> net::awaitable<void> {
+    if (!reached) co_await gate->async_wait(net::as_tuple(net::use_awaitable));
+  };
   const auto body = [&](AsyncTransaction& tx) -> net::awaitable<void> {
     ++ran;
     thread_id = tx.connection().id();
@@ -954,6 +960,7 @@ TEST_CASE(
     auto guard = co_await Guard::claim(bound, key, "fp");
     REQUIRE(guard.acquired());
     co_await insert_row(tx.connection(), biz.name, key.id());
+    reached = true;
     gate->cancel();
     co_await idem::async::sleep_for(10s);  // the gateway: cut by the cancellation
     co_await guard.commit(1);
@@ -969,7 +976,7 @@ TEST_CASE(
   std::string open_at_completion;
   const auto race = [&]() -> net::awaitable<void> {
     gate.emplace(co_await net::this_coro::executor, 1h);
-    const auto first = co_await (deliver() || gate->async_wait(net::as_tuple(net::use_awaitable)));
+    const auto first = co_await (deliver() || opened());
     CHECK(first.index() == 1);  // the gate won: the delivery was cancelled
     const std::string sql =
         "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = " +

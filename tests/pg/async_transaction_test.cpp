@@ -445,8 +445,14 @@ TEST_CASE(
   int ran = 0;
   unsigned long server_process = 0;  // the one serving the cancelled transaction
   // Opened when the transaction reaches its wait: the cancellation comes then (a fixed timer
-  // could come first, while a slow build still connects or writes).
+  // could come first, while a slow build still connects or writes). `reached` also covers a
+  // transaction that gets there before the gate's wait began (a server that answers before the
+  // client reads finishes each call without suspending).
   std::optional<net::steady_timer> gate;
+  bool reached = false;
+  const auto opened = [&]() -> net::awaitable<void> {
+    if (!reached) co_await gate->async_wait(net::as_tuple(net::use_awaitable));
+  };
   const auto body = [&](AsyncTransaction& tx) -> net::awaitable<void> {
     ++ran;
     server_process = tx.connection().id();
@@ -454,6 +460,7 @@ TEST_CASE(
     auto guard = co_await Guard::claim(bound, key, "fp");
     REQUIRE(guard.acquired());
     co_await insert_row(tx.connection(), biz.name, key.id());
+    reached = true;
     gate->cancel();
     co_await idem::async::sleep_for(10s);  // the gateway: cut by the cancellation
     co_await guard.commit(1);
@@ -466,6 +473,7 @@ TEST_CASE(
     co_await insert_row(c, biz.name, key.id());
     co_await guard.commit(1);
     ++ran;
+    reached = true;
     gate->cancel();
     net::steady_timer pause(co_await net::this_coro::executor, 10s);
     bool cut = false;
@@ -495,7 +503,7 @@ TEST_CASE(
   std::string state_at_completion;
   const auto race = [&]() -> net::awaitable<void> {
     gate.emplace(co_await net::this_coro::executor, 1h);
-    const auto first = co_await (deliver() || gate->async_wait(net::as_tuple(net::use_awaitable)));
+    const auto first = co_await (deliver() || opened());
     CHECK(first.index() == 1);  // the gate won: the delivery was cancelled
     const auto c = t.blocking.pool->acquire();
     const idem::pg::Result r = c->exec("SELECT state FROM pg_stat_activity WHERE pid = $1",

@@ -259,7 +259,8 @@ class AsyncConnection {
         PGresult* r = PQgetResult(conn_);
         if (r == nullptr) {
           // The end of one command's results; in a pipeline, two in a row: no sync is coming.
-          if (!pipeline || ++ends == 2) break;
+          if (!pipeline) break;
+          if (++ends == 2) throw lost(context);
           continue;
         }
         ends = 0;
