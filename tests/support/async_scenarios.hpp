@@ -473,6 +473,7 @@ BatchCancelResult cancel_batches_at_random(Store& store, int batches, int batch_
   for (int round = 0; round < 16 && (r.cancelled <= 2 * batches || r.finished == 0); ++round) {
     const std::string biz_type = "CBATCH_" + std::to_string(round);
     const int finished_before = r.finished;
+    const int cancelled_before = r.cancelled;
     for (int b = 0; b < batches; ++b) {
       const auto timeout = std::chrono::microseconds(rng() % spread);
       async_net::co_spawn(
@@ -501,7 +502,13 @@ BatchCancelResult cancel_batches_at_random(Store& store, int batches, int batch_
     r.batches += batches;
     io.restart();
     io.run();
-    if (r.finished == finished_before) spread *= 2;  // cut statements can make a round slower
+    // The spread follows the batches' pace: cut statements can make a round slower, and a round
+    // whose timers all came after its batches finished (a slow start measured) cut too few.
+    if (r.finished == finished_before) {
+      spread *= 2;
+    } else if (r.cancelled - cancelled_before < batches / 2 && spread > 1) {
+      spread /= 2;
+    }
   }
   return r;
 }
