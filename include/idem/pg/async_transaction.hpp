@@ -47,6 +47,7 @@
 #include "idem/pg/async_connection.hpp"
 #include "idem/pg/async_pool.hpp"
 #include "idem/pg/async_store.hpp"
+#include "idem/pg/transaction.hpp"
 #include "idem/retry_policy.hpp"
 #include "idem/same_transaction/async_transaction.hpp"
 #include "idem/same_transaction/transaction_try.hpp"
@@ -89,16 +90,8 @@ net::awaitable<detail::async_transaction_result_t<F>> with_transaction(
       params, detail::AsyncBackend::transaction_who,
       [&](same_transaction::TryReport& report) -> net::awaitable<R> {
         AsyncConnection c(conn);  // borrowed anew for each try, as the blocking one does
-        if (c.broken()) {
-          throw StoreError(
-              "idem::pg::with_transaction: the service's connection is lost (reconnect it and "
-              "call again)",
-              false);
-        }
-        if (c.in_transaction()) {
-          throw UsageError(
-              "idem::pg::with_transaction: a transaction is already open on the connection");
-        }
+        detail::require_service_connection_up(c.broken());
+        detail::require_no_transaction(c.in_transaction());
         co_return co_await same_transaction::run_async_try<detail::AsyncBackend>(c, body, report);
       });
 }

@@ -73,12 +73,26 @@ struct ConnectionTry {
   }
 };
 
+// What every try checks first (blocking and coroutine, idem/pg/async_transaction.hpp): its
+// connection has no transaction open, and the service's own is still up (idem never reopens it).
+inline void require_no_transaction(bool in_transaction) {
+  if (in_transaction) {
+    throw UsageError("idem::pg::with_transaction: a transaction is already open on the connection");
+  }
+}
+inline void require_service_connection_up(bool broken) {
+  if (broken) {
+    throw StoreError(
+        "idem::pg::with_transaction: the service's connection is lost (reconnect it and call "
+        "again)",
+        false);
+  }
+}
+
 template <class F, class... Args>
 decltype(auto) run_try(Connection& c, idem::same_transaction::TryReport& report, F& body,
                        Args&&... args) {
-  if (c.in_transaction()) {
-    throw UsageError("idem::pg::with_transaction: a transaction is already open on the connection");
-  }
+  require_no_transaction(c.in_transaction());
   ConnectionTry tx{c};
   return idem::same_transaction::run_try(tx, "idem::pg::with_transaction", report,
                                          [&]() -> decltype(auto) { return body(args...); });
@@ -130,12 +144,7 @@ auto with_transaction(PGconn* conn, F&& body, TransactionParams params = {})
       params, "idem::pg::with_transaction",
       [&](idem::same_transaction::TryReport& report) -> decltype(auto) {
         Connection c(conn);
-        if (c.broken()) {
-          throw StoreError(
-              "idem::pg::with_transaction: the service's connection is lost (reconnect it and "
-              "call again)",
-              false);
-        }
+        detail::require_service_connection_up(c.broken());
         return detail::run_try(c, report, body, conn);
       });
 }
