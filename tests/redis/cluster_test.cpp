@@ -1,5 +1,6 @@
 // idem::redis::Store on a Redis Cluster of 3 masters and 3 replicas (the fixture's): the
-// conformance suite, services on different nodes racing the same keys, slots migrating under
+// conformance suite (also on the coroutine AsyncStore; its own cases are
+// async_cluster_test.cpp), services on different nodes racing the same keys, slots migrating under
 // load (MOVED, ASK, TRYAGAIN), and a master SIGKILLed under load (the failover, and what
 // asynchronous replication loses).
 #include <algorithm>
@@ -21,8 +22,10 @@
 #include <idem/redis.hpp>
 #include <idem/redis/detail/slot.hpp>
 #include <idem/run_once.hpp>
+#include <idem/testing/blocking_store.hpp>
 
 #include "../support/admin_program.hpp"
+#include "../support/redis_cluster.hpp"
 #include "../support/redis_server.hpp"
 #include "../support/threads.hpp"
 #include "../support/workload.hpp"
@@ -30,6 +33,10 @@
 using namespace std::chrono_literals;
 using idem::redis::detail::key_slot;
 using idem_test::operator+;
+using idem_test::cluster_nodes;
+using idem_test::NodeInfo;
+using idem_test::wait_cluster_ok;
+using idem_test::wait_replicas_synced;
 
 namespace {
 
@@ -44,82 +51,21 @@ struct ClusterFixture {
   void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
 };
 
-// What CLUSTER NODES says of one node.
-struct NodeInfo {
-  std::string id;
-  unsigned port = 0;
-  bool master = false;
-  bool failed = false;
-  std::vector<std::pair<int, int>> slots;  // ranges a master serves
-  bool serves(int slot) const {
-    return std::any_of(slots.begin(), slots.end(),
-                       [&](auto r) { return slot >= r.first && slot <= r.second; });
-  }
+// The coroutine store on the cluster, its sessions on a loop thread of their own, where each
+// BlockingStore call runs while the test's thread waits.
+struct AsyncClusterFixture {
+  idem_test::RedisCluster cluster;
+  idem_test::LoopThread loop;
+  idem_test::RedisAsyncClusterStore s{cluster, loop.io.get_executor(), 2};
+  idem::testing::BlockingStore<idem::redis::AsyncStore> blocking{s.store, loop.io.get_executor()};
+  AsyncClusterFixture() { s.blocking.ensure_schema(); }
+  idem::testing::BlockingStore<idem::redis::AsyncStore>& store() { return blocking; }
+  void advance(idem::Duration d) { std::this_thread::sleep_for(d); }
 };
-
-std::vector<NodeInfo> cluster_nodes(const idem_test::RedisCluster& cl, unsigned ask_port) {
-  idem::redis::Connection c(cl.node(ask_port));
-  std::vector<NodeInfo> out;
-  std::istringstream lines{std::string(c.command({"CLUSTER", "NODES"}).text())};
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream f(line);
-    NodeInfo n;
-    std::string addr, flags, master, ping, pong, epoch, link;
-    f >> n.id >> addr >> flags >> master >> ping >> pong >> epoch >> link;
-    n.port = static_cast<unsigned>(std::stoul(addr.substr(addr.find(':') + 1)));
-    n.master = flags.find("master") != std::string::npos;
-    n.failed = flags.find("fail") != std::string::npos;
-    for (std::string range; f >> range;) {
-      if (range.front() == '[') continue;  // a slot being migrated
-      const auto dash = range.find('-');
-      const int a = std::stoi(range.substr(0, dash));
-      n.slots.emplace_back(a, dash == std::string::npos ? a : std::stoi(range.substr(dash + 1)));
-    }
-    out.push_back(std::move(n));
-  }
-  return out;
-}
-
-// Waits until every live node says cluster_state:ok and sees 3 masters with slots.
-void wait_cluster_ok(const idem_test::RedisCluster& cl) {
-  for (int i = 0; i < 300; ++i) {
-    bool ok = true;
-    for (const unsigned port : cl.ports()) {
-      try {
-        idem::redis::Connection c(cl.node(port));
-        ok = ok && std::string(c.command({"CLUSTER", "INFO"}).text()).find("cluster_state:ok") !=
-                       std::string::npos;
-      } catch (const idem::StoreError&) {
-        // a node that is down is not asked
-      }
-    }
-    if (ok) return;
-    std::this_thread::sleep_for(100ms);
-  }
-  FAIL("the cluster did not return to cluster_state:ok");
-}
-
-// Waits until every replica's link to its master is up (a replica that never synced cannot be
-// promoted: right after the cluster starts, a killed master would stay failed).
-void wait_replicas_synced(const idem_test::RedisCluster& cl) {
-  for (int i = 0; i < 300; ++i) {
-    bool ok = true;
-    for (const unsigned port : cl.ports()) {
-      idem::redis::Connection c(cl.node(port));
-      const std::string info(c.command({"INFO", "replication"}).text());
-      if (info.find("role:slave") != std::string::npos) {
-        ok = ok && info.find("master_link_status:up") != std::string::npos;
-      }
-    }
-    if (ok) return;
-    std::this_thread::sleep_for(100ms);
-  }
-  FAIL("the replicas did not sync with their masters");
-}
 
 }  // namespace
 
-#define IDEM_CONFORMANCE_FIXTURES std::tuple<ClusterFixture>
+#define IDEM_CONFORMANCE_FIXTURES std::tuple<ClusterFixture, AsyncClusterFixture>
 #include <idem/testing/conformance.hpp>
 
 TEST_CASE("3 services x 16 threads race the same keys on every master - each key runs once") {
@@ -316,51 +262,10 @@ TEST_CASE("slots migrating under load - the store follows MOVED and ASK, each ke
     });
   });
 
-  // Move each slot to another master, key by key, as redis-cli --cluster reshard does.
   int moved_keys = 0;
   std::string migrate_error = "none";
   try {
-    for (const int slot : slots) {
-      const auto nodes = cluster_nodes(cl, cl.ports()[0]);
-      const NodeInfo* from = nullptr;
-      const NodeInfo* to = nullptr;
-      for (const NodeInfo& n : nodes) {
-        if (!n.master || n.failed) continue;
-        if (n.serves(slot)) {
-          from = &n;
-        } else if (to == nullptr) {
-          to = &n;
-        }
-      }
-      REQUIRE(from != nullptr);
-      REQUIRE(to != nullptr);
-      idem::redis::Connection src(cl.node(from->port));
-      idem::redis::Connection dst(cl.node(to->port));
-      const std::string s = std::to_string(slot);
-      dst.command({"CLUSTER", "SETSLOT", s, "IMPORTING", from->id});
-      src.command({"CLUSTER", "SETSLOT", s, "MIGRATING", to->id});
-      std::this_thread::sleep_for(50ms);  // claims meet the slot half-moved
-      // 100 keys per MIGRATE, as redis-cli --cluster reshard's default pipeline does: while
-      // some of a bucket's keys have moved and others not, its scripts get TRYAGAIN.
-      const std::string to_port = std::to_string(to->port);
-      for (;;) {
-        const auto keys = src.command({"CLUSTER", "GETKEYSINSLOT", s, "100"});
-        if (keys.size() == 0) break;
-        std::vector<std::string_view> migrate = {"MIGRATE", "127.0.0.1", to_port, "",
-                                                 "0",       "5000",      "KEYS"};
-        for (std::size_t k = 0; k < keys.size(); ++k)
-          migrate.push_back(keys[k].text());
-        src.command(migrate);
-        moved_keys += static_cast<int>(keys.size());
-      }
-      for (const NodeInfo& n : nodes) {
-        if (n.master && !n.failed) {
-          idem::redis::Connection c(cl.node(n.port));
-          c.command({"CLUSTER", "SETSLOT", s, "NODE", to->id});
-        }
-      }
-      std::this_thread::sleep_for(100ms);
-    }
+    moved_keys = idem_test::migrate_slots(cl, slots);
   } catch (const std::exception& e) {
     migrate_error = e.what();
   }
@@ -432,13 +337,7 @@ TEST_CASE(
   };
 
   // The master that serves the first bucket dies once a third of the calls answered.
-  const unsigned victim = [&] {
-    const auto slot = key_slot(store.ops().layout().leases(0));
-    for (const NodeInfo& n : cluster_nodes(cl, cl.ports()[0])) {
-      if (n.master && n.serves(slot)) return n.port;
-    }
-    return 0u;
-  }();
+  const unsigned victim = idem_test::master_of(cl, key_slot(store.ops().layout().leases(0)));
   REQUIRE(victim != 0);
   wait_replicas_synced(cl);
   Clock::time_point killed_at{};

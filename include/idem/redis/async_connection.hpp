@@ -1,60 +1,49 @@
 #pragma once
-// idem::redis::AsyncConnection: one connection to one Redis server, driven by the caller's
-// Asio executor and shared by every coroutine that uses it. Commands are pipelined: each
-// caller's command is appended to what goes out next, the writes of many callers leave in one
-// send, and the replies come back in order, each to its caller. No thread waits on it.
+// idem::redis::AsyncConnection: a session with one Redis server, or with a Redis Cluster,
+// driven by the caller's Asio executor and shared by every coroutine that uses it. Commands
+// are pipelined (idem/redis/detail/async_link.hpp): the writes of many callers leave in one
+// send and each reply comes back to its caller. No thread waits on it.
 //
 //   auto c = co_await idem::redis::AsyncConnection::open(params);
 //   const std::vector<std::string_view> ping{"PING"};  // (GCC 12: no braced list in a co_await)
 //   idem::redis::Reply pong = co_await c->command(ping);
 //
-// - Opening connects (TCP, or the unix socket) within connect_timeout, then sends AUTH,
-//   SELECT and CLIENT SETNAME as the parameters ask, and reads the server's id of the
-//   connection (CLIENT ID). A refused AUTH or SELECT is a StoreError that is not retryable.
+// - A single server: one pipelined link, opened at once. A reply later than read_timeout, a
+//   broken socket or a reply that cannot be parsed breaks the connection: every command
+//   waiting fails with a retryable StoreError whose diagnostics say the reply was lost (it may
+//   have run), and so does every later one. AsyncPool (idem/redis/async_pool.hpp) opens a new
+//   one in its place.
+// - A cluster (ConnectionParams::cluster_nodes), as the blocking Connection: it reads which node
+//   serves which hash slot (CLUSTER SLOTS) before open() returns, keeps one pipelined link per
+//   node it needed, opened when first needed and shared by every caller, and sends each script
+//   to the node serving its keys' slot. MOVED updates the map and sends the script on; ASK
+//   sends it once to the node named, after ASKING. A link that broke, or a node that could not
+//   be reached, fails its callers' commands (retryable) and makes the next caller read the map
+//   again, so that the session follows a failover to the promoted replica. The session itself
+//   never breaks.
 // - A command waits for its reply; it cannot be cancelled (a reply to a command already sent
 //   must still be read, and idem's scripts are short), so a caller cancelled meanwhile sees its
 //   cancellation at its next co_await.
-// - A reply later than read_timeout, a broken socket or a reply that cannot be parsed breaks
-//   the connection: every command waiting fails with a retryable StoreError whose
-//   diagnostics say the reply was lost (it may have run), and so does every later command.
-//   AsyncPool (idem/redis/async_pool.hpp) opens a new one in its place.
-// - Every argument is passed with its length: keys and values are binary-safe.
-// - It lives on a strand of the executor it was opened on, which must be running while it is
-//   used: callers may run on any thread of that loop, or on other loops; each resumes on its
-//   own executor.
-// - It is not a cluster connection: idem::redis::AsyncStore refuses cluster_nodes.
-
-#include <hiredis/hiredis.h>
-#include <hiredis/read.h>
-
-#include <boost/asio/any_completion_handler.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/generic/stream_protocol.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/system/system_error.hpp>
+// - An error reply of the server is a StoreError with the reply in its Diagnostics (checked()).
+// - Scripts run by EVALSHA, and by EVAL when the node answers NOSCRIPT.
+// - It lives on the executor it was opened on (each link on a strand of it), which must be
+//   running while it is used: callers may run on any thread of that loop, or on other loops;
+//   each resumes on its own executor.
 
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <exception>
-#include <iterator>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -63,14 +52,72 @@
 #include "idem/async/net.hpp"
 #include "idem/errors.hpp"
 #include "idem/redis/connection_params.hpp"
+#include "idem/redis/detail/async_link.hpp"
 #include "idem/redis/detail/link.hpp"
 #include "idem/redis/detail/script.hpp"
+#include "idem/redis/detail/slot.hpp"
+#include "idem/redis/detail/slot_map.hpp"
 #include "idem/redis/errors.hpp"
 #include "idem/redis/reply.hpp"
 
 namespace idem::redis {
 
 namespace net = async::net;
+
+namespace detail {
+
+// The cluster links that broke while commands were out on them, by the id of the
+// AsyncConnection that used them: a command there may still run on its node, which
+// AsyncStore's clean-up after a cancelled claim waits out (idem/redis/async_store.hpp). The
+// clean-up may run on another connection of the pool than the one that lost the link, so the
+// list is the process's. Each connection keeps its latest few.
+class LostLinks {
+ public:
+  struct Lost {
+    Address node;
+    unsigned long client;  // the node's id of the link (CLIENT ID)
+  };
+
+  static LostLinks& of_process() {
+    static LostLinks lost;
+    return lost;
+  }
+
+  void add(unsigned long connection, Lost l) {
+    const std::lock_guard lock(mutex_);
+    std::vector<Lost>& list = by_connection_[connection];
+    if (list.size() == kept) list.erase(list.begin());
+    list.push_back(std::move(l));
+  }
+  std::vector<Lost> of(unsigned long connection) {
+    const std::lock_guard lock(mutex_);
+    const auto it = by_connection_.find(connection);
+    return it == by_connection_.end() ? std::vector<Lost>{} : it->second;
+  }
+  // Forgets what of(connection) answered: those links are done with.
+  void settled(unsigned long connection, const std::vector<Lost>& done) {
+    const std::lock_guard lock(mutex_);
+    const auto it = by_connection_.find(connection);
+    if (it == by_connection_.end()) return;
+    std::erase_if(it->second, [&](const Lost& l) {
+      for (const Lost& d : done)
+        if (d.client == l.client && d.node.text() == l.node.text()) return true;
+      return false;
+    });
+    if (it->second.empty()) by_connection_.erase(it);
+  }
+  void forget(unsigned long connection) {
+    const std::lock_guard lock(mutex_);
+    by_connection_.erase(connection);
+  }
+
+ private:
+  static constexpr std::size_t kept = 32;
+  std::mutex mutex_;
+  std::map<unsigned long, std::vector<Lost>> by_connection_;
+};
+
+}  // namespace detail
 
 class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   struct Private {};
@@ -79,18 +126,17 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   // A command: its arguments, the name first.
   using Command = std::span<const std::string_view>;
 
-  // Opens a connection that lives on `executor` (on a strand of it): its reads and writes
-  // run there, whichever executors its callers run on, so that executor must be running
-  // while the connection is used. Throws StoreError.
+  // Opens a session that lives on `executor`: a single server's link, or a cluster's slot
+  // map. Throws StoreError.
   static net::awaitable<std::shared_ptr<AsyncConnection>> open(net::any_io_executor executor,
                                                                ConnectionParams params) {
-    if (!params.cluster_nodes.empty()) {
-      throw InvalidArgument(
-          "idem::redis::AsyncConnection: a Redis Cluster is not supported by the coroutine "
-          "connection yet; use idem::redis::Store through idem::async::OffloadStore");
-    }
     auto c = std::make_shared<AsyncConnection>(Private{}, executor, std::move(params));
-    co_await c->connect();
+    if (c->cluster()) {
+      co_await c->read_map();
+    } else {
+      const detail::Address address{c->params_.host, c->params_.port, c->params_.unix_socket};
+      c->single_ = co_await detail::AsyncLink::open(executor, c->params_, address);
+    }
     co_return c;
   }
   // The same on the calling coroutine's executor.
@@ -98,32 +144,35 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
     co_return co_await open(co_await net::this_coro::executor, std::move(params));
   }
 
-  AsyncConnection(Private, const net::any_io_executor& executor, ConnectionParams params)
-      : params_(std::move(params)),
-        address_{params_.host, params_.port, params_.unix_socket},
-        strand_(net::make_strand(executor)),
-        socket_(strand_),
-        watchdog_(strand_),
-        reader_(redisReaderCreate()) {
-    if (reader_ == nullptr) {
-      throw StoreError("idem::redis: cannot allocate a reply reader", true,
-                       Diagnostics{code::oom, "", "out of memory", false});
-    }
+  AsyncConnection(Private, net::any_io_executor executor, ConnectionParams params)
+      : params_(std::move(params)), executor_(std::move(executor)) {
+    for (const std::string& node : params_.cluster_nodes)
+      seeds_.push_back(detail::Address::parse(node));
+    if (cluster()) id_ = next_cluster_id().fetch_add(1, std::memory_order_relaxed);
   }
   ~AsyncConnection() {
-    if (reader_ != nullptr) redisReaderFree(reader_);
+    if (cluster()) detail::LostLinks::of_process().forget(id_);
   }
   AsyncConnection(const AsyncConnection&) = delete;
   AsyncConnection& operator=(const AsyncConnection&) = delete;
 
-  // One command's reply, an error reply included (checked() turns it into a StoreError).
+  // One command's reply, an error reply included (checked() turns it into a StoreError). In
+  // a cluster, to the node serving the slot of its first argument after the command's name
+  // (its key), without redirections.
   net::awaitable<Reply> command(Command args) {
-    std::vector<Reply> replies = co_await send(std::span<const Command>(&args, 1));
-    co_return std::move(replies.front());
+    if (!cluster()) co_return co_await single_->command(args);
+    const std::shared_ptr<detail::AsyncLink> l =
+        co_await route(args.size() > 1 ? slot_of(args[1]) : 0);
+    co_return co_await on_link(*l, [&] { return l->command(args); });
   }
-  // The commands, pipelined: written together, their replies in the same order.
+  // The commands, pipelined: written together, their replies in the same order. In a cluster,
+  // all to the node of the first command's key.
   net::awaitable<std::vector<Reply>> commands(std::span<const Command> list) {
-    co_return co_await send(list);
+    if (!cluster()) co_return co_await single_->commands(list);
+    const std::uint16_t slot =
+        !list.empty() && list.front().size() > 1 ? slot_of(list.front()[1]) : 0;
+    const std::shared_ptr<detail::AsyncLink> l = co_await route(slot);
+    co_return co_await on_link(*l, [&] { return l->commands(list); });
   }
 
   // The reply, or its error as a StoreError with the server's text.
@@ -132,313 +181,318 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
     return r;
   }
 
-  // Runs a script by its SHA1, and by its source when the server does not know it yet; the
-  // reply checked.
+  // Runs a script by its SHA1 (on the node serving its keys), and by its source when the
+  // server does not know it yet; the reply checked.
   net::awaitable<Reply> eval(const detail::Script& script, const ScriptCall& call) {
-    std::vector<std::string_view> args = detail::script_args(script, call);
-    Reply r = co_await command(Command(args));
-    if (detail::unknown_script(r)) {
-      detail::send_source(script, args);
-      r = co_await command(Command(args));
-    }
-    co_return checked(std::move(r));
-  }
-
-  // The script once per call, pipelined; the replies checked, in the calls' order (an error
-  // reply throws once every reply has arrived).
-  net::awaitable<std::vector<Reply>> eval_all(const detail::Script& script,
-                                              std::span<const ScriptCall> calls) {
-    std::vector<std::vector<std::string_view>> args;
-    args.reserve(calls.size());
-    for (const ScriptCall& call : calls)
-      args.push_back(detail::script_args(script, call));
-    std::vector<Command> list(args.begin(), args.end());
-    std::vector<Reply> replies = co_await send(list);
-    for (std::size_t i = 0; i < replies.size(); ++i) {
-      if (detail::unknown_script(replies[i])) {
-        replies[i] = co_await eval(script, calls[i]);
+    if (!cluster()) co_return co_await single_->eval(script, call);
+    const std::uint16_t slot = detail::call_slot(call);
+    std::optional<detail::Address> ask;
+    for (int hop = 0;; ++hop) {
+      std::shared_ptr<detail::AsyncLink> l;
+      if (ask) {
+        l = co_await link(*ask);
       } else {
-        replies[i] = checked(std::move(replies[i]));
+        l = co_await route(slot);
+      }
+      const bool asking = ask.has_value();
+      Reply r = co_await run(*l, script, call, asking);
+      ask.reset();
+      const detail::Redirect redirect = detail::Redirect::of(r);
+      if (redirect.kind == detail::Redirect::none || hop == detail::max_redirections) {
+        co_return l->checked(std::move(r));
+      }
+      if (redirect.kind == detail::Redirect::moved) {
+        const std::lock_guard lock(mutex_);
+        map_.moved(slot, redirect.to);
+      } else {
+        ask = redirect.to;
       }
     }
-    co_return replies;
   }
 
-  // Breaks the connection: every command waiting fails, as after a lost socket.
+  // The script once per call, pipelined (in a cluster, one pipeline per node); the replies
+  // checked, in the calls' order (an error reply throws once every reply has arrived).
+  net::awaitable<std::vector<Reply>> eval_all(const detail::Script& script,
+                                              std::span<const ScriptCall> calls) {
+    if (!cluster()) co_return co_await single_->eval_all(script, calls);
+    // The calls by the node that serves them, each node's sent as one pipeline.
+    std::vector<std::pair<detail::Address, std::vector<std::size_t>>> by_node;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const detail::Address node = co_await owner(detail::call_slot(calls[i]));
+      auto g = by_node.begin();
+      while (g != by_node.end() && g->first.text() != node.text())
+        ++g;
+      if (g == by_node.end()) g = by_node.insert(by_node.end(), {node, {}});
+      g->second.push_back(i);
+    }
+    std::vector<std::optional<Reply>> replies(calls.size());
+    std::vector<std::shared_ptr<detail::AsyncLink>> via(calls.size());
+    for (const auto& [node, indexes] : by_node) {
+      const std::shared_ptr<detail::AsyncLink> l = co_await link(node);
+      std::vector<std::vector<std::string_view>> args;
+      args.reserve(indexes.size());
+      for (const std::size_t i : indexes)
+        args.push_back(detail::script_args(script, calls[i]));
+      const std::vector<Command> list(args.begin(), args.end());
+      std::vector<Reply> got = co_await on_link(*l, [&] { return l->commands(list); });
+      for (std::size_t k = 0; k < indexes.size(); ++k) {
+        replies[indexes[k]].emplace(std::move(got[k]));
+        via[indexes[k]] = l;
+      }
+    }
+    std::vector<Reply> out;
+    out.reserve(calls.size());
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      Reply& r = *replies[i];
+      if (detail::unknown_script(r) || detail::Redirect::of(r).kind != detail::Redirect::none) {
+        out.push_back(co_await eval(script, calls[i]));
+      } else {
+        out.push_back(via[i]->checked(std::move(r)));
+      }
+    }
+    co_return out;
+  }
+
+  // Breaks a single server's connection (every command waiting fails, as after a lost
+  // socket); closes a cluster session's links.
   void close() {
-    net::dispatch(strand_, [self = shared_from_this()] {
-      self->fail(self->client_error(code::other, "the connection was closed"));
-    });
+    if (!cluster()) {
+      if (single_) single_->close();
+      return;
+    }
+    std::vector<std::shared_ptr<detail::AsyncLink>> open;
+    {
+      const std::lock_guard lock(mutex_);
+      for (auto& [name, slot] : links_)
+        if (slot.link) open.push_back(slot.link);
+    }
+    for (const auto& l : open)  // outside the lock: a closed link completes its callers
+      l->close();
   }
 
-  bool broken() const noexcept { return broken_flag_.load(std::memory_order_acquire); }
-  // The server's id of this connection (CLIENT ID), unique on the server and never 0.
-  unsigned long id() const noexcept { return id_; }
-  std::string where() const { return address_.text(); }
+  // A single server's connection is broken after a client failure; a cluster session never is
+  // (it reopens the links it needs).
+  bool broken() const noexcept { return !cluster() && (single_ == nullptr || single_->broken()); }
+  bool cluster() const noexcept { return !seeds_.empty(); }
+
+  // A single server's id of this connection (CLIENT ID), unique on the server and never 0; a
+  // cluster session's own number, unique in the process (its links' ids are the nodes').
+  unsigned long id() const noexcept { return cluster() ? id_ : single_->id(); }
+
+  // The cluster links this session lost with commands out on them (detail::LostLinks), for
+  // the session numbered `id`; settled_links() forgets those that were waited out.
+  std::vector<detail::LostLinks::Lost> lost_links(unsigned long id) const {
+    return detail::LostLinks::of_process().of(id);
+  }
+  void settled_links(unsigned long id, const std::vector<detail::LostLinks::Lost>& done) const {
+    detail::LostLinks::of_process().settled(id, done);
+  }
+  // One command to the cluster node `node`, over this session's link to it. Throws StoreError.
+  net::awaitable<Reply> command_on(const detail::Address& node, Command args) {
+    const std::shared_ptr<detail::AsyncLink> l = co_await link(node);
+    co_return co_await on_link(*l, [&] { return l->command(args); });
+  }
+
+  // Where the session goes, for messages: the socket path or host:port, or the cluster's
+  // seed nodes.
+  std::string where() const {
+    if (cluster()) return detail::cluster_text(seeds_);
+    return detail::Address{params_.host, params_.port, params_.unix_socket}.text();
+  }
   const ConnectionParams& params() const noexcept { return params_; }
 
  private:
-  using Handler = net::any_completion_handler<void(std::exception_ptr, std::vector<Reply>)>;
-  struct Waiting {
-    std::size_t count;  // replies it waits for
-    std::vector<Reply> replies;
-    Handler handler;
-    std::chrono::steady_clock::time_point sent;
+  struct LinkSlot {
+    std::shared_ptr<detail::AsyncLink> link;
+    bool opening = false;  // a caller is opening it; the others wait
   };
-  using Clock = std::chrono::steady_clock;
 
-  net::awaitable<std::vector<Reply>> send(std::span<const Command> list) {
-    // The caller's frame holds the arguments until the replies come: they are written to the
-    // outgoing buffer on the strand, without a copy in between. (The initiation is named
-    // apart from the co_await: GCC 12 destroys a capturing lambda written inside one twice.)
-    auto initiate = [self = shared_from_this(), list](auto handler) {
-      net::dispatch(self->strand_, [self, list, h = Handler(std::move(handler))]() mutable {
-        self->enqueue(list, std::move(h));
-      });
-    };
-    co_return co_await net::async_initiate<decltype(net::use_awaitable),
-                                           void(std::exception_ptr, std::vector<Reply>)>(
-        std::move(initiate), net::use_awaitable);
+  static std::atomic<unsigned long>& next_cluster_id() {
+    static std::atomic<unsigned long> next{1};
+    return next;
   }
+  static std::uint16_t slot_of(std::string_view key) noexcept { return detail::key_slot(key); }
 
-  // On the strand.
-  void enqueue(std::span<const Command> list, Handler handler) {
-    if (broken_) {
-      complete(std::move(handler), std::make_exception_ptr(*broken_), {});
-      return;
-    }
-    if (list.empty()) {  // no reply will come for nothing
-      complete(std::move(handler), nullptr, {});
-      return;
-    }
-    for (const Command& args : list)
-      append(args);
-    waiting_.push_back(Waiting{list.size(), {}, std::move(handler), Clock::now()});
-    waiting_.back().replies.reserve(list.size());
-    write_more();
-    read_more();
-    watch();
-  }
-
-  // RESP: *<n>\r\n then $<len>\r\n<bytes>\r\n per argument.
-  void append(Command args) {
-    out_ += '*';
-    out_ += fmt::format_int(args.size()).c_str();
-    out_ += "\r\n";
-    for (const std::string_view a : args) {
-      out_ += '$';
-      out_ += fmt::format_int(a.size()).c_str();
-      out_ += "\r\n";
-      out_.append(a.data(), a.size());
-      out_ += "\r\n";
+  // One EVALSHA on `l` (after ASKING when `asking`), and EVAL when the node answers NOSCRIPT.
+  net::awaitable<Reply> run(detail::AsyncLink& l, const detail::Script& script,
+                            const ScriptCall& call, bool asking) {
+    std::vector<std::string_view> args = detail::script_args(script, call);
+    const std::array<std::string_view, 1> asking_command{"ASKING"};
+    for (int pass = 0;; ++pass) {
+      std::optional<Reply> r;
+      if (asking) {
+        const std::array<Command, 2> two{Command(asking_command), Command(args)};
+        std::vector<Reply> replies = co_await on_link(l, [&] { return l.commands(two); });
+        r.emplace(std::move(replies[1]));
+      } else {
+        const Command one(args);
+        r.emplace(co_await on_link(l, [&] { return l.command(one); }));
+      }
+      if (pass == 1 || !detail::unknown_script(*r)) co_return std::move(*r);
+      detail::send_source(script, args);
     }
   }
 
-  void write_more() {
-    if (writing_now_ || out_.empty() || broken_) return;
-    writing_now_ = true;
-    std::swap(out_, writing_);
-    net::async_write(
-        socket_, net::buffer(writing_),
-        net::bind_executor(
-            strand_, [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-              self->writing_now_ = false;
-              self->writing_.clear();
-              if (ec) {
-                self->fail(self->lost(ec));
-              } else {
-                self->write_more();
-              }
-            }));
+  // send() on link `l`; a failure that broke the link makes the session forget it (and read
+  // the map again before its next command).
+  template <class Send>
+  net::awaitable<typename std::invoke_result_t<Send>::value_type> on_link(detail::AsyncLink& l,
+                                                                          Send send) {
+    try {
+      co_return co_await send();
+    } catch (const StoreError&) {
+      if (l.broken()) forget(l);
+      throw;
+    }
   }
 
-  // The socket is read, and the oldest command watched, only while commands wait for replies:
-  // an idle connection leaves no work on the loop (io_context::run() returns).
-  void read_more() {
-    if (reading_now_ || waiting_.empty() || broken_) return;
-    reading_now_ = true;
-    socket_.async_read_some(
-        net::buffer(in_),
-        net::bind_executor(strand_, [self = shared_from_this()](const boost::system::error_code& ec,
-                                                                std::size_t n) {
-          self->reading_now_ = false;
-          self->on_read(ec, n);
-        }));
+  // The node serving `slot`, from the map (read again first when it is stale).
+  net::awaitable<detail::Address> owner(std::uint16_t slot) {
+    bool stale = false;
+    {
+      const std::lock_guard lock(mutex_);
+      stale = stale_ || map_.empty();
+    }
+    if (stale) co_await read_map();
+    std::optional<detail::Address> node;
+    {
+      const std::lock_guard lock(mutex_);
+      node = map_.owner(slot);
+    }
+    if (!node) {
+      co_await read_map();
+      const std::lock_guard lock(mutex_);
+      node = map_.owner(slot);
+    }
+    if (!node) throw detail::no_owner(where(), slot);
+    co_return std::move(*node);
+  }
+  net::awaitable<std::shared_ptr<detail::AsyncLink>> route(std::uint16_t slot) {
+    const detail::Address node = co_await owner(slot);
+    co_return co_await link(node);
   }
 
-  void on_read(const boost::system::error_code& ec, std::size_t n) {
-    if (broken_) return;
-    if (ec) {
-      fail(lost(ec));
-      return;
-    }
-    if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
-      fail(client_error(code::protocol, "a reply could not be parsed"));
-      return;
-    }
-    std::vector<std::pair<Handler, std::vector<Reply>>> done;
+  // The open link to `node`, opened now if there is none (or it broke). One caller opens it;
+  // the others wait for it up to connect_timeout.
+  net::awaitable<std::shared_ptr<detail::AsyncLink>> link(const detail::Address& node) {
+    const std::string name = node.text();
+    const auto deadline = std::chrono::steady_clock::now() + params_.connect_timeout;
     for (;;) {
-      void* r = nullptr;
-      if (redisReaderGetReply(reader_, &r) != REDIS_OK) {
-        fail(client_error(code::protocol, "a reply could not be parsed"));
-        break;
+      bool open_it = false;
+      std::shared_ptr<detail::AsyncLink> lost;
+      {
+        const std::lock_guard lock(mutex_);
+        LinkSlot& s = links_[name];
+        if (s.link && !s.link->broken()) co_return s.link;
+        lost = std::move(s.link);
+        s.link.reset();
+        if (!s.opening) open_it = s.opening = true;
       }
-      if (r == nullptr) break;
-      Reply reply(static_cast<redisReply*>(r));
-      if (waiting_.empty()) {
-        fail(client_error(code::protocol, "the server sent a reply nobody asked for"));
-        break;
+      if (lost) note_lost(*lost);
+      if (open_it) co_return co_await open_link(name, node);
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw StoreError(
+            fmt::format("idem::redis: no connection to {} opened within connect_timeout ({} ms)",
+                        name, params_.connect_timeout.count()),
+            true, Diagnostics{code::other, "", "no connection", false});
       }
-      Waiting& w = waiting_.front();
-      w.replies.push_back(std::move(reply));
-      if (w.replies.size() == w.count) {
-        done.emplace_back(std::move(w.handler), std::move(w.replies));
-        waiting_.pop_front();
+      co_await async::sleep_for(Duration{1});
+    }
+  }
+
+  net::awaitable<std::shared_ptr<detail::AsyncLink>> open_link(const std::string& name,
+                                                               const detail::Address& node) {
+    std::shared_ptr<detail::AsyncLink> opened;
+    std::exception_ptr failed;
+    try {
+      opened = co_await detail::AsyncLink::open(executor_, params_, node);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    {
+      const std::lock_guard lock(mutex_);
+      LinkSlot& s = links_[name];
+      s.opening = false;
+      s.link = opened;
+      if (!opened) stale_ = true;  // the node may be gone: a replica may serve its slots by now
+    }
+    if (failed) std::rethrow_exception(failed);
+    co_return opened;
+  }
+
+  // A link that broke leaves the session, which reads the map before its next command.
+  void forget(detail::AsyncLink& l) {
+    bool mine = false;
+    {
+      const std::lock_guard lock(mutex_);
+      stale_ = true;
+      const auto it = links_.find(l.where());
+      if (it != links_.end() && it->second.link.get() == &l) {
+        it->second.link.reset();
+        mine = true;
       }
     }
-    if (!done.empty()) watchdog_.cancel();  // it watches the new oldest, or nothing
-    read_more();
-    // Completed last: a caller resumed here may send its next command at once.
-    for (auto& [handler, replies] : done)
-      complete(std::move(handler), nullptr, std::move(replies));
+    if (mine) note_lost(l);
+  }
+  void note_lost(const detail::AsyncLink& l) {
+    detail::LostLinks::of_process().add(id_, {l.address(), l.id()});
   }
 
-  // Breaks the connection when its oldest command has waited read_timeout.
-  void watch() {
-    if (watching_ || waiting_.empty() || broken_) return;
-    watching_ = true;
-    watchdog_.expires_at(waiting_.front().sent + params_.read_timeout);
-    watchdog_.async_wait(net::bind_executor(strand_, [self = shared_from_this()](
-                                                         const boost::system::error_code&) {
-      self->watching_ = false;
-      if (self->broken_) return;
-      const auto timeout = self->params_.read_timeout;
-      if (!self->waiting_.empty() && Clock::now() - self->waiting_.front().sent >= timeout) {
-        self->fail(self->client_error(
-            code::io, fmt::format("no reply within the read timeout of {} ms", timeout.count())));
-        return;
-      }
-      self->watch();
-    }));
-  }
-
-  static void complete(Handler handler, std::exception_ptr error, std::vector<Reply> replies) {
-    auto executor = net::get_associated_executor(handler);
-    net::dispatch(executor, [h = std::move(handler), error, r = std::move(replies)]() mutable {
-      std::move(h)(error, std::move(r));
-    });
-  }
-
-  // On the strand: the first failure breaks the connection for good.
-  void fail(StoreError error) {
-    if (broken_) return;
-    broken_.emplace(std::move(error));
-    broken_flag_.store(true, std::memory_order_release);
-    boost::system::error_code ignored;
-    socket_.close(ignored);
-    watchdog_.cancel();
-    std::deque<Waiting> waiting = std::move(waiting_);
-    waiting_.clear();
-    for (Waiting& w : waiting)
-      complete(std::move(w.handler), std::make_exception_ptr(*broken_), {});
-  }
-
-  net::awaitable<void> connect() {
-    using namespace net::experimental::awaitable_operators;
-    net::steady_timer deadline(strand_, params_.connect_timeout);
-    std::optional<boost::system::error_code> failed;
-    if (!address_.unix_socket.empty()) {
-      const net::local::stream_protocol::endpoint unix_endpoint(address_.unix_socket);
-      boost::system::error_code ec;
-      const auto first =
-          co_await (socket_.async_connect(net::generic::stream_protocol::endpoint(unix_endpoint),
-                                          net::redirect_error(net::use_awaitable, ec)) ||
-                    deadline.async_wait(net::use_awaitable));
-      if (first.index() == 1) failed = net::error::timed_out;
-      if (ec) failed = ec;
-    } else {
-      net::ip::tcp::resolver resolver(strand_);
-      boost::system::error_code ec;
-      const auto endpoints =
-          co_await resolver.async_resolve(address_.host, std::to_string(address_.port),
-                                          net::redirect_error(net::use_awaitable, ec));
-      if (ec) failed = ec;
-      for (auto it = endpoints.begin(); !failed && it != endpoints.end(); ++it) {
-        ec = {};
-        const auto first =
-            co_await (socket_.async_connect(net::generic::stream_protocol::endpoint(it->endpoint()),
-                                            net::redirect_error(net::use_awaitable, ec)) ||
-                      deadline.async_wait(net::use_awaitable));
-        if (first.index() == 1) {
-          failed = net::error::timed_out;
-        } else if (ec) {
-          boost::system::error_code ignored;
-          socket_.close(ignored);
-          if (std::next(it) == endpoints.end()) failed = ec;
-        } else {
+  // Reads the slot map from the first node that answers: the nodes known from the last map,
+  // then the seeds. One caller reads it; the others go on with the map they have, or wait
+  // for the first map.
+  net::awaitable<void> read_map() {
+    std::vector<detail::Address> candidates;
+    for (;;) {
+      bool have_map = false;
+      {
+        const std::lock_guard lock(mutex_);
+        if (!reading_map_) {
+          reading_map_ = true;
+          candidates = map_.candidates(seeds_);
           break;
         }
+        have_map = !map_.empty();
       }
-      if (!failed) {
-        boost::system::error_code ignored;
-        socket_.set_option(net::ip::tcp::no_delay(true), ignored);
-        socket_.set_option(net::socket_base::keep_alive(true), ignored);
+      if (have_map) co_return;
+      co_await async::sleep_for(Duration{1});
+    }
+    std::optional<StoreError> last;
+    bool read = false;
+    for (const detail::Address& a : candidates) {
+      try {
+        const std::vector<std::string_view> slots{"CLUSTER", "SLOTS"};
+        Reply r = co_await command_on(a, slots);
+        const Reply map = checked(std::move(r));
+        const std::lock_guard lock(mutex_);
+        map_.read(map, a);
+        stale_ = false;
+        read = true;
+        break;
+      } catch (const StoreError& e) {
+        last = e;
       }
     }
-    if (failed) throw client_error(code::other, "cannot connect: " + failed->message());
-    try {
-      std::vector<std::vector<std::string_view>> setup;
-      const std::string database = std::to_string(params_.database);
-      if (!params_.password.empty()) {
-        if (params_.user.empty()) {
-          setup.push_back({"AUTH", params_.password});
-        } else {
-          setup.push_back({"AUTH", params_.user, params_.password});
-        }
-      }
-      if (params_.database != 0) setup.push_back({"SELECT", database});
-      if (!params_.client_name.empty()) setup.push_back({"CLIENT", "SETNAME", params_.client_name});
-      setup.push_back({"CLIENT", "ID"});
-      const std::vector<Command> list(setup.begin(), setup.end());
-      std::vector<Reply> replies = co_await commands(list);
-      for (Reply& r : replies)
-        r = checked(std::move(r));
-      id_ = static_cast<unsigned long>(replies.back().integer());
-    } catch (const StoreError& e) {
-      close();
-      // A refused AUTH or SELECT is the configuration's fault, not the moment's.
-      throw StoreError(fmt::format("idem::redis: cannot set up the connection to {}: {}", where(),
-                                   e.diagnostics().message),
-                       !e.diagnostics().from_server, e.diagnostics());
+    {
+      const std::lock_guard lock(mutex_);
+      reading_map_ = false;
     }
-  }
-
-  StoreError lost(const boost::system::error_code& ec) const {
-    const bool eof = ec == net::error::eof || ec == net::error::connection_reset;
-    return client_error(eof ? code::eof : code::io,
-                        eof ? std::string("the server closed the connection") : ec.message());
-  }
-  StoreError client_error(unsigned c, std::string_view text) const {
-    return StoreError(fmt::format("idem::redis: {}: {}", where(), text), c != code::protocol,
-                      Diagnostics{c, "", std::string(text), false});
+    if (read) co_return;
+    throw last ? *last
+               : StoreError(fmt::format("idem::redis: no node of the {} answered", where()), true);
   }
 
   ConnectionParams params_;
-  detail::Address address_;
-  net::strand<net::any_io_executor> strand_;
-  net::generic::stream_protocol::socket socket_;
-  net::steady_timer watchdog_;
-  redisReader* reader_;
-  std::string out_;      // commands not written yet
-  std::string writing_;  // the commands being written
-  bool writing_now_ = false;
-  bool reading_now_ = false;
-  bool watching_ = false;
-  std::array<char, 16 * 1024> in_{};  // what the last read brought
-  std::deque<Waiting> waiting_;       // in the order their replies come
-  std::optional<StoreError> broken_;
-  std::atomic<bool> broken_flag_{false};
+  net::any_io_executor executor_;
+  std::vector<detail::Address> seeds_;
+  std::shared_ptr<detail::AsyncLink> single_;  // a single server
+  // A cluster: the slot map and the links by node, under mutex_ (callers run on any thread).
   unsigned long id_ = 0;
+  std::mutex mutex_;
+  detail::SlotMap map_;
+  std::map<std::string, LinkSlot> links_;
+  bool stale_ = false;
+  bool reading_map_ = false;
 };
 
 }  // namespace idem::redis

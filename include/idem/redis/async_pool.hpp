@@ -9,6 +9,10 @@
 //   auto pool = std::make_shared<idem::redis::AsyncPool>(io.get_executor(), params);
 //   idem::redis::AsyncStore store{pool};
 //
+// With ConnectionParams::cluster_nodes, each connection is a session with the cluster
+// (idem/redis/async_connection.hpp): one pipelined link per node it needs, a cluster session
+// never breaks, and one or two serve a loop as they serve a single server.
+//
 // The connections live on `executor` (the service's loop), which must be running while the
 // pool is used; coroutines on other executors may use them too, each resuming on its own.
 //
@@ -23,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -33,6 +38,7 @@
 #include "idem/pool_params.hpp"
 #include "idem/redis/async_connection.hpp"
 #include "idem/redis/connection_params.hpp"
+#include "idem/redis/detail/slot_map.hpp"
 
 namespace idem::redis {
 
@@ -43,16 +49,12 @@ class AsyncPool {
   AsyncPool(net::any_io_executor executor, ConnectionParams params, PoolParams pool = {.size = 2})
       : executor_(std::move(executor)),
         params_(std::move(params)),
+        where_(where_of(params_)),
         acquire_timeout_(pool.acquire_timeout),
         slots_(pool.size) {
     if (pool.size == 0) throw InvalidArgument("idem::redis::AsyncPool: size must be at least 1");
     if (pool.acquire_timeout <= Duration::zero()) {
       throw InvalidArgument("idem::redis::AsyncPool: acquire_timeout must be positive");
-    }
-    if (!params_.cluster_nodes.empty()) {
-      throw InvalidArgument(
-          "idem::redis::AsyncPool: a Redis Cluster is not supported by the coroutine store yet; "
-          "use idem::redis::Store through idem::async::OffloadStore");
     }
   }
   ~AsyncPool() {
@@ -98,15 +100,22 @@ class AsyncPool {
   }
 
   const ConnectionParams& params() const noexcept { return params_; }
-  std::string where() const {
-    return detail::Address{params_.host, params_.port, params_.unix_socket}.text();
-  }
+  std::string where() const { return where_; }
 
  private:
   struct Slot {
     Handle connection;
     bool opening = false;
   };
+
+  // Also checks the cluster's nodes (InvalidArgument).
+  static std::string where_of(const ConnectionParams& p) {
+    std::vector<detail::Address> seeds;
+    for (const std::string& node : p.cluster_nodes)
+      seeds.push_back(detail::Address::parse(node));
+    if (!seeds.empty()) return detail::cluster_text(seeds);
+    return detail::Address{p.host, p.port, p.unix_socket}.text();
+  }
 
   net::awaitable<Handle> open_slot(std::size_t k) {
     Handle opened;
@@ -132,6 +141,7 @@ class AsyncPool {
 
   net::any_io_executor executor_;
   ConnectionParams params_;
+  std::string where_;
   Duration acquire_timeout_;
   std::mutex mutex_;
   std::vector<Slot> slots_;

@@ -10,9 +10,9 @@
 //   idem::redis::AsyncStore store{pool};
 //   auto out = co_await idem::async::run_once(store, key, fp, handler);
 //
-// A blocking idem::redis::Store and an AsyncStore on the same prefix work side by side.
-// Not yet here (docs/redis.md, "Coroutines"): a Redis Cluster, and stats() (which no coroutine
-// store has); run those through idem::async::OffloadStore over the blocking store.
+// On one server or on a Redis Cluster (ConnectionParams::cluster_nodes). A blocking
+// idem::redis::Store and an AsyncStore on the same prefix work side by side. Not here:
+// stats(), which no coroutine store has (docs/redis.md, "Coroutines").
 
 #include <chrono>
 #include <cstddef>
@@ -103,24 +103,31 @@ class AsyncRecordOps {
 
   // The server is done with what connection `id` sent once a later command on it has its
   // reply (Redis runs one connection's commands in order); a connection gone since is waited
-  // out in the server's client list, and killed after a second.
+  // out in the server's client list, and killed after a second. On a cluster, `id` names a
+  // session, and each link it lost with commands out is waited out on its node; a node that
+  // cannot be reached runs nothing more.
   net::awaitable<bool> settled(AsyncConnection& c, unsigned long id) const {
-    if (c.id() == id) {
-      const std::vector<std::string_view> ping{"PING"};
-      c.checked(co_await c.command(ping));
-      co_return true;
+    if (!c.cluster()) {
+      if (c.id() == id) {
+        const std::vector<std::string_view> ping{"PING"};
+        c.checked(co_await c.command(ping));
+        co_return true;
+      }
+      co_return co_await session_ends(
+          [&](AsyncConnection::Command command) { return c.command(command); }, id);
     }
-    const std::string client = std::to_string(id);
-    co_return co_await idem::async::detail::wait_until_session_ends(
-        [&]() -> net::awaitable<bool> {
-          const std::vector<std::string_view> list{"CLIENT", "LIST", "ID", client};
-          const Reply r = c.checked(co_await c.command(list));
-          co_return !r.text().empty();
-        },
-        [&]() -> net::awaitable<void> {
-          const std::vector<std::string_view> kill{"CLIENT", "KILL", "ID", client};
-          (void)co_await c.command(kill);  // an error: it ended meanwhile
-        });
+    const std::vector<LostLinks::Lost> lost = c.lost_links(id);
+    for (const LostLinks::Lost& l : lost) {
+      try {
+        co_await session_ends(
+            [&](AsyncConnection::Command command) { return c.command_on(l.node, command); },
+            l.client);
+      } catch (const StoreError&) {
+        // The node is gone (a failover): what it did not run, it will not.
+      }
+    }
+    c.settled_links(id, lost);
+    co_return true;
   }
 
   // As RecordOps::list: the run decides, this sends its round trips.
@@ -163,6 +170,23 @@ class AsyncRecordOps {
     const std::vector<ScriptRequest> acts = ops_.act_requests(sweep, batch, due);
     const std::vector<ScriptCall> act_calls = RecordOps::calls(acts);
     co_return RecordOps::changed(co_await c.eval_all(*sweep.act, act_calls));
+  }
+
+  // Waits until the server's client `client` is gone (send() sends a command to that server).
+  template <class Send>
+  static net::awaitable<bool> session_ends(Send send, unsigned long client) {
+    const std::string id = std::to_string(client);
+    co_return co_await idem::async::detail::wait_until_session_ends(
+        [&]() -> net::awaitable<bool> {
+          const std::vector<std::string_view> list{"CLIENT", "LIST", "ID", id};
+          Reply r = co_await send(AsyncConnection::Command(list));
+          if (r.is_error()) throw server_error("idem::redis", r.text());
+          co_return !r.text().empty();
+        },
+        [&]() -> net::awaitable<void> {
+          const std::vector<std::string_view> kill{"CLIENT", "KILL", "ID", id};
+          (void)co_await send(AsyncConnection::Command(kill));  // an error: it ended meanwhile
+        });
   }
 
   RecordOps ops_;

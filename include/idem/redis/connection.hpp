@@ -38,6 +38,7 @@
 #include "idem/redis/detail/link.hpp"
 #include "idem/redis/detail/script.hpp"
 #include "idem/redis/detail/slot.hpp"
+#include "idem/redis/detail/slot_map.hpp"
 #include "idem/redis/errors.hpp"
 #include "idem/redis/reply.hpp"
 
@@ -74,21 +75,20 @@ class Connection {
   Reply eval(const detail::Script& script, const ScriptCall& call) {
     const std::vector<std::string_view> args = evalsha_args(script, call);
     if (!cluster()) return single_->checked(run(*single_, script, args, false));
-    const std::uint16_t slot = call.keys.empty() ? 0 : detail::key_slot(call.keys.front());
+    const std::uint16_t slot = detail::call_slot(call);
     std::optional<detail::Address> ask;
     for (int hop = 0;; ++hop) {
       detail::Link& l = ask ? link(*ask) : route(slot);
       Reply r = run(l, script, args, ask.has_value());
       ask.reset();
-      if (!r.is_error() || hop == max_redirections) return l.checked(std::move(r));
-      const std::string_view text = r.text();
-      const std::string_view name = error_name(text);
-      if (name == "MOVED") {
-        own(slot, redirect_target(text));
-      } else if (name == "ASK") {
-        ask = redirect_target(text);
-      } else {
+      const detail::Redirect redirect = detail::Redirect::of(r);
+      if (redirect.kind == detail::Redirect::none || hop == detail::max_redirections) {
         return l.checked(std::move(r));
+      }
+      if (redirect.kind == detail::Redirect::moved) {
+        map_.moved(slot, redirect.to);
+      } else {
+        ask = redirect.to;
       }
     }
   }
@@ -101,23 +101,25 @@ class Connection {
     // The calls by the node that serves them, in order. The map is read (and maybe read
     // again) for every call first, and only then are the links opened: reading the map may
     // replace a broken link, which a pointer taken earlier would still name.
-    std::vector<std::uint16_t> node(calls.size(), 0);
+    std::vector<std::string> node(calls.size());
+    std::vector<detail::Address> address(calls.size());
     if (cluster()) {
       for (std::size_t i = 0; i < calls.size(); ++i) {
-        node[i] = node_for(calls[i].keys.empty() ? 0 : detail::key_slot(calls[i].keys.front()));
+        address[i] = node_for(detail::call_slot(calls[i]));
+        node[i] = address[i].text();
       }
     }
-    std::vector<std::pair<std::uint16_t, std::vector<std::size_t>>> by_node;
+    std::vector<std::pair<std::size_t, std::vector<std::size_t>>> by_node;  // first call, calls
     for (std::size_t i = 0; i < calls.size(); ++i) {
-      auto g =
-          std::find_if(by_node.begin(), by_node.end(), [&](auto& e) { return e.first == node[i]; });
-      if (g == by_node.end()) g = by_node.insert(by_node.end(), {node[i], {}});
+      auto g = std::find_if(by_node.begin(), by_node.end(),
+                            [&](auto& e) { return node[e.first] == node[i]; });
+      if (g == by_node.end()) g = by_node.insert(by_node.end(), {i, {}});
       g->second.push_back(i);
     }
     std::vector<detail::Link*> via(calls.size());
     std::vector<std::pair<detail::Link*, std::vector<std::size_t>>> groups;
-    for (auto& [n, indexes] : by_node) {
-      detail::Link* l = cluster() ? &link(nodes_[n]) : single_.get();
+    for (auto& [first, indexes] : by_node) {
+      detail::Link* l = cluster() ? &link(address[first]) : single_.get();
       for (const std::size_t i : indexes)
         via[i] = l;
       groups.emplace_back(l, std::move(indexes));
@@ -179,7 +181,7 @@ class Connection {
   // A single server's session is broken after a client failure; a cluster's never is (it
   // reopens the connection it needs), unless it has no map.
   bool broken() const noexcept {
-    return cluster() ? owners_.empty() : single_ == nullptr || single_->broken();
+    return cluster() ? map_.empty() : single_ == nullptr || single_->broken();
   }
   bool cluster() const noexcept { return !seeds_.empty(); }
   const ConnectionParams& params() const noexcept { return params_; }
@@ -188,7 +190,7 @@ class Connection {
   // first if there is none yet); otherwise the one server. For operators finding a key.
   std::string node_of(std::string_view key) {
     if (!cluster()) return where();
-    return nodes_[node_for(detail::key_slot(key))].text();
+    return node_for(detail::key_slot(key)).text();
   }
 
   // Where the session goes, for messages: the socket path or host:port, or the cluster's
@@ -197,16 +199,10 @@ class Connection {
     if (!cluster()) {
       return detail::Address{params_.host, params_.port, params_.unix_socket}.text();
     }
-    std::string out = "cluster";
-    for (const detail::Address& a : seeds_)
-      out += " " + a.text();
-    return out;
+    return detail::cluster_text(seeds_);
   }
 
  private:
-  static constexpr int max_redirections = 5;
-  static constexpr std::uint16_t no_node = 0xffff;
-
   static std::vector<std::string_view> evalsha_args(const detail::Script& script,
                                                     const ScriptCall& call) {
     return detail::script_args(script, call);
@@ -231,23 +227,19 @@ class Connection {
     }
   }
 
-  // The node serving `slot` (an index into nodes_); reads the map first when it is stale.
-  std::uint16_t node_for(std::uint16_t slot) {
-    if (owners_.empty() || stale_) refresh_slots();
-    std::uint16_t node = owners_[slot];
-    if (node == no_node) {
+  // The node serving `slot`; reads the map first when it is stale.
+  detail::Address node_for(std::uint16_t slot) {
+    if (map_.empty() || stale_) refresh_slots();
+    std::optional<detail::Address> node = map_.owner(slot);
+    if (!node) {
       refresh_slots();
-      node = owners_[slot];
-      if (node == no_node) {
-        throw StoreError(
-            fmt::format("idem::redis: no node of the {} serves slot {}", where(), slot), true,
-            Diagnostics{0, "", "CLUSTERDOWN no node serves the slot", true});
-      }
+      node = map_.owner(slot);
+      if (!node) throw detail::no_owner(where(), slot);
     }
-    return node;
+    return std::move(*node);
   }
   // The link of the node serving `slot`.
-  detail::Link& route(std::uint16_t slot) { return link(nodes_[node_for(slot)]); }
+  detail::Link& route(std::uint16_t slot) { return link(node_for(slot)); }
 
   // The open link to `a`, opened now if there is none (or it broke).
   detail::Link& link(const detail::Address& a) {
@@ -275,49 +267,14 @@ class Connection {
     }
   }
 
-  static detail::Address redirect_target(std::string_view reply) {
-    // "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>"
-    const auto space = reply.rfind(' ');
-    return detail::Address::parse(reply.substr(space + 1));
-  }
-
-  std::uint16_t node_index(const detail::Address& a) {
-    for (std::size_t i = 0; i < nodes_.size(); ++i) {
-      if (nodes_[i].host == a.host && nodes_[i].port == a.port)
-        return static_cast<std::uint16_t>(i);
-    }
-    nodes_.push_back(a);
-    return static_cast<std::uint16_t>(nodes_.size() - 1);
-  }
-
-  void own(std::uint16_t slot, const detail::Address& a) {
-    if (owners_.empty()) owners_.assign(detail::slot_count, no_node);
-    owners_[slot] = node_index(a);
-  }
-
   // Reads the slot map from the first node that answers: the nodes known from the last map,
   // then the seeds.
   void refresh_slots() {
-    std::vector<detail::Address> candidates = nodes_;
-    candidates.insert(candidates.end(), seeds_.begin(), seeds_.end());
     std::optional<StoreError> last;
-    for (const detail::Address& a : candidates) {
+    for (const detail::Address& a : map_.candidates(seeds_)) {
       try {
         detail::Link& l = link(a);
-        const Reply r = l.command({"CLUSTER", "SLOTS"});
-        std::vector<std::uint16_t> owners(detail::slot_count, no_node);
-        for (std::size_t i = 0; i < r.size(); ++i) {
-          const ReplyView range = r[i];
-          const ReplyView master = range[2];
-          std::string host(master[0].text());
-          if (host.empty()) host = a.host;  // "": the node that answered
-          const auto port = static_cast<unsigned>(master[1].integer());
-          const std::uint16_t node = node_index(detail::Address{host, port, {}});
-          for (std::int64_t s = range[0].integer(); s <= range[1].integer(); ++s) {
-            if (s >= 0 && s < detail::slot_count) owners[static_cast<std::size_t>(s)] = node;
-          }
-        }
-        owners_ = std::move(owners);
+        map_.read(l.command({"CLUSTER", "SLOTS"}), a);
         stale_ = false;
         return;
       } catch (const StoreError& e) {
@@ -331,10 +288,8 @@ class Connection {
   ConnectionParams params_;
   std::vector<detail::Address> seeds_;
   std::unique_ptr<detail::Link> single_;  // a single server
-  // A cluster: the nodes seen, which node serves each slot (an index into nodes_), and the
-  // open links by address.
-  std::vector<detail::Address> nodes_;
-  std::vector<std::uint16_t> owners_;
+  // A cluster: which node serves each slot, and the open links by address.
+  detail::SlotMap map_;
   std::map<std::string, std::unique_ptr<detail::Link>> links_;
   bool stale_ = false;
 };
