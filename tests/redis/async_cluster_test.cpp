@@ -16,6 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <idem/redis/async.hpp>
@@ -173,8 +178,8 @@ TEST_CASE("async redis cluster: a request cancelled at any point leaves no proce
 }
 
 TEST_CASE(
-    "async redis cluster: a link lost with a command out is remembered, waited out on its "
-    "node, and forgotten") {
+    "async redis cluster: a link lost with a command out is remembered by its session, one "
+    "closed idle is not") {
   idem_test::RedisCluster cl;
   const idem::redis::ConnectionParams connect = named(cl, "async-cluster-lost");
   net::io_context io;
@@ -206,16 +211,70 @@ TEST_CASE(
   const auto lost = c->lost_links(c->id());
   REQUIRE(lost.size() == 1);
   CHECK(lost.front().node.port == port);
-  // The store's clean-up after a cancelled claim: the lost link is gone from its node, so it
-  // is done at once, and forgotten.
+  c->settled_links(c->id(), lost);
+  // The session answers again, on a new link to that node; closed with nothing out, its links
+  // leave nothing to wait for.
+  const std::vector<std::string_view> exists{"EXISTS", key};
+  CHECK(run_on(io, c->command(exists)).integer() == 0);
+  c->close();
+  CHECK(run_on(io, c->command(exists)).integer() == 0);
+  CHECK(c->lost_links(c->id()).empty());
+}
+
+TEST_CASE(
+    "async redis cluster: a cancelled claim's clean-up waits out each lost link on its node, "
+    "skips a node where nothing listens, and stops at any other failure") {
+  idem_test::RedisCluster cl;
+  idem::redis::ConnectionParams connect = cl.params();
+  connect.read_timeout = 300ms;
+  net::io_context io;
+  auto c = run_on(io, idem::redis::AsyncConnection::open(connect));
   idem::redis::AsyncStore store(
       std::make_shared<idem::redis::AsyncPool>(io.get_executor(), connect),
       idem_test::fresh_params());
+  idem::redis::detail::LostLinks& registry = idem::redis::detail::LostLinks::of_process();
+  using idem::redis::detail::Address;
+
+  // A lost link the node still lists (here a connection of the test's): waited for, then
+  // killed after a second.
+  const unsigned port = cl.ports()[0];
+  idem::redis::Connection still_there(cl.node(port));
+  const auto client = static_cast<unsigned long>(still_there.command({"CLIENT", "ID"}).integer());
+  // And one on a port where nothing listens any more (a node that died).
+  const unsigned dead_port = [] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), len);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    return static_cast<unsigned>(ntohs(a.sin_port));
+  }();
+  registry.add(c->id(), {Address{"127.0.0.1", port, {}}, client});
+  registry.add(c->id(), {Address{"127.0.0.1", dead_port, {}}, 7});
+  const auto start = std::chrono::steady_clock::now();
   CHECK(run_on(io, store.ops().settled(*c, c->id())));
-  CHECK(c->lost_links(c->id()).empty());
-  // The session answers again, on a new link to that node.
-  const std::vector<std::string_view> exists{"EXISTS", key};
-  CHECK(run_on(io, c->command(exists)).integer() == 0);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(waited >= 900ms);                       // it waited for the listed link,
+  CHECK_THROWS(still_there.command({"PING"}));  // then killed it,
+  CHECK(c->lost_links(c->id()).empty());        // and forgot both
+
+  // A node that accepts and never answers: the clean-up fails, and remembers the link.
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(silent, reinterpret_cast<sockaddr*>(&a), len) == 0);
+  REQUIRE(::listen(silent, 8) == 0);
+  ::getsockname(silent, reinterpret_cast<sockaddr*>(&a), &len);
+  registry.add(c->id(), {Address{"127.0.0.1", static_cast<unsigned>(ntohs(a.sin_port)), {}}, 7});
+  CHECK_THROWS_AS(run_on(io, store.ops().settled(*c, c->id())), idem::StoreError);
+  CHECK(c->lost_links(c->id()).size() == 1);
+  ::close(silent);
+  registry.forget(c->id());
 }
 
 TEST_CASE("async redis cluster: the lost links kept per session are its latest 32") {

@@ -74,15 +74,21 @@ TEST_CASE("MOVED changes one slot's master - a map read again replaces every slo
 }
 
 TEST_CASE("an error reply asks for MOVED, ASK, or nothing") {
-  const Redirect moved = Redirect::of(parsed("-MOVED 3999 127.0.0.1:6381\r\n"));
+  const Address from{"10.0.0.5", 7001, {}};
+  const Redirect moved = Redirect::of(parsed("-MOVED 3999 127.0.0.1:6381\r\n"), from);
   CHECK(moved.kind == Redirect::moved);
   CHECK(moved.to.text() == "127.0.0.1:6381");
-  const Redirect ask = Redirect::of(parsed("-ASK 3999 ::1:6382\r\n"));
+  const Redirect ask = Redirect::of(parsed("-ASK 3999 ::1:6382\r\n"), from);
   CHECK(ask.kind == Redirect::ask);
   CHECK(ask.to.host == "::1");
   CHECK(ask.to.port == 6382);
-  CHECK(Redirect::of(parsed("-TRYAGAIN Multiple keys request during rehashing of slot\r\n")).kind ==
-        Redirect::none);
-  CHECK(Redirect::of(parsed("+OK\r\n")).kind == Redirect::none);
-  CHECK_THROWS_AS(Redirect::of(parsed("-MOVED 3999 nowhere\r\n")), idem::InvalidArgument);
+  // A node that does not know the name clients reach it by leaves the host out: the host
+  // that answered.
+  const Redirect unnamed = Redirect::of(parsed("-MOVED 3999 :6380\r\n"), from);
+  CHECK(unnamed.kind == Redirect::moved);
+  CHECK(unnamed.to.text() == "10.0.0.5:6380");
+  CHECK(Redirect::of(parsed("-TRYAGAIN Multiple keys request during rehashing of slot\r\n"), from)
+            .kind == Redirect::none);
+  CHECK(Redirect::of(parsed("+OK\r\n"), from).kind == Redirect::none);
+  CHECK_THROWS_AS(Redirect::of(parsed("-MOVED 3999 nowhere\r\n"), from), idem::InvalidArgument);
 }

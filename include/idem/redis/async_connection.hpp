@@ -30,6 +30,7 @@
 //   running while it is used: callers may run on any thread of that loop, or on other loops;
 //   each resumes on its own executor.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -117,6 +118,27 @@ class LostLinks {
   std::map<unsigned long, std::vector<Lost>> by_connection_;
 };
 
+// The reading of a cluster session's map under way (AsyncConnection::read_map): its end, also
+// by an exception or a cancellation that destroys the reading coroutine, lets the next caller
+// read. (At namespace scope: GCC 12 cannot compile a class local to a coroutine.)
+class MapReading {
+ public:
+  MapReading(std::mutex& mutex, bool& reading, std::uint64_t& ended) noexcept
+      : mutex_(mutex), reading_(reading), ended_(ended) {}
+  ~MapReading() {
+    const std::lock_guard lock(mutex_);
+    reading_ = false;
+    ++ended_;
+  }
+  MapReading(const MapReading&) = delete;
+  MapReading& operator=(const MapReading&) = delete;
+
+ private:
+  std::mutex& mutex_;
+  bool& reading_;
+  std::uint64_t& ended_;
+};
+
 }  // namespace detail
 
 class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
@@ -132,7 +154,7 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
                                                                ConnectionParams params) {
     auto c = std::make_shared<AsyncConnection>(Private{}, executor, std::move(params));
     if (c->cluster()) {
-      co_await c->read_map();
+      co_await c->read_map(true);
     } else {
       const detail::Address address{c->params_.host, c->params_.port, c->params_.unix_socket};
       c->single_ = co_await detail::AsyncLink::open(executor, c->params_, address);
@@ -197,7 +219,7 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
       const bool asking = ask.has_value();
       Reply r = co_await run(*l, script, call, asking);
       ask.reset();
-      const detail::Redirect redirect = detail::Redirect::of(r);
+      const detail::Redirect redirect = detail::Redirect::of(r, l->address());
       if (redirect.kind == detail::Redirect::none || hop == detail::max_redirections) {
         co_return l->checked(std::move(r));
       }
@@ -244,7 +266,8 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
     out.reserve(calls.size());
     for (std::size_t i = 0; i < calls.size(); ++i) {
       Reply& r = *replies[i];
-      if (detail::unknown_script(r) || detail::Redirect::of(r).kind != detail::Redirect::none) {
+      if (detail::unknown_script(r) ||
+          detail::Redirect::of(r, via[i]->address()).kind != detail::Redirect::none) {
         out.push_back(co_await eval(script, calls[i]));
       } else {
         out.push_back(via[i]->checked(std::move(r)));
@@ -353,14 +376,14 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
       const std::lock_guard lock(mutex_);
       stale = stale_ || map_.empty();
     }
-    if (stale) co_await read_map();
+    if (stale) co_await read_map(false);
     std::optional<detail::Address> node;
     {
       const std::lock_guard lock(mutex_);
       node = map_.owner(slot);
     }
     if (!node) {
-      co_await read_map();
+      co_await read_map(true);  // a map read now, not the one another caller is replacing
       const std::lock_guard lock(mutex_);
       node = map_.owner(slot);
     }
@@ -373,30 +396,29 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   }
 
   // The open link to `node`, opened now if there is none (or it broke). One caller opens it;
-  // the others wait for it up to connect_timeout.
+  // the others wait for it as long as opening may take (connecting, then the set-up's replies).
   net::awaitable<std::shared_ptr<detail::AsyncLink>> link(const detail::Address& node) {
     const std::string name = node.text();
-    const auto deadline = std::chrono::steady_clock::now() + params_.connect_timeout;
-    for (;;) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + params_.connect_timeout + params_.read_timeout;
+    for (Duration pause{1};; pause = std::min(2 * pause, Duration{16})) {
       bool open_it = false;
-      std::shared_ptr<detail::AsyncLink> lost;
       {
         const std::lock_guard lock(mutex_);
         LinkSlot& s = links_[name];
         if (s.link && !s.link->broken()) co_return s.link;
-        lost = std::move(s.link);
-        s.link.reset();
+        if (s.link) drop_locked(s);
         if (!s.opening) open_it = s.opening = true;
       }
-      if (lost) note_lost(*lost);
       if (open_it) co_return co_await open_link(name, node);
       if (std::chrono::steady_clock::now() >= deadline) {
         throw StoreError(
-            fmt::format("idem::redis: no connection to {} opened within connect_timeout ({} ms)",
-                        name, params_.connect_timeout.count()),
+            fmt::format("idem::redis: the connection to {} did not open within "
+                        "connect_timeout and read_timeout ({} ms)",
+                        name, (params_.connect_timeout + params_.read_timeout).count()),
             true, Diagnostics{code::other, "", "no connection", false});
       }
-      co_await async::sleep_for(Duration{1});
+      co_await async::sleep_for(pause);
     }
   }
 
@@ -422,43 +444,43 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
 
   // A link that broke leaves the session, which reads the map before its next command.
   void forget(detail::AsyncLink& l) {
-    bool mine = false;
-    {
-      const std::lock_guard lock(mutex_);
-      stale_ = true;
-      const auto it = links_.find(l.where());
-      if (it != links_.end() && it->second.link.get() == &l) {
-        it->second.link.reset();
-        mine = true;
-      }
-    }
-    if (mine) note_lost(l);
+    const std::lock_guard lock(mutex_);
+    stale_ = true;
+    const auto it = links_.find(l.where());
+    if (it != links_.end() && it->second.link.get() == &l) drop_locked(it->second);
   }
-  void note_lost(const detail::AsyncLink& l) {
-    detail::LostLinks::of_process().add(id_, {l.address(), l.id()});
+  // Under mutex_, so that a settle that follows the failure it was told of finds the link: a
+  // link broken with commands out is remembered (detail::LostLinks), then let go.
+  void drop_locked(LinkSlot& s) {
+    if (s.link->lost_replies()) {
+      detail::LostLinks::of_process().add(id_, {s.link->address(), s.link->id()});
+    }
+    s.link.reset();
+    stale_ = true;
   }
 
   // Reads the slot map from the first node that answers: the nodes known from the last map,
-  // then the seeds. One caller reads it; the others go on with the map they have, or wait
-  // for the first map.
-  net::awaitable<void> read_map() {
+  // then the seeds. One caller reads it; while it does, the others go on with the map they
+  // have, or (`fresh`, or no map yet) wait for its map.
+  net::awaitable<void> read_map(bool fresh) {
     std::vector<detail::Address> candidates;
-    for (;;) {
-      bool have_map = false;
+    std::optional<std::uint64_t> waited_for;  // maps_read_ when this caller began to wait
+    for (Duration pause{1};; pause = std::min(2 * pause, Duration{16})) {
       {
         const std::lock_guard lock(mutex_);
         if (!reading_map_) {
+          if (waited_for && *waited_for != maps_read_) co_return;  // the reader's map is new
           reading_map_ = true;
           candidates = map_.candidates(seeds_);
           break;
         }
-        have_map = !map_.empty();
+        if (!fresh && !map_.empty()) co_return;
+        if (!waited_for) waited_for = maps_read_;
       }
-      if (have_map) co_return;
-      co_await async::sleep_for(Duration{1});
+      co_await async::sleep_for(pause);
     }
+    const detail::MapReading reading(mutex_, reading_map_, maps_read_);
     std::optional<StoreError> last;
-    bool read = false;
     for (const detail::Address& a : candidates) {
       try {
         const std::vector<std::string_view> slots{"CLUSTER", "SLOTS"};
@@ -467,17 +489,11 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
         const std::lock_guard lock(mutex_);
         map_.read(map, a);
         stale_ = false;
-        read = true;
-        break;
+        co_return;
       } catch (const StoreError& e) {
         last = e;
       }
     }
-    {
-      const std::lock_guard lock(mutex_);
-      reading_map_ = false;
-    }
-    if (read) co_return;
     throw last ? *last
                : StoreError(fmt::format("idem::redis: no node of the {} answered", where()), true);
   }
@@ -492,7 +508,8 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   detail::SlotMap map_;
   std::map<std::string, LinkSlot> links_;
   bool stale_ = false;
-  bool reading_map_ = false;
+  bool reading_map_ = false;     // a caller is reading the map
+  std::uint64_t maps_read_ = 0;  // readings ended, read or not
 };
 
 }  // namespace idem::redis

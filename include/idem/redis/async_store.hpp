@@ -104,8 +104,9 @@ class AsyncRecordOps {
   // The server is done with what connection `id` sent once a later command on it has its
   // reply (Redis runs one connection's commands in order); a connection gone since is waited
   // out in the server's client list, and killed after a second. On a cluster, `id` names a
-  // session, and each link it lost with commands out is waited out on its node; a node that
-  // cannot be reached runs nothing more.
+  // session, and each link it lost with commands out is waited out so on its node; a node
+  // where no server listens any more (it died: ECONNREFUSED) runs nothing of it. Any other
+  // failure throws: the claim's lease runs out instead.
   net::awaitable<bool> settled(AsyncConnection& c, unsigned long id) const {
     if (!c.cluster()) {
       if (c.id() == id) {
@@ -114,16 +115,16 @@ class AsyncRecordOps {
         co_return true;
       }
       co_return co_await session_ends(
-          [&](AsyncConnection::Command command) { return c.command(command); }, id);
+          [&](AsyncConnection::Command command) { return c.command(command); }, c.where(), id);
     }
     const std::vector<LostLinks::Lost> lost = c.lost_links(id);
     for (const LostLinks::Lost& l : lost) {
       try {
         co_await session_ends(
             [&](AsyncConnection::Command command) { return c.command_on(l.node, command); },
-            l.client);
-      } catch (const StoreError&) {
-        // The node is gone (a failover): what it did not run, it will not.
+            l.node.text(), l.client);
+      } catch (const ConnectionRefused&) {
+        // No server on that node's port: the connection died with its process.
       }
     }
     c.settled_links(id, lost);
@@ -174,13 +175,13 @@ class AsyncRecordOps {
 
   // Waits until the server's client `client` is gone (send() sends a command to that server).
   template <class Send>
-  static net::awaitable<bool> session_ends(Send send, unsigned long client) {
+  static net::awaitable<bool> session_ends(Send send, std::string where, unsigned long client) {
     const std::string id = std::to_string(client);
     co_return co_await idem::async::detail::wait_until_session_ends(
         [&]() -> net::awaitable<bool> {
           const std::vector<std::string_view> list{"CLIENT", "LIST", "ID", id};
           Reply r = co_await send(AsyncConnection::Command(list));
-          if (r.is_error()) throw server_error("idem::redis", r.text());
+          if (r.is_error()) throw server_error(where, r.text());
           co_return !r.text().empty();
         },
         [&]() -> net::awaitable<void> {

@@ -81,7 +81,7 @@ class Connection {
       detail::Link& l = ask ? link(*ask) : route(slot);
       Reply r = run(l, script, args, ask.has_value());
       ask.reset();
-      const detail::Redirect redirect = detail::Redirect::of(r);
+      const detail::Redirect redirect = detail::Redirect::of(r, l.address());
       if (redirect.kind == detail::Redirect::none || hop == detail::max_redirections) {
         return l.checked(std::move(r));
       }

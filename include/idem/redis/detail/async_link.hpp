@@ -64,6 +64,13 @@ namespace idem::redis::detail {
 
 namespace net = async::net;
 
+// Opening a link found no server listening at its address (ECONNREFUSED): no process there
+// holds a connection of ours, so nothing sent on an earlier one can still run there.
+class ConnectionRefused : public StoreError {
+ public:
+  explicit ConnectionRefused(StoreError e) : StoreError(std::move(e)) {}
+};
+
 class AsyncLink : public std::enable_shared_from_this<AsyncLink> {
   struct Private {};
 
@@ -155,6 +162,8 @@ class AsyncLink : public std::enable_shared_from_this<AsyncLink> {
   }
 
   bool broken() const noexcept { return broken_flag_.load(std::memory_order_acquire); }
+  // Broken while commands were out on it: their replies were lost, and they may still run.
+  bool lost_replies() const noexcept { return lost_replies_.load(std::memory_order_acquire); }
   // The server's id of this connection (CLIENT ID), unique on the server and never 0.
   unsigned long id() const noexcept { return id_; }
   std::string where() const { return address_.text(); }
@@ -317,6 +326,7 @@ class AsyncLink : public std::enable_shared_from_this<AsyncLink> {
   void fail(StoreError error) {
     if (broken_) return;
     broken_.emplace(std::move(error));
+    lost_replies_.store(!waiting_.empty(), std::memory_order_release);
     broken_flag_.store(true, std::memory_order_release);
     boost::system::error_code ignored;
     socket_.close(ignored);
@@ -368,6 +378,9 @@ class AsyncLink : public std::enable_shared_from_this<AsyncLink> {
         socket_.set_option(net::ip::tcp::no_delay(true), ignored);
         socket_.set_option(net::socket_base::keep_alive(true), ignored);
       }
+    }
+    if (failed && *failed == net::error::connection_refused) {
+      throw ConnectionRefused(client_error(code::other, "cannot connect: " + failed->message()));
     }
     if (failed) throw client_error(code::other, "cannot connect: " + failed->message());
     try {
@@ -422,6 +435,7 @@ class AsyncLink : public std::enable_shared_from_this<AsyncLink> {
   std::deque<Waiting> waiting_;       // in the order their replies come
   std::optional<StoreError> broken_;
   std::atomic<bool> broken_flag_{false};
+  std::atomic<bool> lost_replies_{false};
   unsigned long id_ = 0;
 };
 

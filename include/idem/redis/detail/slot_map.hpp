@@ -39,13 +39,20 @@ struct Redirect {
   Kind kind = none;
   Address to;  // where MOVED or ASK points
 
-  static Redirect of(const ReplyView& r) {
+  // `r` as the node at `from` answered it.
+  static Redirect of(const ReplyView& r, const Address& from) {
     if (!r.is_error()) return {};
     const std::string_view text = r.text();
     const std::string_view name = error_name(text);
     if (name != "MOVED" && name != "ASK") return {};
-    // "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>"
-    return {name == "MOVED" ? moved : ask, Address::parse(text.substr(text.rfind(' ') + 1))};
+    // "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>"; an empty host (a node that
+    // does not know its own name for clients) is the host that answered.
+    std::string_view target = text.substr(text.rfind(' ') + 1);
+    std::string with_host;
+    if (target.starts_with(':') && target.find(':', 1) == std::string_view::npos) {
+      target = with_host = from.host + std::string(target);
+    }
+    return {name == "MOVED" ? moved : ask, Address::parse(target)};
   }
 };
 
