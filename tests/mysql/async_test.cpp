@@ -64,11 +64,7 @@ TEST_CASE(
   std::printf(
       "async mysql storm: 1000 requests on one thread in %lld ms\n",
       static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
-  INFO(r.first_error());
-  CHECK(r.errors.empty());
-  CHECK(r.answered + r.in_progress == 1000);
-  CHECK(executions.total() == storm.distinct);
-  CHECK(executions.max_per_key() == 1);
+  idem_test::check_storm(r, storm, executions);
   CHECK(t.count("status = 1") == storm.distinct);
 }
 

@@ -56,11 +56,7 @@ TEST_CASE(
   const auto storm = idem_test::storm_of(1000, 29);
   idem_test::Executions executions;
   const auto r = idem_test::async_storm(t.store, storm, executions);
-  INFO(r.first_error());
-  CHECK(r.errors.empty());
-  CHECK(r.answered + r.in_progress == 1000);
-  CHECK(executions.total() == storm.distinct);
-  CHECK(executions.max_per_key() == 1);
+  idem_test::check_storm(r, storm, executions);
   CHECK(t.count("status = 1") == storm.distinct);
 }
 

@@ -54,11 +54,7 @@ TEST_CASE(
   std::printf(
       "async redis storm: 1000 requests on one thread, one connection, in %lld ms\n",
       static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
-  INFO(r.first_error());
-  CHECK(r.errors.empty());
-  CHECK(r.answered + r.in_progress == 1000);
-  CHECK(executions.total() == storm.distinct);
-  CHECK(executions.max_per_key() == 1);
+  idem_test::check_storm(r, storm, executions);
   // All of it went over one connection.
   idem::redis::Connection admin(idem_test::redis_server());
   CHECK(idem_test::clients_named(admin, params.client_name).size() == 1);

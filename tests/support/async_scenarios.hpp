@@ -80,6 +80,16 @@ AsyncStormResult async_storm(Store& store, const Storm& storm, Executions& execu
   return result;
 }
 
+// What a storm on a healthy server shows: no error, every request answered (its own result, or
+// a duplicate that outwaited its wait), every key run once.
+inline void check_storm(const AsyncStormResult& r, const Storm& storm, Executions& executions) {
+  INFO(r.first_error());
+  CHECK(r.errors.empty());
+  CHECK(r.answered + r.in_progress == static_cast<int>(storm.order.size()));
+  CHECK(executions.total() == storm.distinct);
+  CHECK(executions.max_per_key() == 1);
+}
+
 struct TicksResult {
   int done = 0;             // clients that finished their requests
   int most_in_flight = 0;   // claims out at once, at the most
