@@ -183,8 +183,8 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   // (its key), without redirections.
   net::awaitable<Reply> command(Command args) {
     if (!cluster()) co_return co_await single_->command(args);
-    const std::shared_ptr<detail::AsyncLink> l =
-        co_await route(args.size() > 1 ? slot_of(args[1]) : 0);
+    const std::uint16_t slot = args.size() > 1 ? slot_of(args[1]) : 0;
+    const std::shared_ptr<detail::AsyncLink> l = co_await route(slot);
     co_return co_await on_link(*l, [&] { return l->command(args); });
   }
   // The commands, pipelined: written together, their replies in the same order. In a cluster,

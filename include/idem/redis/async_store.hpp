@@ -114,15 +114,20 @@ class AsyncRecordOps {
         c.checked(co_await c.command(ping));
         co_return true;
       }
-      co_return co_await session_ends(
-          [&](AsyncConnection::Command command) { return c.command(command); }, c.where(), id);
+      // (Each argument named apart from the co_await: GCC 12 may destroy a temporary written
+      // inside one twice.)
+      const auto send = [&](AsyncConnection::Command command) { return c.command(command); };
+      const std::string where = c.where();
+      co_return co_await session_ends(send, where, id);
     }
     const std::vector<LostLinks::Lost> lost = c.lost_links(id);
     for (const LostLinks::Lost& l : lost) {
+      const auto send = [&](AsyncConnection::Command command) {
+        return c.command_on(l.node, command);
+      };
+      const std::string where = l.node.text();
       try {
-        co_await session_ends(
-            [&](AsyncConnection::Command command) { return c.command_on(l.node, command); },
-            l.node.text(), l.client);
+        co_await session_ends(send, where, l.client);
       } catch (const ConnectionRefused&) {
         // No server on that node's port: the connection died with its process.
       }
@@ -175,7 +180,8 @@ class AsyncRecordOps {
 
   // Waits until the server's client `client` is gone (send() sends a command to that server).
   template <class Send>
-  static net::awaitable<bool> session_ends(Send send, std::string where, unsigned long client) {
+  static net::awaitable<bool> session_ends(Send send, const std::string& where,
+                                           unsigned long client) {
     const std::string id = std::to_string(client);
     co_return co_await idem::async::detail::wait_until_session_ends(
         [&]() -> net::awaitable<bool> {
