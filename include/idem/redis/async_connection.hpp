@@ -180,21 +180,17 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
 
   // One command's reply, an error reply included (checked() turns it into a StoreError). In
   // a cluster, to the node serving the slot of its first argument after the command's name
-  // (its key), without redirections.
+  // (its key), without redirections. (On a single server, this and the calls below are the
+  // link's own coroutines: no coroutine frame more per call.)
   net::awaitable<Reply> command(Command args) {
-    if (!cluster()) co_return co_await single_->command(args);
-    const std::uint16_t slot = args.size() > 1 ? slot_of(args[1]) : 0;
-    const std::shared_ptr<detail::AsyncLink> l = co_await route(slot);
-    co_return co_await on_link(*l, [&] { return l->command(args); });
+    if (!cluster()) return single_->command(args);
+    return cluster_command(args);
   }
   // The commands, pipelined: written together, their replies in the same order. In a cluster,
   // all to the node of the first command's key.
   net::awaitable<std::vector<Reply>> commands(std::span<const Command> list) {
-    if (!cluster()) co_return co_await single_->commands(list);
-    const std::uint16_t slot =
-        !list.empty() && list.front().size() > 1 ? slot_of(list.front()[1]) : 0;
-    const std::shared_ptr<detail::AsyncLink> l = co_await route(slot);
-    co_return co_await on_link(*l, [&] { return l->commands(list); });
+    if (!cluster()) return single_->commands(list);
+    return cluster_commands(list);
   }
 
   // The reply, or its error as a StoreError with the server's text.
@@ -206,74 +202,16 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   // Runs a script by its SHA1 (on the node serving its keys), and by its source when the
   // server does not know it yet; the reply checked.
   net::awaitable<Reply> eval(const detail::Script& script, const ScriptCall& call) {
-    if (!cluster()) co_return co_await single_->eval(script, call);
-    const std::uint16_t slot = detail::call_slot(call);
-    std::optional<detail::Address> ask;
-    for (int hop = 0;; ++hop) {
-      std::shared_ptr<detail::AsyncLink> l;
-      if (ask) {
-        l = co_await link(*ask);
-      } else {
-        l = co_await route(slot);
-      }
-      const bool asking = ask.has_value();
-      Reply r = co_await run(*l, script, call, asking);
-      ask.reset();
-      const detail::Redirect redirect = detail::Redirect::of(r, l->address());
-      if (redirect.kind == detail::Redirect::none || hop == detail::max_redirections) {
-        co_return l->checked(std::move(r));
-      }
-      if (redirect.kind == detail::Redirect::moved) {
-        const std::lock_guard lock(mutex_);
-        map_.moved(slot, redirect.to);
-      } else {
-        ask = redirect.to;
-      }
-    }
+    if (!cluster()) return single_->eval(script, call);
+    return cluster_eval(script, call);
   }
 
   // The script once per call, pipelined (in a cluster, one pipeline per node); the replies
   // checked, in the calls' order (an error reply throws once every reply has arrived).
   net::awaitable<std::vector<Reply>> eval_all(const detail::Script& script,
                                               std::span<const ScriptCall> calls) {
-    if (!cluster()) co_return co_await single_->eval_all(script, calls);
-    // The calls by the node that serves them, each node's sent as one pipeline.
-    std::vector<std::pair<detail::Address, std::vector<std::size_t>>> by_node;
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      const detail::Address node = co_await owner(detail::call_slot(calls[i]));
-      auto g = by_node.begin();
-      while (g != by_node.end() && g->first.text() != node.text())
-        ++g;
-      if (g == by_node.end()) g = by_node.insert(by_node.end(), {node, {}});
-      g->second.push_back(i);
-    }
-    std::vector<std::optional<Reply>> replies(calls.size());
-    std::vector<std::shared_ptr<detail::AsyncLink>> via(calls.size());
-    for (const auto& [node, indexes] : by_node) {
-      const std::shared_ptr<detail::AsyncLink> l = co_await link(node);
-      std::vector<std::vector<std::string_view>> args;
-      args.reserve(indexes.size());
-      for (const std::size_t i : indexes)
-        args.push_back(detail::script_args(script, calls[i]));
-      const std::vector<Command> list(args.begin(), args.end());
-      std::vector<Reply> got = co_await on_link(*l, [&] { return l->commands(list); });
-      for (std::size_t k = 0; k < indexes.size(); ++k) {
-        replies[indexes[k]].emplace(std::move(got[k]));
-        via[indexes[k]] = l;
-      }
-    }
-    std::vector<Reply> out;
-    out.reserve(calls.size());
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      Reply& r = *replies[i];
-      if (detail::unknown_script(r) ||
-          detail::Redirect::of(r, via[i]->address()).kind != detail::Redirect::none) {
-        out.push_back(co_await eval(script, calls[i]));
-      } else {
-        out.push_back(via[i]->checked(std::move(r)));
-      }
-    }
-    co_return out;
+    if (!cluster()) return single_->eval_all(script, calls);
+    return cluster_eval_all(script, calls);
   }
 
   // Breaks a single server's connection (every command waiting fails, as after a lost
@@ -329,6 +267,84 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
     std::shared_ptr<detail::AsyncLink> link;
     bool opening = false;  // a caller is opening it; the others wait
   };
+
+  net::awaitable<Reply> cluster_command(Command args) {
+    const std::uint16_t slot = args.size() > 1 ? slot_of(args[1]) : 0;
+    const std::shared_ptr<detail::AsyncLink> l = co_await route(slot);
+    co_return co_await on_link(*l, [&] { return l->command(args); });
+  }
+  net::awaitable<std::vector<Reply>> cluster_commands(std::span<const Command> list) {
+    const std::uint16_t slot =
+        !list.empty() && list.front().size() > 1 ? slot_of(list.front()[1]) : 0;
+    const std::shared_ptr<detail::AsyncLink> l = co_await route(slot);
+    co_return co_await on_link(*l, [&] { return l->commands(list); });
+  }
+  net::awaitable<Reply> cluster_eval(const detail::Script& script, const ScriptCall& call) {
+    const std::uint16_t slot = detail::call_slot(call);
+    std::optional<detail::Address> ask;
+    for (int hop = 0;; ++hop) {
+      std::shared_ptr<detail::AsyncLink> l;
+      if (ask) {
+        l = co_await link(*ask);
+      } else {
+        l = co_await route(slot);
+      }
+      const bool asking = ask.has_value();
+      Reply r = co_await run(*l, script, call, asking);
+      ask.reset();
+      const detail::Redirect redirect = detail::Redirect::of(r, l->address());
+      if (redirect.kind == detail::Redirect::none || hop == detail::max_redirections) {
+        co_return l->checked(std::move(r));
+      }
+      if (redirect.kind == detail::Redirect::moved) {
+        const std::lock_guard lock(mutex_);
+        map_.moved(slot, redirect.to);
+      } else {
+        ask = redirect.to;
+      }
+    }
+  }
+
+  net::awaitable<std::vector<Reply>> cluster_eval_all(const detail::Script& script,
+                                                      std::span<const ScriptCall> calls) {
+    // The calls by the node that serves them, each node's sent as one pipeline.
+    std::vector<std::pair<detail::Address, std::vector<std::size_t>>> by_node;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const detail::Address node = co_await owner(detail::call_slot(calls[i]));
+      auto g = by_node.begin();
+      while (g != by_node.end() && g->first.text() != node.text())
+        ++g;
+      if (g == by_node.end()) g = by_node.insert(by_node.end(), {node, {}});
+      g->second.push_back(i);
+    }
+    std::vector<std::optional<Reply>> replies(calls.size());
+    std::vector<std::shared_ptr<detail::AsyncLink>> via(calls.size());
+    for (const auto& [node, indexes] : by_node) {
+      const std::shared_ptr<detail::AsyncLink> l = co_await link(node);
+      std::vector<std::vector<std::string_view>> args;
+      args.reserve(indexes.size());
+      for (const std::size_t i : indexes)
+        args.push_back(detail::script_args(script, calls[i]));
+      const std::vector<Command> list(args.begin(), args.end());
+      std::vector<Reply> got = co_await on_link(*l, [&] { return l->commands(list); });
+      for (std::size_t k = 0; k < indexes.size(); ++k) {
+        replies[indexes[k]].emplace(std::move(got[k]));
+        via[indexes[k]] = l;
+      }
+    }
+    std::vector<Reply> out;
+    out.reserve(calls.size());
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      Reply& r = *replies[i];
+      if (detail::unknown_script(r) ||
+          detail::Redirect::of(r, via[i]->address()).kind != detail::Redirect::none) {
+        out.push_back(co_await eval(script, calls[i]));
+      } else {
+        out.push_back(via[i]->checked(std::move(r)));
+      }
+    }
+    co_return out;
+  }
 
   static std::atomic<unsigned long>& next_cluster_id() {
     static std::atomic<unsigned long> next{1};
