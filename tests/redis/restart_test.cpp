@@ -31,7 +31,8 @@ struct CrashRun {
   int distinct = 0;
   int executed_twice = 0;
   int acknowledged = 0;
-  int errors = 0;
+  int errors = 0;      // other than lease_lost
+  int lease_lost = 0;  // a claim the restarted server had lost was taken over meanwhile
   std::string first_error = "none";
   // Acknowledged keys whose record the restarted server did not have, and how long before
   // the kill the latest of them was acknowledged.
@@ -71,6 +72,9 @@ CrashRun crash_under_load(idem_test::OwnRedis& server, int requests) {
         std::lock_guard lock(mutex);
         acked.emplace(id, Clock::now());
       }
+    } catch (const idem::LeaseLost&) {
+      std::lock_guard lock(mutex);
+      ++run.lease_lost;
     } catch (const std::exception& e) {
       std::lock_guard lock(mutex);
       if (run.errors++ == 0) run.first_error = e.what();
@@ -118,22 +122,29 @@ TEST_CASE("appendfsync always: a SIGKILLed server loses nothing acknowledged, no
   const CrashRun run = crash_under_load(server, 3'000);
   INFO("first error: " << run.first_error);
   CHECK(run.errors == 0);
+  CHECK(run.lease_lost == 0);
   CHECK(run.acknowledged == run.distinct);
   CHECK(run.lost == 0);
   CHECK(run.executed_twice == 0);
 }
 
-TEST_CASE("appendfsync everysec: a SIGKILLed server process loses nothing it acknowledged") {
+TEST_CASE(
+    "appendfsync everysec: a SIGKILLed server process loses at most its last seconds, and only "
+    "what it lost runs again") {
   // everysec writes the append-only file before the replies go out and fsyncs it once a
-  // second: a killed process leaves its writes to the kernel, and only a crash of the machine
-  // can lose the last second (which this test cannot cause).
+  // second, so a killed process usually leaves every acknowledged write to the kernel. But
+  // while an fsync is still running (a busy disk) Redis postpones the next write by up to two
+  // seconds and answers meanwhile: a kill then loses what it acknowledged in that time. So the
+  // losses are bounded in time, and only what was lost may run again.
   idem_test::OwnRedis server("--appendonly yes --appendfsync everysec");
   const CrashRun run = crash_under_load(server, 3'000);
   INFO("first error: " << run.first_error);
   CHECK(run.errors == 0);
-  CHECK(run.lost == 0);
-  CHECK(run.executed_twice == 0);
-  WARN("redis everysec: " << run.acknowledged << " acknowledged, " << run.lost << " lost");
+  CHECK(run.lost_latest_before_kill <= 3s);
+  CHECK(run.executed_twice <= run.lost + run.lease_lost);
+  WARN("redis everysec: " << run.acknowledged << " acknowledged, " << run.lost << " lost, "
+                          << run.lease_lost << " claims lost and taken over, " << run.executed_twice
+                          << " ran twice");
 }
 
 TEST_CASE("without persistence a restarted server forgets every key, and duplicates run again") {
