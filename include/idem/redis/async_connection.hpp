@@ -256,10 +256,7 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
 
   // Where the session goes, for messages: the socket path or host:port, or the cluster's
   // seed nodes.
-  std::string where() const {
-    if (cluster()) return detail::cluster_text(seeds_);
-    return detail::Address{params_.host, params_.port, params_.unix_socket}.text();
-  }
+  std::string where() const { return detail::session_text(params_, seeds_); }
   const ConnectionParams& params() const noexcept { return params_; }
 
  private:
@@ -510,8 +507,7 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
         last = e;
       }
     }
-    throw last ? *last
-               : StoreError(fmt::format("idem::redis: no node of the {} answered", where()), true);
+    throw last ? *last : detail::no_node_answered(where());
   }
 
   ConnectionParams params_;

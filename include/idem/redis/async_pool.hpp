@@ -113,8 +113,7 @@ class AsyncPool {
     std::vector<detail::Address> seeds;
     for (const std::string& node : p.cluster_nodes)
       seeds.push_back(detail::Address::parse(node));
-    if (!seeds.empty()) return detail::cluster_text(seeds);
-    return detail::Address{p.host, p.port, p.unix_socket}.text();
+    return detail::session_text(p, seeds);
   }
 
   net::awaitable<Handle> open_slot(std::size_t k) {

@@ -195,12 +195,7 @@ class Connection {
 
   // Where the session goes, for messages: the socket path or host:port, or the cluster's
   // seed nodes.
-  std::string where() const {
-    if (!cluster()) {
-      return detail::Address{params_.host, params_.port, params_.unix_socket}.text();
-    }
-    return detail::cluster_text(seeds_);
-  }
+  std::string where() const { return detail::session_text(params_, seeds_); }
 
  private:
   static std::vector<std::string_view> evalsha_args(const detail::Script& script,
@@ -281,8 +276,7 @@ class Connection {
         last = e;
       }
     }
-    throw last ? *last
-               : StoreError(fmt::format("idem::redis: no node of the {} answered", where()), true);
+    throw last ? *last : detail::no_node_answered(where());
   }
 
   ConnectionParams params_;

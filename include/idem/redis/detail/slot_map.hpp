@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "idem/errors.hpp"
+#include "idem/redis/connection_params.hpp"
 #include "idem/redis/detail/link.hpp"
 #include "idem/redis/detail/script.hpp"
 #include "idem/redis/detail/slot.hpp"
@@ -119,12 +120,19 @@ inline StoreError no_owner(std::string_view where, std::uint16_t slot) {
                     Diagnostics{0, "", "CLUSTERDOWN no node serves the slot", true});
 }
 
-// The cluster's name for messages: "cluster" and its seed nodes.
-inline std::string cluster_text(const std::vector<Address>& seeds) {
+// Where a session goes, for messages: the single server's socket path or host:port, or
+// "cluster" and the seed nodes (`seeds`, parsed from params.cluster_nodes).
+inline std::string session_text(const ConnectionParams& params, const std::vector<Address>& seeds) {
+  if (seeds.empty()) return Address{params.host, params.port, params.unix_socket}.text();
   std::string out = "cluster";
   for (const Address& a : seeds)
     out += " " + a.text();
   return out;
+}
+
+// The retryable error of a map reading that no node answered, when none said why.
+inline StoreError no_node_answered(std::string_view where) {
+  return StoreError(fmt::format("idem::redis: no node of the {} answered", where), true);
 }
 
 }  // namespace idem::redis::detail
