@@ -92,18 +92,23 @@ local function fields(rec)
   for i, f in ipairs(FIELDS) do out[i] = rec[f] or false end
   return out
 end
--- Writes the record at key, keeping the key's time to live. Packed once the bucket's layout key
--- is stamped or when the record already was; else a hash, the only encoding an idem before
--- layout 2 reads.
-local function save(key, layout, rec, packed)
+-- Writes the record at key (a count or time may be a Lua number or its decimal string). Packed
+-- once the bucket's layout key is stamped or when the record already was; else a hash, the only
+-- encoding an idem before layout 2 reads. The key keeps its time to live, or with until_ms expires
+-- then: set by the write itself, a call less than a PEXPIREAT after it.
+local function save(key, layout, rec, packed, until_ms)
   if packed or redis.call('EXISTS', layout) == 1 then
     local values = {{}}
     for i, f in ipairs(FIELDS) do
       local x = rec[f] or ''
-      if NUMBER[f] and x ~= '' then x = tonumber(x) or x end
+      if NUMBER[f] and type(x) == 'string' and x ~= '' then x = tonumber(x) or x end
       values[i] = x
     end
-    redis.call('SET', key, cmsgpack.pack(values), 'KEEPTTL')
+    if until_ms then
+      redis.call('SET', key, cmsgpack.pack(values), 'PXAT', int(until_ms))
+    else
+      redis.call('SET', key, cmsgpack.pack(values), 'KEEPTTL')
+    end
     return
   end
   local set, del = {{}}, {{}}
@@ -113,11 +118,12 @@ local function save(key, layout, rec, packed)
       del[#del + 1] = f
     elseif x ~= nil then
       set[#set + 1] = f
-      set[#set + 1] = x
+      set[#set + 1] = type(x) == 'number' and int(x) or x
     end
   end
   redis.call('HSET', key, unpack(set))
   if #del > 0 then redis.call('HDEL', key, unpack(del)) end
+  if until_ms then redis.call('PEXPIREAT', key, int(until_ms)) end
 end
 -- The expiry of a record that is (or is no longer) outcome_unknown: an unknown record has no
 -- time to live and leaves the expiry index; any other gets expire_at + keep back.
@@ -152,10 +158,9 @@ local rec = load(KEYS[1])
 if rec then return {0, now, fields(rec)} end
 local lease_until = now + tonumber(ARGV[3])
 local expire_at = now + tonumber(ARGV[4])
-save(KEYS[1], KEYS[5], {status = PROCESSING, fence = '1', owner = ARGV[1],
-  fingerprint = ARGV[2], snapshot = '', retryable = '0', attempts = '1', created_at = int(now),
-  updated_at = int(now), lease_until = int(lease_until), expire_at = int(expire_at)}, false)
-redis.call('PEXPIREAT', KEYS[1], int(expire_at + keep))
+save(KEYS[1], KEYS[5], {status = PROCESSING, fence = 1, owner = ARGV[1], fingerprint = ARGV[2],
+  snapshot = '', retryable = 0, attempts = 1, created_at = now, updated_at = now,
+  lease_until = lease_until, expire_at = expire_at}, false, expire_at + keep)
 redis.call('ZADD', KEYS[2], int(lease_until), ARGV[6])
 redis.call('ZADD', KEYS[3], int(expire_at), ARGV[6])
 return {1, now}
@@ -199,7 +204,7 @@ if not rec or rec.status ~= PROCESSING or rec.fence ~= ARGV[1] or rec.owner ~= A
   return 0
 end
 rec.status, rec.snapshot, rec.retryable = ARGV[3], ARGV[4], ARGV[5]
-rec.updated_at = int(now_ms())
+rec.updated_at = now_ms()
 save(KEYS[1], KEYS[5], rec, packed)
 redis.call('ZREM', KEYS[2], ARGV[6])
 return 1
