@@ -1,12 +1,20 @@
 #pragma once
 // What the coroutine scenarios share (built with IDEM_BENCH_ASYNC only): a round's requests
-// handed out to the coroutines that keep them in flight, run on the bench thread's io_context.
+// handed out to the coroutines that keep them in flight, run on the bench thread's io_context,
+// and a 1 ms timer on that same loop, whose lateness says whether the loop ever stalled.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <exception>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include <idem/async/net.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common.hpp"
 
 namespace bench {
 
@@ -19,15 +27,82 @@ struct Feed {
   long runs = 0;
 };
 
+// How late a 1 ms timer on the loop fired while a round's requests were in flight, over every
+// round it watched: a store call that blocked the loop would hold every firing behind it.
+struct LoopLateness {
+  std::vector<double> late_ms;  // one per firing
+
+  nlohmann::json json() const {
+    nlohmann::json j;
+    j["firings"] = late_ms.size();
+    if (late_ms.empty()) return j;
+    j["p50_ms"] = round_to(percentile(late_ms, 0.50), 2);
+    j["p99_ms"] = round_to(percentile(late_ms, 0.99), 2);
+    j["max_ms"] = round_to(*std::max_element(late_ms.begin(), late_ms.end()), 2);
+    return j;
+  }
+};
+
+// A thread of its own that sleeps until the next millisecond, and does nothing else, for as long
+// as it lives: how late the machine alone wakes a thread (one waiting for a core the server
+// holds), to read a loop's lateness against. The blocking side of a scenario makes one for each
+// of its rounds.
+class IdleTicker {
+ public:
+  explicit IdleTicker(LoopLateness& lateness) : lateness_(lateness), thread_([this] { run(); }) {}
+  ~IdleTicker() {
+    stop_ = true;
+    thread_.join();
+  }
+  IdleTicker(const IdleTicker&) = delete;
+  IdleTicker& operator=(const IdleTicker&) = delete;
+
+ private:
+  void run() {
+    while (!stop_) {
+      const auto due = Clock::now() + std::chrono::milliseconds(1);
+      std::this_thread::sleep_until(due);
+      if (stop_) break;
+      lateness_.late_ms.push_back(
+          std::chrono::duration<double, std::milli>(Clock::now() - due).count());
+    }
+  }
+  LoopLateness& lateness_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // Runs the coroutines on `io` from this thread until all have ended; rethrows the first error.
+// With `lateness`, a 1 ms timer also runs on `io` until the last of them ends, and adds how
+// late each firing was.
 inline void run_all(idem::async::net::io_context& io,
-                    std::vector<idem::async::net::awaitable<void>> coroutines) {
+                    std::vector<idem::async::net::awaitable<void>> coroutines,
+                    LoopLateness* lateness = nullptr) {
   namespace net = idem::async::net;
   std::exception_ptr failed;
+  std::size_t running = coroutines.size();
   for (auto& c : coroutines)
     net::co_spawn(io, std::move(c), [&](std::exception_ptr e) {
       if (e && !failed) failed = e;
+      --running;
     });
+  if (lateness != nullptr) {
+    // Ends at its first firing after the last request: at most a millisecond after the round.
+    net::co_spawn(
+        io,
+        [&]() -> net::awaitable<void> {
+          net::steady_timer timer(io);
+          while (running > 0) {
+            const auto due = Clock::now() + std::chrono::milliseconds(1);
+            timer.expires_at(due);
+            co_await timer.async_wait(net::use_awaitable);
+            if (running == 0) break;
+            lateness->late_ms.push_back(
+                std::chrono::duration<double, std::milli>(Clock::now() - due).count());
+          }
+        },
+        net::detached);
+  }
   io.restart();
   io.run();
   if (failed) std::rethrow_exception(failed);

@@ -1,7 +1,8 @@
 // pg.claim, pg.claim_shape, pg.cycle, pg.mix, pg.mix_handwritten, pg.tx, pg.tx_handwritten:
 // idem::pg against bare libpq on the same server, same table shapes, same thread count. Both
 // sides prepare each statement once per connection and run it by name (what idem does on its
-// own connections).
+// own connections). pg.async_cycle: pg.cycle's library side from ONE loop thread on the
+// coroutine store against the same on 32 blocked threads (as mysql.async_cycle).
 #include "common.hpp"
 #include "scenarios.hpp"
 
@@ -11,6 +12,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -21,6 +23,12 @@
 
 #include <idem/idem.hpp>
 #include <idem/pg.hpp>
+
+#ifdef IDEM_BENCH_ASYNC
+#include <idem/pg/async.hpp>
+
+#include "async_run.hpp"
+#endif
 
 namespace bench {
 namespace {
@@ -410,6 +418,112 @@ void tx_scenario(const Config& config, bool against_handwritten) {
   emit(j);
 }
 
+#ifdef IDEM_BENCH_ASYNC
+
+// One of pg.async_cycle's in-flight coroutines: pg.cycle's request on the next fresh key, until
+// the round's requests are all out. (The key is built apart from the co_await: GCC 12 cannot
+// keep a braced temporary alive across one.)
+idem::async::net::awaitable<void> pg_cycle_requester(idem::pg::AsyncStore& store, Feed& feed) {
+  const idem::Options options{};
+  while (feed.next < feed.total) {
+    const idem::Key key{"BENCH", key_id(feed.round, 0, feed.next++)};
+    long& runs = feed.runs;
+    auto business = [&runs]() -> idem::async::net::awaitable<nlohmann::json> {
+      ++runs;
+      co_return nlohmann::json{{"status", "paid"}};
+    };
+    const auto out =
+        co_await idem::async::run_once(store, key, fixed_fingerprint(), business, options);
+    if (!out) throw std::runtime_error("neither acquired nor replayed");
+  }
+}
+
+// Opens every connection of the pool (connecting is not what is measured).
+idem::async::net::awaitable<void> open_all(idem::pg::AsyncPool& pool) {
+  std::vector<idem::pg::AsyncPool::Handle> handles;
+  handles.reserve(pool.size());
+  for (std::size_t i = 0; i < pool.size(); ++i)
+    handles.push_back(co_await pool.acquire());
+}
+
+// pg.async_cycle: run_once on pg::AsyncStore from one loop thread, twice as many requests in
+// flight as the AsyncPool has connections, against pg.cycle's library side on as many blocked
+// threads as connections (goal >= 1.0), with the loop's timer lateness and the machine's
+// (IdleTicker, during the blocking rounds) beside it.
+void async_cycle_scenario(const Config& config) {
+  const std::string name = "pg.async_cycle";
+  const int threads = config.threads > 0 ? config.threads : 32;
+  const auto connections = static_cast<std::size_t>(threads);
+  const std::size_t in_flight = 2 * connections;
+  PgServer server(config, threads);
+  // Three times pg.cycle's requests a round, as mysql.async_cycle: one loop thread and the server
+  // share the two cores unevenly from one second to the next.
+  const std::size_t per = config.ops(45'000, 4'500) / connections;
+  const std::size_t total = per * connections;
+  idem::async::net::io_context io{1};
+  auto pool = std::make_shared<idem::pg::AsyncPool>(
+      idem::pg::ConnectionParams{.conninfo = conninfo_of(config)},
+      idem::pg::PoolParams{.size = connections});
+  idem::pg::AsyncStore store(pool, idem::pg::StoreParams{.table = pg_lib_table});
+  {
+    std::vector<idem::async::net::awaitable<void>> opening;
+    opening.push_back(open_all(*pool));
+    run_all(io, std::move(opening));
+  }
+  LoopLateness lateness;
+  LoopLateness idle_lateness;
+  long async_runs = 0;
+  std::atomic<long> blocking_runs{0};
+  Side async_side{[&](int) { server.truncate(pg_lib_table); },
+                  [&](int, int r) {
+                    Feed feed{r, total};
+                    std::vector<idem::async::net::awaitable<void>> requesters;
+                    for (std::size_t k = 0; k < in_flight; ++k)
+                      requesters.push_back(pg_cycle_requester(store, feed));
+                    run_all(io, std::move(requesters), &lateness);
+                    async_runs += feed.runs;
+                  }};
+  Side blocking_side{[&](int) { server.truncate(pg_lib_table); },
+                     [&](int t, int r) {
+                       std::optional<IdleTicker> ticker;
+                       if (t == 0) ticker.emplace(idle_lateness);
+                       long runs = 0;
+                       for (std::size_t i = 0; i < per; ++i) {
+                         auto out = idem::run_once(
+                             *server.store, idem::Key{"BENCH", key_id(r, t, i)},
+                             fixed_fingerprint(),
+                             [&] {
+                               ++runs;
+                               return nlohmann::json{{"status", "paid"}};
+                             },
+                             idem::Options{});
+                         if (!out) throw std::runtime_error("neither acquired nor replayed");
+                       }
+                       blocking_runs += runs;
+                     }};
+  const auto t =
+      alternate(name, config.rounds_per_side(), 1, threads, total, async_side, blocking_side);
+  auto j = throughput_json(name, 1, total, t, ">= 1.0");
+  j["baseline_threads"] = threads;
+  j["connections"] = connections;  // per side
+  j["in_flight"] = in_flight;
+  j["library_executions"] = async_runs / config.rounds_per_side();
+  j["baseline_executions"] = blocking_runs.load() / config.rounds_per_side();
+  j["loop_timer_late"] = lateness.json();
+  j["idle_timer_late"] = idle_lateness.json();
+  j["library"] = fmt::format(
+      "idem::async::run_once on pg::AsyncStore from one loop thread, {} requests in flight on "
+      "an AsyncPool of {} connections: claim, no-op business, commit of a small JSON",
+      in_flight, connections);
+  j["baseline"] = fmt::format(
+      "pg.cycle's library side: idem::run_once on the blocking pg::Store, {} threads on a Pool "
+      "of {} connections",
+      threads, threads);
+  emit(j);
+}
+
+#endif
+
 }  // namespace
 
 int run_pg(const Config& config, const Selected& selected) {
@@ -430,6 +544,14 @@ int run_pg(const Config& config, const Selected& selected) {
   if (selected("pg.tx")) failed += attempt("pg.tx", [&] { tx_scenario(config, false); });
   if (selected("pg.tx_handwritten"))
     failed += attempt("pg.tx_handwritten", [&] { tx_scenario(config, true); });
+  if (selected("pg.async_cycle")) {
+#ifdef IDEM_BENCH_ASYNC
+    failed += attempt("pg.async_cycle", [&] { async_cycle_scenario(config); });
+#else
+    progress("pg.async_cycle: idem-bench was built without idem::async (Boost.Asio 1.81)");
+    ++failed;
+#endif
+  }
   return failed;
 }
 
@@ -442,7 +564,7 @@ namespace bench {
 int run_pg(const Config&, const Selected& selected) {
   int failed = 0;
   for (const char* name : {"pg.claim", "pg.claim_shape", "pg.cycle", "pg.mix", "pg.mix_handwritten",
-                           "pg.tx", "pg.tx_handwritten"}) {
+                           "pg.tx", "pg.tx_handwritten", "pg.async_cycle"}) {
     if (!selected(name)) continue;
     progress(std::string(name) + ": idem-bench was built without idem::pg (libpq)");
     ++failed;

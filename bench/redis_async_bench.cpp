@@ -6,7 +6,9 @@
 //    in flight: all claims written, their replies read, then all finishes;
 //  - redis.async_cycle_setnx: a hand-written dedup, SET NX of a marker then SET XX of the
 //    response, pipelined the same way.
-// Both sides on fresh keys, in the same run, alternating.
+// Both sides on fresh keys, in the same run, alternating. loop_timer_late: how late a 1 ms
+// timer on the loop fired while the library's requests were out; idle_timer_late: how late a
+// thread doing nothing else woke during the baseline's rounds (what the machine alone causes).
 #include <hiredis/hiredis.h>
 
 #include <memory>
@@ -124,12 +126,14 @@ void redis_async_cycle(const Config& config, bool setnx) {
   }
   long lib_runs = 0;
   long raw_runs = 0;
+  LoopLateness lateness;
+  LoopLateness idle_lateness;
   Side library{{}, [&](int, int r) {
                  Feed feed{r, total};
                  std::vector<net::awaitable<void>> requesters;
                  for (std::size_t k = 0; k < in_flight; ++k)
                    requesters.push_back(requester(store, feed));
-                 run_all(io, std::move(requesters));
+                 run_all(io, std::move(requesters), &lateness);
                  lib_runs += feed.runs;
                }};
   std::unique_ptr<PipelinedRedis> raw;
@@ -138,6 +142,7 @@ void redis_async_cycle(const Config& config, bool setnx) {
   const std::string keep = std::to_string(std::chrono::milliseconds{std::chrono::hours{1}}.count());
   const std::string token(32, 'f');
   Side baseline{{}, [&](int, int r) {
+                  const IdleTicker ticker(idle_lateness);
                   if (!raw) raw = std::make_unique<PipelinedRedis>(config.redis_socket);
                   const std::string snapshot = nlohmann::json{{"status", "paid"}}.dump();
                   for (std::size_t begin = 0; begin < total; begin += in_flight) {
@@ -187,6 +192,8 @@ void redis_async_cycle(const Config& config, bool setnx) {
   j["in_flight"] = in_flight;
   j["library_executions"] = lib_runs / config.rounds_per_side();
   j["baseline_executions"] = raw_runs / config.rounds_per_side();
+  j["loop_timer_late"] = lateness.json();
+  j["idle_timer_late"] = idle_lateness.json();
   j["library"] = fmt::format(
       "idem::async::run_once on redis::AsyncStore from one loop thread, {} requests in flight "
       "pipelined on one connection: claim script, no-op business, finish script with a small "

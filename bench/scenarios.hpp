@@ -65,7 +65,8 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "pg.mix",
                                                  "pg.mix_handwritten",
                                                  "pg.tx",
-                                                 "pg.tx_handwritten"};
+                                                 "pg.tx_handwritten",
+                                                 "pg.async_cycle"};
   return names;
 }
 

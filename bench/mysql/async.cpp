@@ -11,7 +11,13 @@
 //    messages on the AsyncStore, against the same messages claimed one co_await store.claim
 //    after another (what a consumer without claim_batch writes), both from one loop thread
 //    with 4 consumers in flight on 4 connections. The goal: mysql.batch's, >= 3.
+// Each also reports loop_timer_late: how late a 1 ms timer on the loop thread fired while the
+// coroutine side's requests were out (the goal: a few ms at most, the loop never stalls), and
+// mysql.async_cycle and mysql.async_bound idle_timer_late: how late a thread doing nothing else
+// woke meanwhile during the blocking side's rounds (what the machine alone causes).
 #include "shared.hpp"
+
+#include <optional>
 
 #ifdef IDEM_BENCH_ASYNC
 #include <boost/asio/io_context.hpp>
@@ -122,7 +128,9 @@ struct AsyncSide {
   std::size_t in_flight = 2 * pool_size;
   std::shared_ptr<idem::mysql::AsyncPool> pool;
   idem::mysql::AsyncStore store;
-  net::io_context io{1};  // run by one thread: the bench thread of the library side
+  net::io_context io{1};       // run by one thread: the bench thread of the library side
+  LoopLateness lateness;       // of a 1 ms timer on `io`, over every round
+  LoopLateness idle_lateness;  // of an IdleTicker during the blocking side's rounds
 
   AsyncSide(const Config& config, int threads)
       : pool_size(static_cast<std::size_t>(threads)),
@@ -141,7 +149,7 @@ struct AsyncSide {
     std::vector<net::awaitable<void>> requesters;
     for (std::size_t k = 0; k < in_flight; ++k)
       requesters.push_back(make(feed));
-    run_all(io, std::move(requesters));
+    run_all(io, std::move(requesters), &lateness);
     return feed.runs;
   }
 
@@ -157,6 +165,8 @@ struct AsyncSide {
     j["connections"] = pool_size;  // per side
     j["in_flight"] = in_flight;
     j["rounds_per_side"] = steady_rounds(config);
+    j["loop_timer_late"] = lateness.json();
+    j["idle_timer_late"] = idle_lateness.json();
     return j;
   }
 };
@@ -181,6 +191,8 @@ void async_cycle_scenario(const Config& config) {
                   }};
   Side blocking_side{[&](int) { server.truncate(lib_table); },
                      [&](int t, int r) {
+                       std::optional<IdleTicker> ticker;
+                       if (t == 0) ticker.emplace(async.idle_lateness);
                        blocking_runs += blocking_cycles(
                            *server.store, per, [&](std::size_t i) { return key_id(r, t, i); });
                      }};
@@ -221,6 +233,8 @@ void async_bound_scenario(const Config& config) {
                     });
                   }};
   Side blocking_side{empty_tables, [&](int t, int r) {
+                       std::optional<IdleTicker> ticker;
+                       if (t == 0) ticker.emplace(async.idle_lateness);
                        for (std::size_t i = 0; i < per; ++i) {
                          const std::string id = key_id(r, t, i);
                          const bool ok =
@@ -274,6 +288,7 @@ void async_batch_scenario(const Config& config) {
   j["connections"] = consumers;
   j["in_flight"] = async.in_flight;
   j["batch"] = batch;
+  j["loop_timer_late"] = async.lateness.json();  // both sides run on the loop
   j["library_claims"] = batched_claims / config.rounds_per_side();
   j["baseline_claims"] = single_claims / config.rounds_per_side();
   j["library"] = fmt::format(
