@@ -81,22 +81,25 @@ inline void run_all(idem::async::net::io_context& io,
   namespace net = idem::async::net;
   std::exception_ptr failed;
   std::size_t running = coroutines.size();
+  net::steady_timer timer(io);
   for (auto& c : coroutines)
     net::co_spawn(io, std::move(c), [&](std::exception_ptr e) {
       if (e && !failed) failed = e;
-      --running;
+      if (--running == 0) timer.cancel();  // the ticker ends with the last request
     });
-  if (lateness != nullptr) {
-    // Ends at its first firing after the last request: at most a millisecond after the round.
+  if (lateness != nullptr && running > 0) {
     net::co_spawn(
         io,
         [&]() -> net::awaitable<void> {
-          net::steady_timer timer(io);
-          while (running > 0) {
+          for (;;) {
             const auto due = Clock::now() + std::chrono::milliseconds(1);
             timer.expires_at(due);
-            co_await timer.async_wait(net::use_awaitable);
-            if (running == 0) break;
+            try {
+              co_await timer.async_wait(net::use_awaitable);
+            } catch (const boost::system::system_error&) {
+              co_return;  // cancelled: the round is over
+            }
+            if (running == 0) co_return;
             lateness->late_ms.push_back(
                 std::chrono::duration<double, std::milli>(Clock::now() - due).count());
           }

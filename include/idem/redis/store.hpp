@@ -11,8 +11,8 @@
 // reconciled by reading the record (the owner token says whether it was ours), as on MySQL
 // (idem/backend/store_skeleton.hpp).
 //
-// Expiry: a record also expires in Redis itself (PEXPIREAT), StoreParams::keep_expired after
-// its expire_at. Until then it is an expired record as on any store (a claim takes it over
+// Expiry: a record also expires in Redis itself (its key's time to live),
+// StoreParams::keep_expired after its expire_at. Until then it is an expired record as on any store (a claim takes it over
 // with the next fence, find() shows it, purge_expired() deletes it); after that Redis has
 // deleted it, and the key starts afresh at fence 1. An outcome_unknown record has no time to
 // live at all until a repair settles it.

@@ -57,7 +57,8 @@ local PROCESSING, FAILED, UNKNOWN = '{}', '{}', '{}'
 local function is_expired(status, expire_at, now)
   return tonumber(expire_at) <= now and status ~= UNKNOWN
 end
--- A record is a table of field = string value (a field it lacks is nil). Stored, it is a
+-- A record is a table of field = value (a field it lacks is nil): a string as load() answers
+-- it, or for a count or time a Lua number where a script set one. Stored, it is a
 -- string packed by cmsgpack (an array in FIELDS' order, counts and times as integers, a missing
 -- field as ''), or a hash of FIELDS whose empty optional fields are left out.
 local OPTIONAL = {{recovery_points = true, repair_reason = true, repaired_at = true}}
