@@ -1,17 +1,22 @@
 #pragma once
 // What the coroutine scenarios share (built with IDEM_BENCH_ASYNC only): a round's requests
-// handed out to the coroutines that keep them in flight, run on the bench thread's io_context,
-// and a 1 ms timer on that same loop, whose lateness says whether the loop ever stalled.
+// handed out to the coroutines that keep them in flight (the cycle's request is one for every
+// store), run on the bench thread's io_context, and a 1 ms timer on that same loop, whose
+// lateness says whether the loop ever stalled.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include <idem/async/net.hpp>
+#include <idem/async/run_once.hpp>
+#include <idem/key.hpp>
+#include <idem/options.hpp>
 #include <nlohmann/json.hpp>
 
 #include "common.hpp"
@@ -26,6 +31,30 @@ struct Feed {
   std::size_t next = 0;
   long runs = 0;
 };
+
+// One in-flight coroutine of a cycle scenario: run_once on the next fresh key of the round
+// (claim, the no-op business, the commit), until the round's requests are all out. (The key and
+// the business are built apart from the co_await: GCC 12 cannot keep a braced temporary alive
+// across one.)
+template <class Store>
+idem::async::net::awaitable<void> cycle_requester(Store& store, Feed& feed, idem::Options options) {
+  while (feed.next < feed.total) {
+    const idem::Key key{"BENCH", key_id(feed.round, 0, feed.next++)};
+    const PaidBusiness business{&feed.runs};
+    const auto out =
+        co_await idem::async::run_once(store, key, fixed_fingerprint(), business, options);
+    if (!out) throw std::runtime_error("neither acquired nor replayed");
+  }
+}
+
+// Opens every connection of a coroutine pool (connecting is not what is measured).
+template <class Pool>
+idem::async::net::awaitable<void> open_all(Pool& pool) {
+  std::vector<typename Pool::Handle> handles;
+  handles.reserve(pool.size());
+  for (std::size_t i = 0; i < pool.size(); ++i)
+    handles.push_back(co_await pool.acquire());
+}
 
 // How late a 1 ms timer on the loop fired while a round's requests were in flight, over every
 // round it watched: a store call that blocked the loop would hold every firing behind it.

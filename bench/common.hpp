@@ -242,4 +242,13 @@ inline const std::string& fixed_fingerprint() {
   return fp;
 }
 
+// The no-op business of the cycle scenarios: counts its runs, answers a small JSON.
+struct PaidBusiness {
+  long* runs;
+  nlohmann::json operator()() const {
+    ++*runs;
+    return nlohmann::json{{"status", "paid"}};
+  }
+};
+
 }  // namespace bench

@@ -426,37 +426,6 @@ void tx_scenario(const Config& config, bool against_handwritten) {
 
 #ifdef IDEM_BENCH_ASYNC
 
-// pg.cycle's business: counts its runs and answers a small JSON.
-struct PaidBusiness {
-  long* runs;
-  nlohmann::json operator()() const {
-    ++*runs;
-    return nlohmann::json{{"status", "paid"}};
-  }
-};
-
-// One of pg.async_cycle's in-flight coroutines: pg.cycle's request on the next fresh key, until
-// the round's requests are all out. (The key and the business are built apart from the
-// co_await: GCC 12 cannot keep a braced temporary alive across one.)
-idem::async::net::awaitable<void> pg_cycle_requester(idem::pg::AsyncStore& store, Feed& feed) {
-  const idem::Options options{};
-  while (feed.next < feed.total) {
-    const idem::Key key{"BENCH", key_id(feed.round, 0, feed.next++)};
-    const PaidBusiness business{&feed.runs};
-    const auto out =
-        co_await idem::async::run_once(store, key, fixed_fingerprint(), business, options);
-    if (!out) throw std::runtime_error("neither acquired nor replayed");
-  }
-}
-
-// Opens every connection of the pool (connecting is not what is measured).
-idem::async::net::awaitable<void> open_all(idem::pg::AsyncPool& pool) {
-  std::vector<idem::pg::AsyncPool::Handle> handles;
-  handles.reserve(pool.size());
-  for (std::size_t i = 0; i < pool.size(); ++i)
-    handles.push_back(co_await pool.acquire());
-}
-
 // pg.async_cycle: run_once on pg::AsyncStore from one loop thread, twice as many requests in
 // flight as the AsyncPool has connections, against pg.cycle's library side on as many blocked
 // threads as connections (goal >= 1.0), with the loop's timer lateness and the machine's
@@ -490,7 +459,7 @@ void async_cycle_scenario(const Config& config) {
                     Feed feed{r, total};
                     std::vector<idem::async::net::awaitable<void>> requesters;
                     for (std::size_t k = 0; k < in_flight; ++k)
-                      requesters.push_back(pg_cycle_requester(store, feed));
+                      requesters.push_back(cycle_requester(store, feed, idem::Options{}));
                     run_all(io, std::move(requesters), &lateness);
                     async_runs += feed.runs;
                   }};

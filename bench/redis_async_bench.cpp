@@ -37,24 +37,6 @@ namespace net = idem::async::net;
 
 const idem::Options options{};
 
-struct Paid {
-  long* runs;
-  nlohmann::json operator()() const {
-    ++*runs;
-    return {{"status", "paid"}};
-  }
-};
-
-net::awaitable<void> requester(idem::redis::AsyncStore& store, Feed& feed) {
-  while (feed.next < feed.total) {
-    const idem::Key key{"BENCH", key_id(feed.round, 0, feed.next++)};
-    const Paid business{&feed.runs};
-    const auto out =
-        co_await idem::async::run_once(store, key, fixed_fingerprint(), business, options);
-    if (!out) throw std::runtime_error("neither acquired nor replayed");
-  }
-}
-
 // One bare hiredis connection that pipelines: append many commands, then read their replies.
 class PipelinedRedis {
  public:
@@ -132,7 +114,7 @@ void redis_async_cycle(const Config& config, bool setnx) {
                  Feed feed{r, total};
                  std::vector<net::awaitable<void>> requesters;
                  for (std::size_t k = 0; k < in_flight; ++k)
-                   requesters.push_back(requester(store, feed));
+                   requesters.push_back(cycle_requester(store, feed, options));
                  run_all(io, std::move(requesters), &lateness);
                  lib_runs += feed.runs;
                }};

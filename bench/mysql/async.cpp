@@ -40,19 +40,6 @@ namespace net = idem::async::net;
 // (docs/performance.md, "One loop thread against 32 threads").
 constexpr std::size_t async_round_operations = 3 * steady_round_operations;
 
-// One of mysql.async_cycle's in-flight coroutines: mysql.cycle's request on the next fresh
-// key, until the round's requests are all out. (The key and the business are built apart from
-// the co_await: GCC 12 cannot keep a braced temporary alive across one.)
-net::awaitable<void> cycle_requester(idem::mysql::AsyncStore& store, Feed& feed) {
-  while (feed.next < feed.total) {
-    const idem::Key key{"BENCH", key_id(feed.round, 0, feed.next++)};
-    const PaidBusiness business{&feed.runs};
-    const auto out =
-        co_await idem::async::run_once(store, key, fixed_fingerprint(), business, options);
-    if (!out) throw std::runtime_error("neither acquired nor replayed");
-  }
-}
-
 // One of mysql.async_bound's in-flight coroutines: mysql.tx's request on the next fresh key, in
 // a coroutine transaction of its own (with_transaction runs the body again when the server
 // asks for it), until the round's requests are all out. `feed.runs` counts the bodies.
@@ -107,14 +94,6 @@ net::awaitable<void> batch_requester(idem::mysql::AsyncStore& store, Feed& feed,
       }
     }
   }
-}
-
-// Opens every connection of the pool (connecting is not what is measured).
-net::awaitable<void> open_all(idem::mysql::AsyncPool& pool) {
-  std::vector<idem::mysql::AsyncPool::Handle> handles;
-  handles.reserve(pool.size());
-  for (std::size_t i = 0; i < pool.size(); ++i)
-    handles.push_back(co_await pool.acquire());
 }
 
 // The async side's machinery: an AsyncPool of as many connections as the blocking side has
@@ -186,8 +165,9 @@ void async_cycle_scenario(const Config& config) {
   // Both sides on the same table (the library's), emptied before each round.
   Side async_side{[&](int) { server.truncate(lib_table); },
                   [&](int, int r) {
-                    async_runs += async.round(
-                        r, total, [&](Feed& feed) { return cycle_requester(async.store, feed); });
+                    async_runs += async.round(r, total, [&](Feed& feed) {
+                      return cycle_requester(async.store, feed, options);
+                    });
                   }};
   Side blocking_side{[&](int) { server.truncate(lib_table); },
                      [&](int t, int r) {

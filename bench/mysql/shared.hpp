@@ -183,16 +183,6 @@ inline bool bound_order_request(Connection& c, const idem::mysql::Store& store,
 
 // --- mysql.cycle ---------------------------------------------------------------------------
 
-// The business of a cycle: a no-op answering the small JSON the record stores; counts its
-// executions in *runs.
-struct PaidBusiness {
-  long* runs;
-  nlohmann::json operator()() const {
-    ++*runs;
-    return nlohmann::json{{"status", "paid"}};
-  }
-};
-
 // mysql.cycle's request on the blocking store, `per` times in this thread on keys id_of(i):
 // run_once, the no-op business, the commit. Returns the executions. mysql.cycle's and
 // mysql.mix's library side, and mysql.async_cycle's baseline.
