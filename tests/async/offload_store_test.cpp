@@ -148,6 +148,18 @@ TEST_CASE(
   calls.join();
 }
 
+TEST_CASE("async offload: a batch cancelled at any point leaves no processing claim behind") {
+  idem_test::TempDir dir;
+  idem::sqlite::Store sqlite{dir / "batches.db"};
+  net::thread_pool calls{2};
+  idem::async::OffloadStore store{sqlite, calls.get_executor()};
+  const auto r = idem_test::cancel_batches_at_random(store, 8, 150, 31);
+  const auto left = idem_test::batch_keys_left(store, r, 8, 150);
+  idem_test::check_cancelled_batches("async offload (SQLite)", r, 8, left.processing, left.cut_off,
+                                     left.made_before);
+  calls.join();
+}
+
 namespace {
 
 // A memory store whose claims take a while on the pool's thread, and are counted.

@@ -173,6 +173,15 @@ TEST_CASE("async redis cluster: a request cancelled at any point leaves no proce
   CHECK(idem_test::replayed_or_ran(t.store, r, 400) == r.requests);
 }
 
+TEST_CASE("async redis cluster: a batch cancelled at any point leaves no processing claim") {
+  idem_test::RedisCluster cl;
+  idem_test::RedisAsyncClusterStore t(cl, idem_test::test_loop().get_executor(), 2);
+  const auto r = idem_test::cancel_batches_at_random(t.store, 8, 150, 37);
+  const auto left = idem_test::batch_keys_left(t.store, r, 8, 150);
+  idem_test::check_cancelled_batches("async redis cluster", r, 8, left.processing, left.cut_off,
+                                     left.made_before);
+}
+
 TEST_CASE(
     "async redis cluster: a link lost with a command out is remembered by its session, one "
     "closed idle is not") {

@@ -117,6 +117,14 @@ TEST_CASE("async redis: a request cancelled at any point leaves no processing cl
   CHECK(idem_test::replayed_or_ran(t.store, r, 400) == r.requests);
 }
 
+TEST_CASE("async redis: a batch cancelled at any point leaves no processing claim behind") {
+  idem_test::RedisAsyncStore t(idem_test::test_loop().get_executor(), 2);
+  const auto r = idem_test::cancel_batches_at_random(t.store, 8, 150, 29);
+  const auto left = idem_test::batch_keys_left(t.store, r, 8, 150);
+  idem_test::check_cancelled_batches("async redis", r, 8, left.processing, left.cut_off,
+                                     left.made_before);
+}
+
 TEST_CASE("async redis: ensure_schema stamps the buckets and check_schema reads the layout") {
   net::io_context io;
   idem_test::RedisAsyncStore t(io.get_executor(), 1, {.buckets = 8});

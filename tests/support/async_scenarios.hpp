@@ -560,6 +560,39 @@ inline void check_cancelled_batches(const char* store, const BatchCancelResult& 
   CHECK(processing_now == 0);
 }
 
+// What the keys of cancel_batches_at_random's rounds (`r`, of `batches` batches of
+// `batch_size` keys a round) hold now, read through `store` itself: for a store without a table
+// to count in. The three counts are check_cancelled_batches' last three arguments.
+struct BatchKeysLeft {
+  long long processing = 0;
+  long long cut_off = 0;      // retryable failures recorded for a claim cut off (idem.cancelled)
+  long long made_before = 0;  // ... for a claim made before the cut (idem.abandoned)
+};
+
+template <class Store>
+BatchKeysLeft batch_keys_left(Store& store, const BatchCancelResult& r, int batches,
+                              int batch_size) {
+  BatchKeysLeft left;
+  const int rounds = r.batches / batches;
+  run_on(test_loop(), [&]() -> async_net::awaitable<int> {
+    for (int round = 0; round < rounds; ++round) {
+      const std::string biz_type = "CBATCH_" + std::to_string(round);
+      for (int b = 0; b < batches; ++b) {
+        for (int i = 0; i < batch_size; ++i) {
+          const idem::Key key{biz_type, std::to_string(b) + "-" + std::to_string(i)};
+          const auto stored = co_await store.find(key);
+          if (!stored) continue;
+          if (stored->status == idem::Status::processing) ++left.processing;
+          if (stored->snapshot.find("idem.cancelled") != std::string::npos) ++left.cut_off;
+          if (stored->snapshot.find("idem.abandoned") != std::string::npos) ++left.made_before;
+        }
+      }
+    }
+    co_return 0;
+  }());
+  return left;
+}
+
 // A round of the coroutine Janitor on `store`, over claims made with `blocking` (a blocking
 // store on the same records): 10 expired claims (purged), PAY/paid and PAY/free stale (a
 // resolver answers happened and not happened), MAIL/m1 stale without a resolver (released by a
