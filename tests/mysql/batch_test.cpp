@@ -21,8 +21,6 @@ using idem::ClaimRequest;
 using idem::Verdict;
 
 using idem_test::batch_key;
-using idem_test::prepare_batch_states;
-using idem_test::seen;
 
 namespace {
 
@@ -67,31 +65,7 @@ TEST_CASE("claim_batch answers exactly what one claim after another answers", "[
   INFO("insert_returning = " << returning);
   idem_test::Table batched(8, {.insert_returning = returning});
   idem_test::Table single(8, {.insert_returning = returning});
-  const auto batch = prepare_batch_states(batched.store);
-  const auto same = prepare_batch_states(single.store);
-
-  const auto got = idem::claim_batch(batched.store, batch, {});
-  std::vector<idem::ClaimResult> want;
-  for (const auto& r : same)
-    want.push_back(single.store.claim(r.key, r.fingerprint, {}));
-
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    INFO("request " << i << " " << batch[i].key.id() << " fp=" << batch[i].fingerprint);
-    CHECK(seen(got[i]) == seen(want[i]));
-    CHECK(got[i].record.key == batch[i].key);
-    CHECK(got[i].record.snapshot == want[i].record.snapshot);
-  }
-  const auto& verdicts = idem_test::batch_state_verdicts();
-  for (std::size_t i = 0; i < verdicts.size(); ++i) {
-    INFO("request " << i);
-    CHECK(got[i].verdict == verdicts[i]);
-  }
-  CHECK(got[2].record.attempts == 2);  // the retryable failure ran again
-  CHECK_FALSE(got[2].after_crash);
-  CHECK(got[4].after_crash);           // the lease of key 4's worker ran out: it crashed mid-flight
-  CHECK(got[5].record.attempts == 1);  // an expired record starts over
-  CHECK_FALSE(got[5].after_crash);
+  idem_test::check_claim_batch_answers(batched.store, single.store);
 }
 
 TEST_CASE("claim_batch resumes stale claims after_crash with their steps, expired ones afresh",

@@ -1,9 +1,6 @@
 // idem::claim_batch on PostgreSQL: one statement per 128 keys (the INSERT and the rows it met),
 // with the per-key answers of the single claim, under real connections racing real threads.
-#include <atomic>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -11,7 +8,6 @@
 
 #include "../support/batch_states.hpp"
 #include "../support/pg_server.hpp"
-#include "../support/threads.hpp"
 
 using idem::ClaimRequest;
 using idem::Verdict;
@@ -47,81 +43,16 @@ TEST_CASE("pg claim_batch acquires fresh keys across several statements - in req
 TEST_CASE("pg claim_batch answers exactly what one claim after another answers") {
   idem_test::PgTable batched;
   idem_test::PgTable single;
-  const auto batch = idem_test::prepare_batch_states(batched.store);
-  const auto same = idem_test::prepare_batch_states(single.store);
-
-  const auto got = idem::claim_batch(batched.store, batch, {});
-  std::vector<idem::ClaimResult> want;
-  for (const auto& r : same)
-    want.push_back(single.store.claim(r.key, r.fingerprint, {}));
-
-  REQUIRE(got.size() == want.size());
-  const auto& verdicts = idem_test::batch_state_verdicts();
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    INFO("request " << i << " " << batch[i].key.id() << " fp=" << batch[i].fingerprint);
-    CHECK(idem_test::seen(got[i]) == idem_test::seen(want[i]));
-    CHECK(got[i].record.key == batch[i].key);
-    CHECK(got[i].record.snapshot == want[i].record.snapshot);
-    CHECK(got[i].verdict == verdicts[i]);
-  }
-  CHECK(got[2].record.attempts == 2);  // the retryable failure ran again
-  CHECK(got[4].after_crash);           // key 4's worker let its lease run out mid-flight
-  CHECK(got[5].record.attempts == 1);  // an expired record starts over
+  idem_test::check_claim_batch_answers(batched.store, single.store);
 }
 
 TEST_CASE("pg racing batches and single claims over shared keys - one owner per key") {
-  // 6 consumers poll overlapping batches of 100 messages out of 800 keys, 4 more claim the
-  // same keys one at a time; each completes what it acquired.
   idem_test::PgTable t(16);
   constexpr int keys = 800;
-  std::vector<std::atomic<int>> owners(keys);
-  idem_test::Errors failures;
-  std::vector<std::thread> threads;
-  for (int th = 0; th < 6; ++th) {
-    threads.emplace_back([&, th] {
-      std::mt19937 rng(static_cast<unsigned>(th) + 11u);
-      try {
-        for (int b = 0; b < 20; ++b) {
-          std::vector<ClaimRequest> batch;
-          std::vector<int> ids;
-          for (int m = 0; m < 100; ++m) {
-            ids.push_back(static_cast<int>(rng() % keys));
-            batch.push_back({batch_key(ids.back()), "fp"});
-          }
-          const auto results = idem::claim_batch(t.store, batch, {});
-          for (std::size_t i = 0; i < results.size(); ++i) {
-            if (results[i].verdict != Verdict::acquired) continue;
-            ++owners[static_cast<std::size_t>(ids[i])];
-            t.store.complete(results[i].record.key, results[i].record.ticket, "true");
-          }
-        }
-      } catch (const std::exception& e) {
-        failures.add(e.what());
-      }
-    });
-  }
-  for (int th = 0; th < 4; ++th) {
-    threads.emplace_back([&, th] {
-      try {
-        for (int i = keys - 1 - th; i >= 0; i -= 4) {
-          const auto r = t.store.claim(batch_key(i), "fp", {});
-          if (r.verdict != Verdict::acquired) continue;
-          ++owners[static_cast<std::size_t>(i)];
-          t.store.complete(r.record.key, r.record.ticket, "true");
-        }
-      } catch (const std::exception& e) {
-        failures.add(e.what());
-      }
-    });
-  }
-  for (auto& th : threads)
-    th.join();
-  INFO("first error: " << failures.first());
-  CHECK(failures.size() == 0);
-  int twice = 0;
-  for (auto& o : owners)
-    twice += o > 1 ? 1 : 0;
-  CHECK(twice == 0);
+  const auto r = idem_test::race_batches_and_claims(t.store, keys);
+  INFO("first error: " << r.first_failure);
+  CHECK(r.failures == 0);
+  CHECK(r.twice == 0);
   CHECK(t.count() == keys);  // the single consumers visited every key
   CHECK(t.count("status = 1") == keys);
 }

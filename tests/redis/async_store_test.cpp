@@ -117,6 +117,81 @@ TEST_CASE("async redis: a request cancelled at any point leaves no processing cl
   CHECK(idem_test::replayed_or_ran(t.store, r, 400) == r.requests);
 }
 
+TEST_CASE("async redis: claim_batch answers exactly what one claim after another answers") {
+  idem_test::RedisAsyncStore batched(idem_test::test_loop().get_executor(), 2);
+  idem_test::RedisStore single(2);
+  idem_test::check_batch_answers(batched.store, batched.blocking, single.store);
+
+  std::vector<idem::ClaimRequest> fresh;  // 128 + 128 + 44 keys
+  for (int i = 0; i < 300; ++i)
+    fresh.push_back({{"FRESH", std::to_string(i)}, "fp"});
+  const auto results =
+      run_on(idem_test::test_loop(), idem::async::claim_batch(batched.store, fresh));
+  REQUIRE(results.size() == 300);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    INFO("request " << i);
+    CHECK(results[i].verdict == idem::Verdict::acquired);
+    CHECK(results[i].record.key == fresh[i].key);
+    const auto stored = batched.blocking.find(fresh[i].key);
+    REQUIRE(stored);
+    CHECK(stored->ticket == results[i].record.ticket);
+  }
+}
+
+// The keys of batch_storm (biz type BATCH) recorded succeeded.
+static long long batch_storm_succeeded(idem::redis::Store& store, const idem_test::Storm& storm) {
+  long long n = 0;
+  for (int k = 0; k < storm.distinct; ++k) {
+    const auto stored = store.find({"BATCH", "B-" + std::to_string(k)});
+    n += stored && stored->status == idem::Status::succeeded ? 1 : 0;
+  }
+  return n;
+}
+
+TEST_CASE("async redis: batches of a storm on one loop thread - every key runs once") {
+  idem_test::RedisAsyncStore t(idem_test::test_loop().get_executor(), 2);
+  const auto storm = idem_test::storm_of(1000, 41);
+  idem_test::Executions executions;
+  const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
+  idem_test::check_batch_storm("async redis", r, storm, executions,
+                               batch_storm_succeeded(t.blocking, storm));
+}
+
+TEST_CASE("async redis: batches while connections are killed at random - every key runs once") {
+  idem::redis::ConnectionParams params = idem_test::redis_server();
+  params.client_name = idem_test::unique_prefix("async-batch-killed");
+  idem_test::RedisAsyncStore t(idem_test::test_loop().get_executor(), 2,
+                               {.retry = {.max_attempts = 100, .max_backoff = 50ms}}, params);
+  const auto storm = idem_test::storm_of(2000, 43);
+  idem_test::Executions executions;
+  std::atomic<bool> stop{false};
+  std::atomic<long> kills{0};
+  std::thread killer([&] {
+    idem::redis::Connection admin(idem_test::redis_server());
+    std::mt19937 pick(7);
+    while (!stop) {
+      const auto ids = idem_test::clients_named(admin, params.client_name);
+      if (!ids.empty()) {
+        kills += admin.command({"CLIENT", "KILL", "ID", ids[pick() % ids.size()]}).integer();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 + pick() % 10));
+    }
+  });
+  const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
+  stop = true;
+  killer.join();
+  std::printf(
+      "async redis batch kill: %ld kills, %d deliveries, %d failed (redelivered whole)%s%s\n",
+      kills.load(), r.deliveries, r.failed_deliveries, r.failed_deliveries > 0 ? ", first: " : "",
+      r.first_failure.c_str());
+  INFO(r.first_error());
+  CHECK(r.errors.empty());
+  CHECK(kills > 10);
+  CHECK(executions.max_per_key() == 1);
+  CHECK(executions.total() == storm.distinct);
+  CHECK(batch_storm_succeeded(t.blocking, storm) == storm.distinct);
+}
+
 TEST_CASE("async redis: a batch cancelled at any point leaves no processing claim behind") {
   idem_test::RedisAsyncStore t(idem_test::test_loop().get_executor(), 2);
   const auto r = idem_test::cancel_batches_at_random(t.store, 8, 150, 29);

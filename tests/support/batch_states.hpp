@@ -2,13 +2,21 @@
 // The stored states a batch claim meets, prepared on any store by single claims, shared by the
 // claim_batch tests of every backend: a batch must answer each request exactly as one claim
 // after another would.
+#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <catch2/catch.hpp>
+#include <idem/batch.hpp>
 #include <idem/store.hpp>
+
+#include "threads.hpp"
 
 namespace idem_test {
 
@@ -74,6 +82,94 @@ inline const std::vector<idem::Verdict>& batch_state_verdicts() {
       Verdict::conflict,   Verdict::in_progress, Verdict::conflict, Verdict::acquired,
       Verdict::in_progress};
   return verdicts;
+}
+
+// idem::claim_batch on `batched` answers each request of prepare_batch_states' batch exactly as
+// one claim after another answers on `single`, a store of the same backend with the same
+// states prepared.
+template <class Store>
+void check_claim_batch_answers(Store& batched, Store& single) {
+  const auto batch = prepare_batch_states(batched);
+  const auto same = prepare_batch_states(single);
+  const auto got = idem::claim_batch(batched, batch, {});
+  std::vector<idem::ClaimResult> want;
+  for (const auto& r : same)
+    want.push_back(single.claim(r.key, r.fingerprint, {}));
+  REQUIRE(got.size() == want.size());
+  const auto& verdicts = batch_state_verdicts();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("request " << i << " " << batch[i].key.id() << " fp=" << batch[i].fingerprint);
+    CHECK(seen(got[i]) == seen(want[i]));
+    CHECK(got[i].record.key == batch[i].key);
+    CHECK(got[i].record.snapshot == want[i].record.snapshot);
+    CHECK(got[i].verdict == verdicts[i]);
+  }
+  CHECK(got[2].record.attempts == 2);  // the retryable failure ran again
+  CHECK_FALSE(got[2].after_crash);
+  CHECK(got[4].after_crash);           // the lease of key 4's worker ran out: it crashed mid-flight
+  CHECK(got[5].record.attempts == 1);  // an expired record starts over
+  CHECK_FALSE(got[5].after_crash);
+}
+
+struct BatchRaceResult {
+  int twice = 0;  // keys that two consumers acquired
+  std::size_t failures = 0;
+  std::string first_failure;
+};
+
+// 6 consumers poll overlapping batches of 100 messages out of `keys` keys (batch_key), 4 more
+// claim the same keys one at a time, walking them backwards between them (so every key is
+// visited); each completes what it acquired.
+template <class Store>
+BatchRaceResult race_batches_and_claims(Store& store, int keys) {
+  std::vector<std::atomic<int>> owners(static_cast<std::size_t>(keys));
+  Errors failures;
+  std::vector<std::thread> threads;
+  for (int th = 0; th < 6; ++th) {
+    threads.emplace_back([&, th] {
+      std::mt19937 rng(static_cast<unsigned>(th) + 11u);
+      try {
+        for (int b = 0; b < 20; ++b) {
+          std::vector<idem::ClaimRequest> batch;
+          std::vector<int> ids;
+          for (int m = 0; m < 100; ++m) {
+            ids.push_back(static_cast<int>(rng() % static_cast<unsigned>(keys)));
+            batch.push_back({batch_key(ids.back()), "fp"});
+          }
+          const auto results = idem::claim_batch(store, batch, {});
+          for (std::size_t i = 0; i < results.size(); ++i) {
+            if (results[i].verdict != idem::Verdict::acquired) continue;
+            ++owners[static_cast<std::size_t>(ids[i])];
+            store.complete(results[i].record.key, results[i].record.ticket, "true");
+          }
+        }
+      } catch (const std::exception& e) {
+        failures.add(e.what());
+      }
+    });
+  }
+  for (int th = 0; th < 4; ++th) {
+    threads.emplace_back([&, th] {
+      try {
+        for (int i = keys - 1 - th; i >= 0; i -= 4) {
+          const auto r = store.claim(batch_key(i), "fp", {});
+          if (r.verdict != idem::Verdict::acquired) continue;
+          ++owners[static_cast<std::size_t>(i)];
+          store.complete(r.record.key, r.record.ticket, "true");
+        }
+      } catch (const std::exception& e) {
+        failures.add(e.what());
+      }
+    });
+  }
+  for (auto& th : threads)
+    th.join();
+  BatchRaceResult r;
+  for (auto& o : owners)
+    r.twice += o > 1 ? 1 : 0;
+  r.failures = failures.size();
+  r.first_failure = failures.first();
+  return r;
 }
 
 }  // namespace idem_test

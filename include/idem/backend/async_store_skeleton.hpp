@@ -62,14 +62,16 @@ IDEM_ASYNC_FRAMES_BEGIN
 
 namespace idem::async::detail {
 
-// One claim on one connection: backend::ClaimSteps run by coroutine calls.
+// One claim on one connection: backend::ClaimSteps run by coroutine calls (`answered`: as for
+// backend::claim_on).
 template <class Ops, class Connection>
 net::awaitable<ClaimResult> claim_on(std::string_view who, const Ops& ops, Connection& c,
                                      const Key& key, std::string_view fp, const Options& o,
-                                     const std::string& token, bool bound) {
+                                     const std::string& token, bool bound,
+                                     std::optional<backend::InsertOrRead> answered = std::nullopt) {
   using Step = backend::ClaimSteps::Step;
   backend::ClaimSteps steps(who, key, fp, o, token);
-  for (Step step = steps.start();;) {
+  for (Step step = answered ? steps.answered(std::move(*answered)) : steps.start();;) {
     switch (step) {
       case Step::insert:
         if constexpr (requires { ops.insert_or_read(c, key, fp, o, token); }) {

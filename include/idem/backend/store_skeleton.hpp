@@ -83,13 +83,16 @@ struct BackendTypes {
   using Ops = O;
 };
 
-// One claim on one connection: ClaimSteps (idem/backend/steps.hpp) run by blocking calls.
+// One claim on one connection: ClaimSteps (idem/backend/steps.hpp) run by blocking calls. With
+// `answered`, the claim's first insert_or_read was sent already (in a batch's pipeline), and
+// the steps go on from its answer.
 template <class Ops, class Connection>
 ClaimResult claim_on(std::string_view who, const Ops& ops, Connection& c, const Key& key,
-                     std::string_view fp, const Options& o, const std::string& token, bool bound) {
+                     std::string_view fp, const Options& o, const std::string& token, bool bound,
+                     std::optional<InsertOrRead> answered = std::nullopt) {
   using Step = ClaimSteps::Step;
   ClaimSteps steps(who, key, fp, o, token);
-  for (Step step = steps.start();;) {
+  for (Step step = answered ? steps.answered(std::move(*answered)) : steps.start();;) {
     switch (step) {
       case Step::insert:
         if constexpr (requires { ops.insert_or_read(c, key, fp, o, token); }) {

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,6 +41,7 @@
 #include "idem/redis/store.hpp"
 #include "idem/redis/store_params.hpp"
 #include "idem/status.hpp"
+#include "idem/store.hpp"
 #include "idem/table_layout.hpp"
 #include "idem/ticket.hpp"
 
@@ -58,6 +60,27 @@ class AsyncRecordOps {
     const ScriptRequest q = ops_.claim_request(key, fp, o, token);
     const Reply r = co_await c.eval(q.script(), q.call());
     co_return ops_.claim_answer(key, fp, o, token, r);
+  }
+
+  // RecordOps::claim_chunk: up to max_batch_rows distinct keys, their claims in one pipeline.
+  static constexpr std::size_t max_batch_rows = RecordOps::max_batch_rows;
+  net::awaitable<std::vector<ClaimResult>> claim_chunk(
+      AsyncConnection& c, std::span<const ClaimRequest* const> requests,
+      std::span<const std::string> tokens, const Options& o) const {
+    const std::vector<ScriptRequest> claims = ops_.claim_requests(requests, tokens, o);
+    const std::vector<ScriptCall> calls = RecordOps::calls(claims);
+    const std::vector<Reply> replies = co_await c.eval_all(ops_.scripts().claim, calls);
+    std::vector<ClaimResult> out;
+    out.reserve(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const ClaimRequest& r = *requests[i];
+      std::optional<backend::InsertOrRead> answer =
+          ops_.claim_answer(r.key, r.fingerprint, o, tokens[i], replies[i]);
+      ClaimResult claimed = co_await idem::async::detail::claim_on(
+          RecordOps::name, *this, c, r.key, r.fingerprint, o, tokens[i], false, std::move(answer));
+      out.push_back(std::move(claimed));
+    }
+    co_return out;
   }
 
   net::awaitable<std::optional<backend::RecordRead>> read(AsyncConnection& c, const Key& key,
@@ -260,6 +283,6 @@ class AsyncStore : public backend::AsyncStoreSkeleton<detail::AsyncBackend> {
 
 static_assert(async::AwaitableStore<AsyncStore>);
 static_assert(async::RepairingAsyncStore<AsyncStore> && async::RecoveryPointAsyncStore<AsyncStore>);
-static_assert(async::ListingAsyncStore<AsyncStore>);
+static_assert(async::ListingAsyncStore<AsyncStore> && async::BatchClaimingAsyncStore<AsyncStore>);
 
 }  // namespace idem::redis

@@ -119,6 +119,6 @@ class Store : public backend::StoreSkeleton<detail::Backend> {
 
 static_assert(idem::Store<Store>);
 static_assert(RepairingStore<Store> && ListingStore<Store> && RecoveryPointStore<Store> &&
-              StatsStore<Store>);
+              StatsStore<Store> && BatchClaimingStore<Store>);
 
 }  // namespace idem::redis

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -156,6 +157,8 @@ class ScriptRequest {
 // The record operations (see idem/backend/store_skeleton.hpp), one script each.
 class RecordOps {
  public:
+  static constexpr std::string_view name = "idem::redis";
+
   RecordOps(Layout layout, std::chrono::milliseconds keep_expired)
       : layout_(std::move(layout)),
         keep_(decimal(keep_expired.count())),
@@ -183,6 +186,35 @@ class RecordOps {
                                        const Options& o, const std::string& token) const {
     const ScriptRequest q = claim_request(key, fp, o, token);
     return claim_answer(key, fp, o, token, c.eval(q.script(), q.call()));
+  }
+
+  // A batch's distinct keys (idem/backend/batch_plan.hpp) are claimed by one pipeline of claim
+  // scripts, one per node, and each answer is then settled as claim() settles it (a takeover
+  // is one more call).
+  static constexpr std::size_t max_batch_rows = 128;
+  std::vector<ScriptRequest> claim_requests(std::span<const ClaimRequest* const> requests,
+                                            std::span<const std::string> tokens,
+                                            const Options& o) const {
+    std::vector<ScriptRequest> out;
+    out.reserve(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      out.push_back(claim_request(requests[i]->key, requests[i]->fingerprint, o, tokens[i]));
+    return out;
+  }
+  std::vector<ClaimResult> claim_chunk(Connection& c, std::span<const ClaimRequest* const> requests,
+                                       std::span<const std::string> tokens,
+                                       const Options& o) const {
+    const std::vector<ScriptRequest> claims = claim_requests(requests, tokens, o);
+    const std::vector<Reply> replies = c.eval_all(scripts_.claim, calls(claims));
+    std::vector<ClaimResult> out;
+    out.reserve(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const ClaimRequest& r = *requests[i];
+      out.push_back(
+          backend::claim_on(name, *this, c, r.key, r.fingerprint, o, tokens[i], false,
+                            claim_answer(r.key, r.fingerprint, o, tokens[i], replies[i])));
+    }
+    return out;
   }
 
   ScriptRequest read_request(const Key& key) const {
@@ -788,7 +820,7 @@ inline std::vector<Record> RecordOps::list(Connection& c, const RecordQuery& q) 
 
 // idem::redis for the store skeleton (idem/backend/store_skeleton.hpp).
 struct Backend : backend::BackendTypes<redis::Connection, redisContext, redis::Pool, RecordOps> {
-  static constexpr std::string_view name = "idem::redis";
+  static constexpr std::string_view name = RecordOps::name;
 
   // An error reply of a server that is loading, failing over or moving slots: the script did
   // not run, try again. A lost connection or a timed-out reply: it may have run, so a retry
