@@ -1,6 +1,7 @@
 // redis.claim, redis.cycle, redis.mix: idem::redis::Store against bare hiredis sending the
 // same scripts (EVALSHA, the same keys and arguments) in the same run; redis.cycle_setnx: the
-// same cycle against the SET NX / SET XX a hand-written dedup would send.
+// same cycle against the SET NX / SET XX a hand-written dedup would send; redis.batch: a
+// consumer's claim_batch against one claim per message.
 #include <hiredis/hiredis.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include <idem/batch.hpp>
 #include <idem/idem.hpp>
 #include <idem/redis.hpp>
 
@@ -227,6 +229,52 @@ void redis_setnx(const Config& config) {
   emit(j);
 }
 
+// A consumer's batch: idem::claim_batch of 100 fresh messages (one pipeline of claim scripts)
+// against store.claim once per message, 4 consumers each on a connection of its own.
+void redis_batch(const Config& config) {
+  const std::string name = "redis.batch";
+  const int threads = 4;
+  const std::size_t batch = 100;
+  const std::size_t per = config.ops(20'000, 4'000) / threads / batch * batch;
+  const std::size_t total = per * threads;
+  LibraryStore lib(config, threads);
+  idem::redis::Store& batched_store = lib.store;
+  idem::redis::Store single_store(lib.pool, {.prefix = "bench-raw"});
+  auto requests = [&](int r, int t, std::size_t first) {
+    std::vector<idem::ClaimRequest> out;
+    out.reserve(batch);
+    for (std::size_t i = first; i < first + batch; ++i)
+      out.push_back({idem::Key{"BENCH", key_id(r, t, i)}, fixed_fingerprint()});
+    return out;
+  };
+  Side batched{{}, [&](int t, int r) {
+                 for (std::size_t first = 0; first < per; first += batch) {
+                   const auto req = requests(r, t, first);
+                   for (const auto& res : idem::claim_batch(batched_store, req, options))
+                     if (res.verdict != idem::Verdict::acquired)
+                       throw std::runtime_error("not acquired");
+                 }
+               }};
+  Side single{{}, [&](int t, int r) {
+                for (std::size_t first = 0; first < per; first += batch) {
+                  const auto req = requests(r, t, first);
+                  for (const auto& m : req)
+                    if (single_store.claim(m.key, m.fingerprint, options).verdict !=
+                        idem::Verdict::acquired)
+                      throw std::runtime_error("not acquired");
+                }
+              }};
+  const auto t = alternate(name, config.rounds_per_side(), threads, total, batched, single);
+  auto j = throughput_json(name, threads, total, t, ">= 1.5");
+  j["connections"] = threads;
+  j["batch"] = batch;
+  j["library"] =
+      "idem::claim_batch of 100 fresh messages on idem::redis::Store (one pipeline of claim "
+      "scripts)";
+  j["baseline"] = "store.claim once per message (one claim script and round trip each)";
+  emit(j);
+}
+
 }  // namespace
 
 int run_redis(const Config& config, const Selected& selected) {
@@ -241,6 +289,14 @@ int run_redis(const Config& config, const Selected& selected) {
       continue;
     }
     failed += attempt(shape.name, [&] { redis_scenario(config, shape); });
+  }
+  if (selected("redis.batch")) {
+    if (config.redis_socket.empty()) {
+      progress("redis.batch: skipped, no --redis-socket");
+      ++failed;
+    } else {
+      failed += attempt("redis.batch", [&] { redis_batch(config); });
+    }
   }
   if (selected("redis.cycle_setnx")) {
     if (config.redis_socket.empty()) {

@@ -53,6 +53,7 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "redis.cycle",
                                                  "redis.mix",
                                                  "redis.cycle_setnx",
+                                                 "redis.batch",
                                                  "redis.async_cycle",
                                                  "redis.async_cycle_setnx",
                                                  "galera.cycle",
