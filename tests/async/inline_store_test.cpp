@@ -38,3 +38,14 @@ TEST_CASE(
   CHECK(r.processing_after == 0);
   CHECK(idem_test::replayed_or_ran(store, r, 400) == r.requests);
 }
+
+TEST_CASE(
+    "async inline store: one loop thread, 1,000 concurrent requests at 12% duplicates - "
+    "executions equal keys") {
+  idem::MemoryStore memory;
+  idem::async::InlineStore store{memory};
+  const auto storm = idem_test::storm_of(1000, 59);
+  idem_test::Executions executions;
+  const auto r = idem_test::async_storm(store, storm, executions);
+  idem_test::check_storm(r, storm, executions);
+}

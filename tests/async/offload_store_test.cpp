@@ -148,6 +148,38 @@ TEST_CASE(
   calls.join();
 }
 
+TEST_CASE(
+    "async offload: SQLite - one loop thread, 1,000 concurrent requests at 12% duplicates - "
+    "executions equal keys") {
+  idem_test::TempDir dir;
+  idem::sqlite::Store sqlite{dir / "storm.db"};
+  net::thread_pool calls{4};
+  idem::async::OffloadStore store{sqlite, calls.get_executor()};
+  const auto storm = idem_test::storm_of(1000, 53);
+  idem_test::Executions executions;
+  const auto r = idem_test::async_storm(store, storm, executions);
+  idem_test::check_storm(r, storm, executions);
+  calls.join();
+}
+
+TEST_CASE(
+    "async offload: SQLite - a 1 ms timer on the loop keeps firing while claims are on the "
+    "pool") {
+  idem_test::TempDir dir;
+  idem::sqlite::Store sqlite{dir / "ticks.db"};
+  net::thread_pool calls{4};
+  idem::async::OffloadStore store{sqlite, calls.get_executor()};
+  const auto r = idem_test::ticks_while_claiming(store, 64, 2000);
+  std::printf(
+      "async offload (SQLite): %d ticks of 1 ms (%d with claims in flight), latest by %lld us, "
+      "up to %d claims in flight\n",
+      r.ticks, r.ticks_in_flight, r.latest_us, r.most_in_flight);
+  CHECK(r.done == 64);
+  CHECK(r.most_in_flight > 1);
+  CHECK(r.ticks_in_flight > 0);
+  calls.join();
+}
+
 TEST_CASE("async offload: a batch cancelled at any point leaves no processing claim behind") {
   idem_test::TempDir dir;
   idem::sqlite::Store sqlite{dir / "batches.db"};

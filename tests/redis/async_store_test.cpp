@@ -1,7 +1,8 @@
 // idem::redis::AsyncStore on the real redis-server, from one loop thread: many requests
 // pipelined on one connection, a request storm, the loop's responsiveness while claims are in
-// flight, connections killed under load, cancelled requests, the layout check, a read timeout,
-// and the coroutine Janitor (purge, resolvers, release).
+// flight, connections killed under load, a server killed and started again, batches (their
+// answers, a storm, kills, cancellations), cancelled requests, the layout check, a read
+// timeout, and the coroutine Janitor (purge, resolvers, release).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -104,6 +105,49 @@ TEST_CASE("async redis: connections killed at random under load - nothing runs t
   CHECK(kills > 10);
   CHECK(executions.max_per_key() == 1);
   CHECK(executions.total() == storm.distinct);
+}
+
+TEST_CASE(
+    "async redis: a server SIGKILLed under load and started again - the store reconnects, "
+    "nothing runs twice") {
+  // appendfsync always: the restarted server has every acknowledged write (docs/redis.md,
+  // "Durability"), so nothing may run twice.
+  idem_test::OwnRedis server("--appendonly yes --appendfsync always");
+  idem::redis::ConnectionParams params = server.params();
+  params.client_name = idem_test::unique_prefix("async-restart");
+  auto pool = std::make_shared<idem::redis::AsyncPool>(idem_test::test_loop().get_executor(),
+                                                       params, idem::redis::PoolParams{.size = 2});
+  idem::redis::AsyncStore store(
+      pool, idem_test::fresh_params({.retry = {.max_attempts = 40, .max_backoff = 100ms}}));
+  const auto storm = idem_test::storm_of(6000, 61);
+  idem_test::Executions executions;
+  std::chrono::steady_clock::time_point resumed_at{};
+  std::thread crasher([&] {
+    while (executions.total() < storm.distinct / 3)
+      std::this_thread::sleep_for(1ms);
+    server.kill();
+    std::this_thread::sleep_for(200ms);
+    server.resume();
+    resumed_at = std::chrono::steady_clock::now();
+  });
+  const auto r = idem_test::retrying_clients(store, storm, 64, executions);
+  const auto ended = std::chrono::steady_clock::now();
+  crasher.join();
+  std::printf("async redis restart: %d failed calls (retried by the client)%s%s\n", r.failed_calls,
+              r.failed_calls > 0 ? ", first: " : "", r.first_failure.c_str());
+  CHECK(ended > resumed_at);  // requests were still coming when the server was back
+  CHECK(executions.max_per_key() == 1);
+  CHECK(executions.total() == storm.distinct);
+  // Every key recorded on the restarted server, through connections opened after the restart.
+  int succeeded = 0;
+  for (int k = 0; k < storm.distinct; ++k) {
+    const idem::Key key{"PAY", "K-" + std::to_string(k)};
+    const auto stored = run_on(idem_test::test_loop(), store.find(key));
+    succeeded += stored && stored->status == idem::Status::succeeded ? 1 : 0;
+  }
+  CHECK(succeeded == storm.distinct);
+  idem::redis::Connection admin(server.params());
+  CHECK_FALSE(idem_test::clients_named(admin, params.client_name).empty());
 }
 
 TEST_CASE("async redis: a request cancelled at any point leaves no processing claim behind") {
