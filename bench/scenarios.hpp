@@ -49,6 +49,7 @@ inline const std::vector<std::string>& scenario_names() {
                                                  "mysql.storm",
                                                  "mysql.big_table",
                                                  "sqlite.cycle",
+                                                 "sqlite.async_cycle",
                                                  "redis.claim",
                                                  "redis.cycle",
                                                  "redis.mix",
