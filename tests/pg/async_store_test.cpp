@@ -13,6 +13,7 @@
 
 #include "../support/async_scenarios.hpp"
 #include "../support/pg_async.hpp"
+#include "../support/pg_killer.hpp"
 #include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
@@ -82,35 +83,15 @@ TEST_CASE("async pg: connections terminated at random under load - nothing runs 
       idem::pg::ConnectionParams{.conninfo = idem_test::pg_conninfo(), .application_name = app});
   const auto storm = idem_test::storm_of(3000, 31);
   idem_test::Executions executions;
-  std::atomic<bool> stop{false};
-  std::atomic<int> kills{0};
-  std::vector<std::string> killer_errors;
-  // Every 10-30 ms, as the blocking store's test (tests/pg/store_test.cpp) says why.
-  std::thread killer([&] {
-    std::mt19937 rng(5);
-    try {
-      auto admin = t.blocking.pool->acquire();
-      while (!stop) {
-        const idem::pg::Result r = admin->exec(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 "
-            "ORDER BY random() LIMIT 1",
-            {app});
-        if (r.rows() == 1) ++kills;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10 + rng() % 21));
-      }
-    } catch (const std::exception& e) {
-      killer_errors.push_back(e.what());
-    }
-  });
+  idem_test::PgConnectionKiller killer(app, 5);
   const auto r = idem_test::retrying_clients(t.store, storm, 64, executions);
-  stop = true;
-  killer.join();
+  killer.stop();
   std::printf("async pg terminate: %d kills, %d failed calls (retried by the client)%s%s\n",
-              kills.load(), r.failed_calls, r.failed_calls > 0 ? ", first: " : "",
+              killer.kills(), r.failed_calls, r.failed_calls > 0 ? ", first: " : "",
               r.first_failure.c_str());
-  INFO((killer_errors.empty() ? std::string() : killer_errors.front()));
-  CHECK(killer_errors.empty());
-  CHECK(kills > 20);
+  INFO("killer: " << killer.errors().first());
+  CHECK(killer.errors().size() == 0);
+  CHECK(killer.kills() > 20);
   CHECK(executions.max_per_key() == 1);
   CHECK(executions.total() == storm.distinct);
   CHECK(t.count("status = 1") == storm.distinct);
@@ -157,6 +138,30 @@ TEST_CASE("async pg: batches of a storm on one loop thread - every key runs once
   idem_test::Executions executions;
   const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
   idem_test::check_batch_storm("async pg", r, storm, executions, t.count("status = 1"));
+}
+
+TEST_CASE("async pg: batches while connections are terminated at random - every key runs once") {
+  const std::string app = idem_test::unique_pg_table("killed_async_batch");
+  idem_test::PgAsyncTable t(
+      16, {.retry = {.max_attempts = 100, .max_backoff = 50ms}},
+      idem::pg::ConnectionParams{.conninfo = idem_test::pg_conninfo(), .application_name = app});
+  const auto storm = idem_test::storm_of(2000, 43);
+  idem_test::Executions executions;
+  idem_test::PgConnectionKiller killer(app, 9);
+  const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
+  killer.stop();
+  std::printf(
+      "async pg batch terminate: %d kills, %d deliveries, %d failed (redelivered whole)%s%s\n",
+      killer.kills(), r.deliveries, r.failed_deliveries, r.failed_deliveries > 0 ? ", first: " : "",
+      r.first_failure.c_str());
+  INFO(r.first_error());
+  CHECK(r.errors.empty());
+  INFO("killer: " << killer.errors().first());
+  CHECK(killer.errors().size() == 0);
+  CHECK(killer.kills() > 10);
+  CHECK(executions.max_per_key() == 1);
+  CHECK(executions.total() == storm.distinct);
+  CHECK(t.count("status = 1") == storm.distinct);
 }
 
 TEST_CASE("async pg: a batch cancelled at any point leaves no processing claim behind") {

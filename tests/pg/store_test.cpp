@@ -14,6 +14,7 @@
 
 #include <idem/pg.hpp>
 
+#include "../support/pg_killer.hpp"
 #include "../support/pg_server.hpp"
 #include "../support/threads.hpp"
 #include "../support/workload.hpp"
@@ -88,43 +89,21 @@ TEST_CASE(
   idem::pg::Store store(pool,
                         {.table = t.name, .retry = {.max_attempts = 100, .max_backoff = 50ms}});
 
-  // Every 10-30 ms: a PostgreSQL connection is a server process, and opening one takes
-  // milliseconds on a loaded machine (tens under a sanitizer), so a faster killer starves the
-  // workers of connections and the test measures fork() rather than idem.
   const idem_test::Storm storm = idem_test::storm_of(3'000, 41);
-  std::atomic<bool> stop{false};
-  std::atomic<long> kills{0};
-  idem_test::Errors killer_errors;
-  std::thread killer([&] {
-    std::mt19937 rng(7);
-    try {
-      auto admin = t.pool->acquire();
-      while (!stop.load()) {
-        const idem::pg::Result r = admin->exec(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 "
-            "AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1",
-            {app});
-        if (r.rows() == 1) ++kills;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10 + rng() % 21));
-      }
-    } catch (const std::exception& e) {
-      killer_errors.add(e.what());
-    }
-  });
+  idem_test::PgConnectionKiller killer(app, 7);
   const auto started = std::chrono::steady_clock::now();
   idem_test::run_storm(store, 16, storm, [](const std::string&) {});
   const auto lasted = std::chrono::steady_clock::now() - started;
-  stop = true;
-  killer.join();
-  INFO("killer: " << killer_errors.first());
-  CHECK(killer_errors.size() == 0);
+  killer.stop();
+  INFO("killer: " << killer.errors().first());
+  CHECK(killer.errors().size() == 0);
   // The killer aims about every 20 ms, as long as the storm lasts (shorter on a fast build):
   // at least a third of those aims hit, and one at the least.
   const long aims = static_cast<long>(lasted / std::chrono::milliseconds(20));
   INFO("the storm lasted " << std::chrono::duration_cast<std::chrono::milliseconds>(lasted).count()
                            << " ms");
-  CHECK(kills >= std::max(1L, aims / 3));
-  WARN("pg_terminate_backend: " << kills << " connections terminated under load");
+  CHECK(killer.kills() >= std::max(1L, aims / 3));
+  WARN("pg_terminate_backend: " << killer.kills() << " connections terminated under load");
   CHECK(t.count("status = 1") == storm.distinct);
 }
 
