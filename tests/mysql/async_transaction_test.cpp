@@ -23,6 +23,7 @@
 #include <idem/async/consume.hpp>
 #include <nlohmann/json.hpp>
 
+#include "../support/async_scenarios.hpp"
 #include "../support/mysql_async.hpp"
 #include "../support/mysql_killer.hpp"
 #include "../support/mysql_service.hpp"
@@ -932,10 +933,12 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "async mysql: a with_transaction cancelled in its body rolls back before the cancellation "
-    "completes, on the pool's connection and on the service's own") {
-  using namespace net::experimental::awaitable_operators;
+    "async mysql: a with_transaction cancelled in its body (||, parallel_group, a signal) rolls "
+    "back before the cancellation completes, on the pool's connection and on the service's own") {
   const bool own_handle = GENERATE(false, true);
+  const auto way = GENERATE(idem_test::CancelWay::either_operator,
+                            idem_test::CancelWay::parallel_group, idem_test::CancelWay::signal);
+  INFO("own handle: " << own_handle << ", cancelled way " << static_cast<int>(way));
   idem_test::AsyncTable t(2);
   idem_test::BusinessTable biz(t.blocking.pool);
   ServiceLender service(1);
@@ -976,8 +979,8 @@ TEST_CASE(
   std::string open_at_completion;
   const auto race = [&]() -> net::awaitable<void> {
     gate.emplace(co_await net::this_coro::executor, 1h);
-    const auto first = co_await (deliver() || opened());
-    CHECK(first.index() == 1);  // the gate won: the delivery was cancelled
+    const bool cut = co_await idem_test::cut_when(deliver(), opened(), way);
+    CHECK(cut);  // the gate won: the delivery was cancelled
     const std::string sql =
         "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = " +
         std::to_string(thread_id);

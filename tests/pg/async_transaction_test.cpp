@@ -26,6 +26,7 @@
 #include <idem/async/consume.hpp>
 #include <nlohmann/json.hpp>
 
+#include "../support/async_scenarios.hpp"
 #include "../support/pg_async.hpp"
 #include "../support/pg_server.hpp"
 #include "../support/pg_service.hpp"
@@ -429,14 +430,17 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "async pg: a transaction cancelled between its statements rolls back before the cancellation "
-    "completes, on the service's connection and on the pool's") {
-  using namespace net::experimental::awaitable_operators;
+    "async pg: a transaction cancelled between its statements (||, parallel_group, a signal) rolls "
+    "back before the cancellation completes, on the service's connection and on the pool's") {
   const bool own_connection = GENERATE(true, false);
+  const auto way = GENERATE(idem_test::CancelWay::either_operator,
+                            idem_test::CancelWay::parallel_group, idem_test::CancelWay::signal);
   // Where the cancellation meets the transaction: in with_transaction's body (it waits for a
   // gateway), or before the object's commit() (which then throws before it starts, and the
   // object's destructor rolls back).
   const bool at_commit = GENERATE(false, true);
+  INFO("own connection: " << own_connection << ", at commit: " << at_commit << ", cancelled way "
+                          << static_cast<int>(way));
   idem_test::PgAsyncTable t(2);
   idem_test::PgBusiness biz(t.blocking.pool);
   ServiceConnection service;
@@ -503,8 +507,8 @@ TEST_CASE(
   std::string state_at_completion;
   const auto race = [&]() -> net::awaitable<void> {
     gate.emplace(co_await net::this_coro::executor, 1h);
-    const auto first = co_await (deliver() || opened());
-    CHECK(first.index() == 1);  // the gate won: the delivery was cancelled
+    const bool cut = co_await idem_test::cut_when(deliver(), opened(), way);
+    CHECK(cut);  // the gate won: the delivery was cancelled
     const auto c = t.blocking.pool->acquire();
     const idem::pg::Result r = c->exec("SELECT state FROM pg_stat_activity WHERE pid = $1",
                                        {static_cast<std::int64_t>(server_process)});

@@ -252,6 +252,60 @@ async_net::awaitable<std::optional<T>> raced_against(async_net::awaitable<T> wor
   co_return std::nullopt;
 }
 
+// `work` raced against `trigger`, an awaitable that completes when the test wants the cut (a
+// gate its body opens), cancelled `way`; true when the trigger won and `work` was cancelled.
+inline async_net::awaitable<bool> cut_when(async_net::awaitable<void> work,
+                                           async_net::awaitable<void> trigger, CancelWay way) {
+  namespace experimental = async_net::experimental;
+  const auto executor = co_await async_net::this_coro::executor;
+  switch (way) {
+    case CancelWay::either_operator: {
+      using namespace experimental::awaitable_operators;
+      const auto first = co_await (std::move(work) || std::move(trigger));
+      co_return first.index() == 1;
+    }
+    case CancelWay::parallel_group: {
+      auto [order, work_error, trigger_error] =
+          co_await experimental::make_parallel_group(
+              async_net::co_spawn(executor, std::move(work), async_net::deferred),
+              async_net::co_spawn(executor, std::move(trigger), async_net::deferred))
+              .async_wait(experimental::wait_for_one(), async_net::use_awaitable);
+      if (order[0] == 0 && work_error) std::rethrow_exception(work_error);
+      co_return order[0] == 1;
+    }
+    case CancelWay::signal: {
+      // Shared with the trigger's handler, which may run after this frame ends; the trigger is
+      // itself cancelled once `work` is over.
+      auto cut = std::make_shared<async_net::cancellation_signal>();
+      auto stop_trigger = std::make_shared<async_net::cancellation_signal>();
+      async_net::co_spawn(executor, std::move(trigger),
+                          async_net::bind_cancellation_slot(
+                              stop_trigger->slot(), [cut](const std::exception_ptr& e) {
+                                if (!e) cut->emit(async_net::cancellation_type::terminal);
+                              }));
+      bool cancelled = false;
+      std::exception_ptr error;
+      try {
+        co_await async_net::co_spawn(
+            executor, std::move(work),
+            async_net::bind_cancellation_slot(cut->slot(), async_net::use_awaitable));
+      } catch (const boost::system::system_error& e) {
+        if (e.code() == async_net::error::operation_aborted) {
+          cancelled = true;
+        } else {
+          error = std::current_exception();
+        }
+      } catch (...) {
+        error = std::current_exception();
+      }
+      stop_trigger->emit(async_net::cancellation_type::terminal);
+      if (error) std::rethrow_exception(error);
+      co_return cancelled;
+    }
+  }
+  co_return false;
+}
+
 // run_once(key) of a business answering `answer`, raced against `timer`, cancelled `way`; true
 // when the timer won.
 template <class Store>
