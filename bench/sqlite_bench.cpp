@@ -203,10 +203,14 @@ void sqlite_async_cycle(const Config& config) {
 int run_sqlite(const Config& config, const Selected& selected) {
   int failed = 0;
   if (selected("sqlite.cycle")) failed += attempt("sqlite.cycle", [&] { sqlite_cycle(config); });
+  if (selected("sqlite.async_cycle")) {
 #ifdef IDEM_BENCH_ASYNC
-  if (selected("sqlite.async_cycle"))
     failed += attempt("sqlite.async_cycle", [&] { sqlite_async_cycle(config); });
+#else
+    progress("sqlite.async_cycle: idem-bench was built without idem::async (Boost.Asio 1.81)");
+    ++failed;
 #endif
+  }
   return failed;
 }
 

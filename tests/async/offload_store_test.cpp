@@ -180,7 +180,8 @@ TEST_CASE(
   calls.join();
 }
 
-TEST_CASE("async offload: a batch cancelled at any point leaves no processing claim behind") {
+TEST_CASE(
+    "async offload: SQLite - a batch cancelled at any point leaves no processing claim behind") {
   idem_test::TempDir dir;
   idem::sqlite::Store sqlite{dir / "batches.db"};
   net::thread_pool calls{2};

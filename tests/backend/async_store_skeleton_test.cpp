@@ -122,8 +122,9 @@ struct ScriptedOps {
     if (static_cast<int>(t->chunk_sizes.size()) == t->hang_chunk) {
       co_await idem::async::sleep_for(std::chrono::hours(1));  // until cancelled
     }
+    auto answers = idem::backend::batch_answers(requests, rows);
     co_return co_await idem::async::detail::settle_batch("scripted", *this, c, requests, tokens, o,
-                                                         rows);
+                                                         answers);
   }
 
   net::awaitable<std::optional<idem::backend::RecordRead>> read(Connection&, const idem::Key& key,

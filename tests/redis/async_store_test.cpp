@@ -15,6 +15,7 @@
 
 #include "../support/async_scenarios.hpp"
 #include "../support/redis_async.hpp"
+#include "../support/redis_killer.hpp"
 #include "../support/workload.hpp"
 
 using namespace std::chrono_literals;
@@ -83,26 +84,13 @@ TEST_CASE("async redis: connections killed at random under load - nothing runs t
                                {.retry = {.max_attempts = 100, .max_backoff = 50ms}}, params);
   const auto storm = idem_test::storm_of(5000, 29);
   idem_test::Executions executions;
-  std::atomic<bool> stop{false};
-  std::atomic<long> kills{0};
-  std::thread killer([&] {
-    idem::redis::Connection admin(idem_test::redis_server());
-    std::mt19937 pick(5);
-    while (!stop) {
-      const auto ids = idem_test::clients_named(admin, params.client_name);
-      if (!ids.empty()) {
-        kills += admin.command({"CLIENT", "KILL", "ID", ids[pick() % ids.size()]}).integer();
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5 + pick() % 10));
-    }
-  });
+  idem_test::RedisConnectionKiller killer(params.client_name, 5);
   const auto r = idem_test::retrying_clients(t.store, storm, 64, executions);
-  stop = true;
-  killer.join();
+  killer.stop();
   std::printf("async redis kill: %ld kills, %d failed calls (retried by the client)%s%s\n",
-              kills.load(), r.failed_calls, r.failed_calls > 0 ? ", first: " : "",
+              killer.kills(), r.failed_calls, r.failed_calls > 0 ? ", first: " : "",
               r.first_failure.c_str());
-  CHECK(kills > 10);
+  CHECK(killer.kills() > 10);
   CHECK(executions.max_per_key() == 1);
   CHECK(executions.total() == storm.distinct);
 }
@@ -122,19 +110,26 @@ TEST_CASE(
   const auto storm = idem_test::storm_of(6000, 61);
   idem_test::Executions executions;
   std::chrono::steady_clock::time_point resumed_at{};
+  std::atomic<bool> over{false};  // the clients ended (before the kill only if they failed)
+  bool killed = false;
   std::thread crasher([&] {
-    while (executions.total() < storm.distinct / 3)
+    while (executions.total() < storm.distinct / 3) {
+      if (over) return;
       std::this_thread::sleep_for(1ms);
+    }
     server.kill();
+    killed = true;
     std::this_thread::sleep_for(200ms);
     server.resume();
     resumed_at = std::chrono::steady_clock::now();
   });
   const auto r = idem_test::retrying_clients(store, storm, 64, executions);
   const auto ended = std::chrono::steady_clock::now();
+  over = true;
   crasher.join();
   std::printf("async redis restart: %d failed calls (retried by the client)%s%s\n", r.failed_calls,
               r.failed_calls > 0 ? ", first: " : "", r.first_failure.c_str());
+  REQUIRE(killed);
   CHECK(ended > resumed_at);  // requests were still coming when the server was back
   CHECK(executions.max_per_key() == 1);
   CHECK(executions.total() == storm.distinct);
@@ -208,29 +203,16 @@ TEST_CASE("async redis: batches while connections are killed at random - every k
                                {.retry = {.max_attempts = 100, .max_backoff = 50ms}}, params);
   const auto storm = idem_test::storm_of(2000, 43);
   idem_test::Executions executions;
-  std::atomic<bool> stop{false};
-  std::atomic<long> kills{0};
-  std::thread killer([&] {
-    idem::redis::Connection admin(idem_test::redis_server());
-    std::mt19937 pick(7);
-    while (!stop) {
-      const auto ids = idem_test::clients_named(admin, params.client_name);
-      if (!ids.empty()) {
-        kills += admin.command({"CLIENT", "KILL", "ID", ids[pick() % ids.size()]}).integer();
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5 + pick() % 10));
-    }
-  });
+  idem_test::RedisConnectionKiller killer(params.client_name, 7);
   const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
-  stop = true;
-  killer.join();
+  killer.stop();
   std::printf(
       "async redis batch kill: %ld kills, %d deliveries, %d failed (redelivered whole)%s%s\n",
-      kills.load(), r.deliveries, r.failed_deliveries, r.failed_deliveries > 0 ? ", first: " : "",
+      killer.kills(), r.deliveries, r.failed_deliveries, r.failed_deliveries > 0 ? ", first: " : "",
       r.first_failure.c_str());
   INFO(r.first_error());
   CHECK(r.errors.empty());
-  CHECK(kills > 10);
+  CHECK(killer.kills() > 5);
   CHECK(executions.max_per_key() == 1);
   CHECK(executions.total() == storm.distinct);
   CHECK(batch_storm_succeeded(t.blocking, storm) == storm.distinct);

@@ -25,6 +25,7 @@
 #include <idem/testing/blocking_store.hpp>
 
 #include "../support/admin_program.hpp"
+#include "../support/batch_states.hpp"
 #include "../support/redis_cluster.hpp"
 #include "../support/redis_server.hpp"
 #include "../support/threads.hpp"
@@ -67,6 +68,24 @@ struct AsyncClusterFixture {
 
 #define IDEM_CONFORMANCE_FIXTURES std::tuple<ClusterFixture, AsyncClusterFixture>
 #include <idem/testing/conformance.hpp>
+
+TEST_CASE("claim_batch on the cluster answers as one claim after another, across the masters") {
+  ClusterFixture batched;
+  ClusterFixture single;
+  idem_test::check_claim_batch_answers(batched.s, single.s);
+  std::vector<idem::ClaimRequest> fresh;  // 128 + 128 + 44 keys, on every master
+  for (int i = 0; i < 300; ++i)
+    fresh.push_back({{"FRESH", std::to_string(i)}, "fp"});
+  const auto results = idem::claim_batch(batched.s, fresh, {});
+  REQUIRE(results.size() == fresh.size());
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    INFO("request " << i);
+    CHECK(results[i].verdict == idem::Verdict::acquired);
+    const auto stored = batched.s.find(fresh[i].key);
+    REQUIRE(stored);
+    CHECK(stored->ticket == results[i].record.ticket);
+  }
+}
 
 TEST_CASE("3 services x 16 threads race the same keys on every master - each key runs once") {
   idem_test::RedisCluster cl;

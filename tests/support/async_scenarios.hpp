@@ -388,15 +388,7 @@ void check_batch_answers(AsyncStore& batched, BlockingStore& setup, BlockingStor
   const auto batch = prepare_batch_states(setup);
   const auto same = prepare_batch_states(single);
   const auto got = run_on(test_loop(), idem::async::claim_batch(batched, batch));
-  REQUIRE(got.size() == same.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    INFO("request " << i << " " << batch[i].key.id() << " fp=" << batch[i].fingerprint);
-    const auto want = single.claim(same[i].key, same[i].fingerprint, {});
-    CHECK(seen(got[i]) == seen(want));
-    CHECK(got[i].record.key == batch[i].key);
-    CHECK(got[i].record.snapshot == want.record.snapshot);
-    CHECK(got[i].verdict == batch_state_verdicts()[i]);
-  }
+  check_batch_results(got, batch, claimed_one_by_one(single, same));
 }
 
 struct BatchStormResult {

@@ -84,17 +84,11 @@ inline const std::vector<idem::Verdict>& batch_state_verdicts() {
   return verdicts;
 }
 
-// idem::claim_batch on `batched` answers each request of prepare_batch_states' batch exactly as
-// one claim after another answers on `single`, a store of the same backend with the same
-// states prepared.
-template <class Store>
-void check_claim_batch_answers(Store& batched, Store& single) {
-  const auto batch = prepare_batch_states(batched);
-  const auto same = prepare_batch_states(single);
-  const auto got = idem::claim_batch(batched, batch, {});
-  std::vector<idem::ClaimResult> want;
-  for (const auto& r : same)
-    want.push_back(single.claim(r.key, r.fingerprint, {}));
+// `got`, what a batch claim answered for prepare_batch_states' `batch`, is exactly `want`, what
+// one claim after another answered on a store of the same backend with the same states.
+inline void check_batch_results(const std::vector<idem::ClaimResult>& got,
+                                const std::vector<idem::ClaimRequest>& batch,
+                                const std::vector<idem::ClaimResult>& want) {
   REQUIRE(got.size() == want.size());
   const auto& verdicts = batch_state_verdicts();
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -109,6 +103,27 @@ void check_claim_batch_answers(Store& batched, Store& single) {
   CHECK(got[4].after_crash);           // the lease of key 4's worker ran out: it crashed mid-flight
   CHECK(got[5].record.attempts == 1);  // an expired record starts over
   CHECK_FALSE(got[5].after_crash);
+}
+
+// One claim after another on `single`, for the requests of prepare_batch_states' batch.
+template <class Store>
+std::vector<idem::ClaimResult> claimed_one_by_one(Store& single,
+                                                  const std::vector<idem::ClaimRequest>& batch) {
+  std::vector<idem::ClaimResult> out;
+  for (const auto& r : batch)
+    out.push_back(single.claim(r.key, r.fingerprint, {}));
+  return out;
+}
+
+// idem::claim_batch on `batched` answers each request of prepare_batch_states' batch exactly as
+// one claim after another answers on `single`, a store of the same backend with the same
+// states prepared.
+template <class Store>
+void check_claim_batch_answers(Store& batched, Store& single) {
+  const auto batch = prepare_batch_states(batched);
+  const auto same = prepare_batch_states(single);
+  const auto got = idem::claim_batch(batched, batch, {});
+  check_batch_results(got, batch, claimed_one_by_one(single, same));
 }
 
 struct BatchRaceResult {

@@ -63,12 +63,12 @@ IDEM_ASYNC_FRAMES_BEGIN
 namespace idem::async::detail {
 
 // One claim on one connection: backend::ClaimSteps run by coroutine calls (`answered`: as for
-// backend::claim_on).
+// backend::claim_on; the caller keeps it alive until the claim answers).
 template <class Ops, class Connection>
 net::awaitable<ClaimResult> claim_on(std::string_view who, const Ops& ops, Connection& c,
                                      const Key& key, std::string_view fp, const Options& o,
                                      const std::string& token, bool bound,
-                                     std::optional<backend::InsertOrRead> answered = std::nullopt) {
+                                     backend::InsertOrRead* answered = nullptr) {
   using Step = backend::ClaimSteps::Step;
   backend::ClaimSteps steps(who, key, fp, o, token);
   for (Step step = answered ? steps.answered(std::move(*answered)) : steps.start();;) {
@@ -94,30 +94,21 @@ net::awaitable<ClaimResult> claim_on(std::string_view who, const Ops& ops, Conne
 }
 
 // backend::settle_batch (idem/backend/store_skeleton.hpp) by coroutine calls: each request of
-// a batch claim settled from the row its statement read, or claimed on its own with its token.
+// a batch claim settled from what the batch's first step met for it (`answers`, moved from;
+// backend::batch_answers makes them from the rows a statement read), or claimed from the start.
 template <class Ops, class Connection>
 net::awaitable<std::vector<ClaimResult>> settle_batch(
     std::string_view who, const Ops& ops, Connection& c,
     std::span<const ClaimRequest* const> requests, std::span<const std::string> tokens,
-    const Options& o, std::unordered_map<Key, backend::RecordRead>& rows) {
-  using Step = backend::ClaimSteps::Step;
+    const Options& o, std::span<std::optional<backend::InsertOrRead>> answers) {
   std::vector<ClaimResult> out;
   out.reserve(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const ClaimRequest& r = *requests[i];
-    if (auto it = rows.find(r.key); it != rows.end()) {
-      backend::ClaimSteps steps(who, r.key, r.fingerprint, o, tokens[i]);
-      Step step = steps.met(std::move(it->second));
-      if (step == Step::take_over) {
-        step = steps.written(
-            co_await ops.write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
-      }
-      if (step == Step::done) {
-        out.push_back(std::move(steps).result());
-        continue;
-      }
-    }
-    out.push_back(co_await claim_on(who, ops, c, r.key, r.fingerprint, o, tokens[i], false));
+    backend::InsertOrRead* answered = answers[i] ? &*answers[i] : nullptr;
+    ClaimResult claimed =
+        co_await detail::claim_on(who, ops, c, r.key, r.fingerprint, o, tokens[i], false, answered);
+    out.push_back(std::move(claimed));
   }
   co_return out;
 }

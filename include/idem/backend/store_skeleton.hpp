@@ -84,12 +84,12 @@ struct BackendTypes {
 };
 
 // One claim on one connection: ClaimSteps (idem/backend/steps.hpp) run by blocking calls. With
-// `answered`, the claim's first insert_or_read was sent already (in a batch's pipeline), and
-// the steps go on from its answer.
+// `answered` (moved from), the claim's first step was taken already, by a batch: the steps go
+// on from its answer.
 template <class Ops, class Connection>
 ClaimResult claim_on(std::string_view who, const Ops& ops, Connection& c, const Key& key,
                      std::string_view fp, const Options& o, const std::string& token, bool bound,
-                     std::optional<InsertOrRead> answered = std::nullopt) {
+                     InsertOrRead* answered = nullptr) {
   using Step = ClaimSteps::Step;
   ClaimSteps steps(who, key, fp, o, token);
   for (Step step = answered ? steps.answered(std::move(*answered)) : steps.start();;) {
@@ -114,37 +114,37 @@ ClaimResult claim_on(std::string_view who, const Ops& ops, Connection& c, const 
   }
 }
 
-// The answers of a batch claim whose statement read the keys' rows (`rows`, by key; their
-// entries are moved from): each request is settled by its single claim's steps from that read
-// on (its own row recognised, the same decision, a takeover written at once); one its row does
-// not settle (no row: purged in between, or committed after the statement's snapshot; a
-// takeover lost to another writer) is claimed on its own with its token. The keys are
-// distinct, and request i's token is tokens[i].
+// The answers of a batch claim whose first step was taken for every request at once:
+// answers[i] (moved from) is what that step met for request i (its own row recognised, the
+// same decision, a takeover written at once, a takeover lost claimed again), or none to claim
+// it from the start; each request is settled by its single claim's steps from there, with its
+// token. The keys are distinct, and request i's token is tokens[i].
 template <class Ops, class Connection>
 std::vector<ClaimResult> settle_batch(std::string_view who, const Ops& ops, Connection& c,
                                       std::span<const ClaimRequest* const> requests,
                                       std::span<const std::string> tokens, const Options& o,
-                                      std::unordered_map<Key, RecordRead>& rows) {
-  using Step = ClaimSteps::Step;
+                                      std::span<std::optional<InsertOrRead>> answers) {
   std::vector<ClaimResult> out;
   out.reserve(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const ClaimRequest& r = *requests[i];
-    if (auto it = rows.find(r.key); it != rows.end()) {
-      ClaimSteps steps(who, r.key, r.fingerprint, o, tokens[i]);
-      Step step = steps.met(std::move(it->second));
-      if (step == Step::take_over) {
-        step = steps.written(
-            ops.write_takeover(c, steps.decision(), steps.next(), steps.read_ticket()));
-      }
-      if (step == Step::done) {
-        out.push_back(std::move(steps).result());
-        continue;
-      }
-    }
-    out.push_back(claim_on(who, ops, c, r.key, r.fingerprint, o, tokens[i], false));
+    InsertOrRead* answered = answers[i] ? &*answers[i] : nullptr;
+    out.push_back(claim_on(who, ops, c, r.key, r.fingerprint, o, tokens[i], false, answered));
   }
   return out;
+}
+
+// What a batch statement that read the keys' rows (`rows`, by key; their entries are moved
+// from) met for each request, as settle_batch takes it: a key without a row (purged in
+// between, or committed after the statement's snapshot) is claimed from the start.
+inline std::vector<std::optional<InsertOrRead>> batch_answers(
+    std::span<const ClaimRequest* const> requests, std::unordered_map<Key, RecordRead>& rows) {
+  std::vector<std::optional<InsertOrRead>> answers(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (auto it = rows.find(requests[i]->key); it != rows.end())
+      answers[i].emplace(InsertOrRead{std::nullopt, std::move(it->second)});
+  }
+  return answers;
 }
 
 // One repair on one connection: RepairSteps run by blocking calls.

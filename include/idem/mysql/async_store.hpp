@@ -111,8 +111,9 @@ class AsyncRecordOps {
     }
     const auto read_rows = co_await c.select(sql.select_batch[cls], batch_key_values(requests));
     auto rows = batch_rows_answer(read_rows);
+    auto answers = backend::batch_answers(requests, rows);
     co_return co_await idem::async::detail::settle_batch("idem::mysql", *this, c, requests, tokens,
-                                                         o, rows);
+                                                         o, answers);
   }
 
   net::awaitable<bool> write_takeover(AsyncConnection& c, backend::Decision d, const Record& next,

@@ -80,8 +80,9 @@ class AsyncRecordOps {
     const Result answered = co_await c.exec(ops_.sql().claim_batch,
                                             claim_batch_values(requests, tokens, o), "claim_batch");
     auto rows = batch_rows_answer(answered);
+    auto answers = backend::batch_answers(requests, rows);
     co_return co_await idem::async::detail::settle_batch("idem::pg", *this, c, requests, tokens, o,
-                                                         rows);
+                                                         answers);
   }
 
   // RecordOps::probe and insert_finished: a record-last claim's plain read, and its finished

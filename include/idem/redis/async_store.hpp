@@ -70,17 +70,9 @@ class AsyncRecordOps {
     const std::vector<ScriptRequest> claims = ops_.claim_requests(requests, tokens, o);
     const std::vector<ScriptCall> calls = RecordOps::calls(claims);
     const std::vector<Reply> replies = co_await c.eval_all(ops_.scripts().claim, calls);
-    std::vector<ClaimResult> out;
-    out.reserve(requests.size());
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      const ClaimRequest& r = *requests[i];
-      std::optional<backend::InsertOrRead> answer =
-          ops_.claim_answer(r.key, r.fingerprint, o, tokens[i], replies[i]);
-      ClaimResult claimed = co_await idem::async::detail::claim_on(
-          RecordOps::name, *this, c, r.key, r.fingerprint, o, tokens[i], false, std::move(answer));
-      out.push_back(std::move(claimed));
-    }
-    co_return out;
+    auto answers = ops_.claim_answers(requests, tokens, o, replies);
+    co_return co_await idem::async::detail::settle_batch(RecordOps::name, *this, c, requests,
+                                                         tokens, o, answers);
   }
 
   net::awaitable<std::optional<backend::RecordRead>> read(AsyncConnection& c, const Key& key,

@@ -153,7 +153,8 @@ class RecordOps {
       c.execute(sql_.insert_batch[cls], batch_claim_values(requests, tokens, o));
     }
     auto rows = batch_rows_answer(c.select(sql_.select_batch[cls], batch_key_values(requests)));
-    return backend::settle_batch("idem::mysql", *this, c, requests, tokens, o, rows);
+    auto answers = backend::batch_answers(requests, rows);
+    return backend::settle_batch("idem::mysql", *this, c, requests, tokens, o, answers);
   }
 
   // Whether a batch's INSERT on `c` answers with the rows it created (INSERT ... RETURNING),

@@ -255,7 +255,8 @@ class RecordOps {
                                        const Options& o) const {
     auto rows = batch_rows_answer(
         c.exec(sql_.claim_batch, claim_batch_values(requests, tokens, o), "claim_batch"));
-    return backend::settle_batch("idem::pg", *this, c, requests, tokens, o, rows);
+    auto answers = backend::batch_answers(requests, rows);
+    return backend::settle_batch("idem::pg", *this, c, requests, tokens, o, answers);
   }
 
   // A record-last claim's read: plain (under READ COMMITTED the latest committed row, under

@@ -201,20 +201,23 @@ class RecordOps {
       out.push_back(claim_request(requests[i]->key, requests[i]->fingerprint, o, tokens[i]));
     return out;
   }
+  // What each claim script of a chunk met, in request order, as settle_batch takes it.
+  std::vector<std::optional<backend::InsertOrRead>> claim_answers(
+      std::span<const ClaimRequest* const> requests, std::span<const std::string> tokens,
+      const Options& o, const std::vector<Reply>& replies) const {
+    std::vector<std::optional<backend::InsertOrRead>> out;
+    out.reserve(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      out.emplace_back(
+          claim_answer(requests[i]->key, requests[i]->fingerprint, o, tokens[i], replies[i]));
+    return out;
+  }
   std::vector<ClaimResult> claim_chunk(Connection& c, std::span<const ClaimRequest* const> requests,
                                        std::span<const std::string> tokens,
                                        const Options& o) const {
     const std::vector<ScriptRequest> claims = claim_requests(requests, tokens, o);
-    const std::vector<Reply> replies = c.eval_all(scripts_.claim, calls(claims));
-    std::vector<ClaimResult> out;
-    out.reserve(requests.size());
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      const ClaimRequest& r = *requests[i];
-      out.push_back(
-          backend::claim_on(name, *this, c, r.key, r.fingerprint, o, tokens[i], false,
-                            claim_answer(r.key, r.fingerprint, o, tokens[i], replies[i])));
-    }
-    return out;
+    auto answers = claim_answers(requests, tokens, o, c.eval_all(scripts_.claim, calls(claims)));
+    return backend::settle_batch(name, *this, c, requests, tokens, o, answers);
   }
 
   ScriptRequest read_request(const Key& key) const {
