@@ -173,16 +173,8 @@ TEST_CASE("async mysql: batches while connections are killed at random - every k
   idem_test::ConnectionKiller killer(user, 7);
   const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
   killer.stop();
-  std::printf(
-      "async mysql batch kill: %d kills, %d deliveries, %d failed (redelivered whole)%s%s\n",
-      killer.kills(), r.deliveries, r.failed_deliveries, r.failed_deliveries > 0 ? ", first: " : "",
-      r.first_failure.c_str());
-  INFO(r.first_error());
-  CHECK(r.errors.empty());
-  CHECK(killer.kills() > 10);
-  CHECK(executions.max_per_key() == 1);
-  CHECK(executions.total() == storm.distinct);
-  CHECK(t.count("status = 1") == storm.distinct);
+  idem_test::check_batch_storm_killed("async mysql", r, storm, executions, killer.kills(), 10,
+                                      t.count("status = 1"));
 }
 
 TEST_CASE("async mysql: a batch cancelled at any point leaves no processing claim behind") {

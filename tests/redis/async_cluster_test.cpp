@@ -179,19 +179,11 @@ TEST_CASE("async redis cluster: claim_batch answers as one claim after another, 
   idem_test::RedisAsyncClusterStore single(cl, idem_test::test_loop().get_executor(), 1);
   idem_test::check_batch_answers(batched.store, batched.blocking, single.blocking);
 
-  std::vector<idem::ClaimRequest> fresh;  // 128 + 128 + 44 keys, on every master
-  for (int i = 0; i < 300; ++i)
-    fresh.push_back({{"FRESH", std::to_string(i)}, "fp"});
+  const auto fresh = idem_test::fresh_requests(300);  // on every master
   const auto results =
       run_on(idem_test::test_loop(), idem::async::claim_batch(batched.store, fresh));
-  REQUIRE(results.size() == 300);
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    INFO("request " << i);
-    CHECK(results[i].verdict == idem::Verdict::acquired);
-    const auto stored = batched.blocking.find(fresh[i].key);
-    REQUIRE(stored);
-    CHECK(stored->ticket == results[i].record.ticket);
-  }
+  idem_test::check_fresh_claims(results, fresh,
+                                [&](const idem::Key& key) { return batched.blocking.find(key); });
 }
 
 TEST_CASE("async redis cluster: a batch cancelled at any point leaves no processing claim") {

@@ -161,20 +161,11 @@ TEST_CASE("async redis: claim_batch answers exactly what one claim after another
   idem_test::RedisStore single(2);
   idem_test::check_batch_answers(batched.store, batched.blocking, single.store);
 
-  std::vector<idem::ClaimRequest> fresh;  // 128 + 128 + 44 keys
-  for (int i = 0; i < 300; ++i)
-    fresh.push_back({{"FRESH", std::to_string(i)}, "fp"});
+  const auto fresh = idem_test::fresh_requests(300);
   const auto results =
       run_on(idem_test::test_loop(), idem::async::claim_batch(batched.store, fresh));
-  REQUIRE(results.size() == 300);
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    INFO("request " << i);
-    CHECK(results[i].verdict == idem::Verdict::acquired);
-    CHECK(results[i].record.key == fresh[i].key);
-    const auto stored = batched.blocking.find(fresh[i].key);
-    REQUIRE(stored);
-    CHECK(stored->ticket == results[i].record.ticket);
-  }
+  idem_test::check_fresh_claims(results, fresh,
+                                [&](const idem::Key& key) { return batched.blocking.find(key); });
 }
 
 // The keys of batch_storm (biz type BATCH) recorded succeeded.
@@ -206,16 +197,8 @@ TEST_CASE("async redis: batches while connections are killed at random - every k
   idem_test::RedisConnectionKiller killer(params.client_name, 7);
   const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
   killer.stop();
-  std::printf(
-      "async redis batch kill: %ld kills, %d deliveries, %d failed (redelivered whole)%s%s\n",
-      killer.kills(), r.deliveries, r.failed_deliveries, r.failed_deliveries > 0 ? ", first: " : "",
-      r.first_failure.c_str());
-  INFO(r.first_error());
-  CHECK(r.errors.empty());
-  CHECK(killer.kills() > 5);
-  CHECK(executions.max_per_key() == 1);
-  CHECK(executions.total() == storm.distinct);
-  CHECK(batch_storm_succeeded(t.blocking, storm) == storm.distinct);
+  idem_test::check_batch_storm_killed("async redis", r, storm, executions, killer.kills(), 5,
+                                      batch_storm_succeeded(t.blocking, storm));
 }
 
 TEST_CASE("async redis: a batch cancelled at any point leaves no processing claim behind") {

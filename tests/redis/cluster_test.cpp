@@ -73,18 +73,10 @@ TEST_CASE("claim_batch on the cluster answers as one claim after another, across
   ClusterFixture batched;
   ClusterFixture single;
   idem_test::check_claim_batch_answers(batched.s, single.s);
-  std::vector<idem::ClaimRequest> fresh;  // 128 + 128 + 44 keys, on every master
-  for (int i = 0; i < 300; ++i)
-    fresh.push_back({{"FRESH", std::to_string(i)}, "fp"});
+  const auto fresh = idem_test::fresh_requests(300);  // on every master
   const auto results = idem::claim_batch(batched.s, fresh, {});
-  REQUIRE(results.size() == fresh.size());
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    INFO("request " << i);
-    CHECK(results[i].verdict == idem::Verdict::acquired);
-    const auto stored = batched.s.find(fresh[i].key);
-    REQUIRE(stored);
-    CHECK(stored->ticket == results[i].record.ticket);
-  }
+  idem_test::check_fresh_claims(results, fresh,
+                                [&](const idem::Key& key) { return batched.s.find(key); });
 }
 
 TEST_CASE("3 services x 16 threads race the same keys on every master - each key runs once") {

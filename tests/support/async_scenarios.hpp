@@ -474,6 +474,23 @@ inline void check_batch_storm(const char* store, const BatchStormResult& r, cons
   CHECK(succeeded == storm.distinct);
 }
 
+// What a batch storm shows while `kills` connections were killed under it (more than
+// `min_kills`, so that the kills mattered): no error (a delivery that failed was redelivered
+// whole), every key run once and recorded succeeded (`succeeded`: the store's count).
+inline void check_batch_storm_killed(const char* store, const BatchStormResult& r,
+                                     const Storm& storm, Executions& executions, long kills,
+                                     long min_kills, long long succeeded) {
+  std::printf("%s batch kill: %ld kills, %d deliveries, %d failed (redelivered whole)%s%s\n", store,
+              kills, r.deliveries, r.failed_deliveries, r.failed_deliveries > 0 ? ", first: " : "",
+              r.first_failure.c_str());
+  INFO(r.first_error());
+  CHECK(r.errors.empty());
+  CHECK(kills > min_kills);
+  CHECK(executions.max_per_key() == 1);
+  CHECK(executions.total() == storm.distinct);
+  CHECK(succeeded == storm.distinct);
+}
+
 struct BatchCancelResult {
   int batches = 0;
   int cancelled = 0;

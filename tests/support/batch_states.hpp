@@ -126,6 +126,30 @@ void check_claim_batch_answers(Store& batched, Store& single) {
   check_batch_results(got, batch, claimed_one_by_one(single, same));
 }
 
+// `n` requests for fresh keys (biz type FRESH); 300 take three chunks of a batch claim.
+inline std::vector<idem::ClaimRequest> fresh_requests(int n) {
+  std::vector<idem::ClaimRequest> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back({{"FRESH", std::to_string(i)}, "fp"});
+  return out;
+}
+
+// A batch claim of fresh `requests` acquired each, in order, and each record is stored with its
+// claim's ticket (`find(key)`: the record now, read through a blocking store).
+template <class Find>
+void check_fresh_claims(const std::vector<idem::ClaimResult>& results,
+                        const std::vector<idem::ClaimRequest>& requests, Find find) {
+  REQUIRE(results.size() == requests.size());
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    INFO("request " << i);
+    CHECK(results[i].verdict == idem::Verdict::acquired);
+    CHECK(results[i].record.key == requests[i].key);
+    const auto stored = find(requests[i].key);
+    REQUIRE(stored);
+    CHECK(stored->ticket == results[i].record.ticket);
+  }
+}
+
 struct BatchRaceResult {
   int twice = 0;  // keys that two consumers acquired
   std::size_t failures = 0;
