@@ -350,6 +350,33 @@ void roll_back_batch(S& store, std::vector<std::optional<IdempotencyGuard<S>>>& 
   answer_rolled_back_batch(guards, acks, failed, why);
 }
 
+// A batch claims all its messages at once and runs them one after another, so the later
+// messages' leases are spent while the earlier ones run. A message whose claim may be near
+// its end (another consumer takes an expired claim over, and both would run it) is not
+// started: a batch starts a message only while at least half of the lease is left, counted
+// from before the claim was sent. The rest go back, released, for their redelivery. (A store
+// inside the caller's transaction needs no window: the claims' row locks hold duplicates
+// until it ends.)
+class BatchWindow {
+ public:
+  explicit BatchWindow(Duration lease) : lease_(lease) {}
+
+  void claiming() noexcept { claimed_from_ = std::chrono::steady_clock::now(); }
+  bool open() const noexcept {
+    return std::chrono::steady_clock::now() - claimed_from_ < lease_ / 2;
+  }
+
+ private:
+  Duration lease_;
+  std::chrono::steady_clock::time_point claimed_from_ = std::chrono::steady_clock::now();
+};
+
+inline Ack ack_past_window() {
+  return {Ack::retry_later, Verdict::acquired,
+          "not started: the batch reached this message with less than half of its lease left; "
+          "its claim was released for the redelivery"};
+}
+
 // A batch's claims reported as single claims are: each answer, or the failure for every message.
 inline void report_batch_claims(Observer* observer, const std::vector<ClaimResult>& claims,
                                 std::chrono::nanoseconds latency, std::string_view context) {
@@ -420,10 +447,13 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
   validate(policy);
   const auto start = std::chrono::steady_clock::now();
   Observer* const observer = detail::observer_for(store, options.observer);
+  detail::BatchWindow window(options.lease);
   std::vector<ClaimResult> claims;
   try {
-    claims =
-        detail::claim_message<S>(policy, [&] { return claim_batch(store, messages, options); });
+    claims = detail::claim_message<S>(policy, [&] {
+      window.claiming();
+      return claim_batch(store, messages, options);
+    });
   } catch (const StoreError& e) {
     detail::report_batch_failure<S>(observer, messages, std::chrono::steady_clock::now() - start,
                                     options.context, e);
@@ -445,6 +475,13 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
   }
   for (std::size_t i = 0; i < claims.size(); ++i) {
     if (!guards[i]) continue;
+    if constexpr (!RollbackOnlyStore<S>) {
+      if (!window.open()) {
+        guards[i].reset();  // released as an abandoned guard's retryable failure
+        acks[i] = detail::ack_past_window();
+        continue;
+      }
+    }
     auto run = [&fn, i]() -> decltype(auto) { return std::invoke(fn, i); };
     acks[i] = detail::run_acquired(store, *guards[i], run, policy, options);
     if constexpr (RollbackOnlyStore<S>) {

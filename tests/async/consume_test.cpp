@@ -4,8 +4,10 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -433,6 +435,51 @@ TEST_CASE("async consume_batch: each message gets consume's answer") {
                     idem::InvalidArgument);
     CHECK_FALSE(memory.find({"order.paid", "O-7"}));
   }
+}
+
+TEST_CASE(
+    "async consume_batch: a message reached after half its lease is released, not run, so a "
+    "consumer that took its expired claim over is the only one to run it") {
+  idem::ManualClock clock;
+  idem::MemoryStore memory{[&] { return clock.now(); }};
+  idem::async::InlineStore store{memory};
+  net::io_context io;
+  const std::vector<idem::ClaimRequest> batch{
+      {{"order.paid", "L-1"}, "fp"}, {{"order.paid", "L-2"}, "fp"}, {{"order.paid", "L-3"}, "fp"}};
+  const idem::Options options{.lease = 200ms};
+  std::map<std::size_t, int> runs;
+  std::optional<Ack> other;
+  auto apply = [&](std::size_t i) -> net::awaitable<void> {
+    ++runs[i];
+    if (i != 0) co_return;
+    // As the blocking test: message 0 outlasts half the lease, the store's clock the whole
+    // lease, and another consumer (a thread of its own) takes message 1 over and runs it.
+    co_await idem::async::sleep_for(120ms);
+    clock.advance(250ms);
+    std::thread([&] {
+      other = idem::consume(
+          memory, batch[1].key, "fp", [&] { ++runs[1]; }, options);
+    }).join();
+  };
+  const auto acks = idem_test::run_on(io, idem::async::consume_batch(store, batch, apply, options));
+  REQUIRE(other);
+  CHECK((*other == Ack::commit && other->verdict == Verdict::acquired));
+  CHECK(acks[0] == Ack::commit);
+  for (std::size_t i : {1, 2}) {
+    INFO("message " << i);
+    CHECK((acks[i] == Ack::retry_later && acks[i].verdict == Verdict::acquired));
+    CHECK_THAT(acks[i].reason, Catch::Contains("half of its lease"));
+  }
+  CHECK(runs == std::map<std::size_t, int>{{0, 1}, {1, 1}});
+  CHECK(memory.find(batch[1].key)->ticket.fence == 2);  // the other consumer's record stands
+  CHECK(memory.find(batch[2].key)->retryable);          // released at once, not left to its lease
+
+  const auto again =
+      idem_test::run_on(io, idem::async::consume_batch(store, batch, apply, options));
+  for (const Ack& ack : again)
+    CHECK(ack == Ack::commit);
+  CHECK(again[1].verdict == Verdict::replayed);
+  CHECK(runs == std::map<std::size_t, int>{{0, 1}, {1, 1}, {2, 1}});
 }
 
 TEST_CASE(

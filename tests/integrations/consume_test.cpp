@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -252,6 +253,49 @@ TEST_CASE_METHOD(ConsumeFixture,
                   idem::InvalidArgument);
   CHECK(runs == 0);
   CHECK_FALSE(store.find(idem::Key{"order.paid", "O-1"}));
+}
+
+TEST_CASE_METHOD(ConsumeFixture,
+                 "consume_batch: a message reached after half its lease is released, not run, "
+                 "so a consumer that took its expired claim over is the only one to run it") {
+  const std::vector<idem::ClaimRequest> batch{{idem::Key{"order.paid", "L-1"}, "fp"},
+                                              {idem::Key{"order.paid", "L-2"}, "fp"},
+                                              {idem::Key{"order.paid", "L-3"}, "fp"}};
+  const idem::Options options{.lease = 200ms};
+  std::map<std::size_t, int> runs;
+  std::optional<Ack> other;
+  auto apply = [&](std::size_t i) {
+    ++runs[i];
+    if (i != 0) return;
+    // Message 0 outlasts half the lease, and the store's clock the whole lease, so that
+    // another consumer takes message 1's claim over and runs it (a real thread, as it would be).
+    std::this_thread::sleep_for(120ms);
+    clock.advance(250ms);
+    std::thread([&] {
+      other = idem::consume(
+          store, batch[1].key, "fp", [&] { ++runs[1]; }, options);
+    }).join();
+  };
+  const auto acks = idem::consume_batch(store, batch, apply, options);
+  REQUIRE(other);
+  CHECK((*other == Ack::commit && other->verdict == Verdict::acquired));
+  CHECK(acks[0] == Ack::commit);
+  for (std::size_t i : {1, 2}) {
+    INFO("message " << i);
+    CHECK((acks[i] == Ack::retry_later && acks[i].verdict == Verdict::acquired));
+    CHECK_THAT(acks[i].reason, Catch::Contains("half of its lease"));
+  }
+  CHECK(runs == std::map<std::size_t, int>{{0, 1}, {1, 1}});
+  CHECK(store.find(batch[1].key)->status == idem::Status::succeeded);
+  CHECK(store.find(batch[1].key)->ticket.fence == 2);  // the other consumer's record stands
+  CHECK(store.find(batch[2].key)->retryable);          // released at once, not left to its lease
+
+  // The redelivery replays what ran and runs what was released, once.
+  const auto again = idem::consume_batch(store, batch, apply, options);
+  for (const Ack& ack : again)
+    CHECK(ack == Ack::commit);
+  CHECK(again[1].verdict == Verdict::replayed);
+  CHECK(runs == std::map<std::size_t, int>{{0, 1}, {1, 1}, {2, 1}});
 }
 
 namespace {

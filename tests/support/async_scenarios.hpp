@@ -419,9 +419,12 @@ BatchStormResult batch_storm(Store& store, const Storm& storm, std::size_t batch
     async_net::co_spawn(
         io,
         [&, pending = std::vector<int>(begin, end)]() mutable -> async_net::awaitable<void> {
-          for (int delivery = 0; !pending.empty(); ++delivery) {
-            if (delivery == 200) {
-              result.errors.push_back("a batch was still not committed after 200 deliveries");
+          // A claim whose release failed (its connection killed) waits out its lease: give up
+          // only well after that.
+          const auto give_up = std::chrono::steady_clock::now() + 4 * idem::Options{}.lease;
+          while (!pending.empty()) {
+            if (std::chrono::steady_clock::now() > give_up) {
+              result.errors.push_back("a batch was still not committed after four leases");
               co_return;
             }
             ++result.deliveries;

@@ -245,10 +245,13 @@ requires std::invocable<F&, std::size_t> net::awaitable<std::vector<Ack>> consum
   validate(policy);
   const auto start = std::chrono::steady_clock::now();
   Observer* const observer = idem::detail::observer_for(store, options.observer);
+  idem::detail::BatchWindow window(options.lease);
   std::vector<ClaimResult> claims;
   try {
-    claims = co_await detail::claim_message<S>(
-        policy, [&] { return claim_batch(store, messages, options); });
+    claims = co_await detail::claim_message<S>(policy, [&] {
+      window.claiming();
+      return claim_batch(store, messages, options);
+    });
   } catch (const StoreError& e) {
     idem::detail::report_batch_failure<S>(
         observer, messages, std::chrono::steady_clock::now() - start, options.context, e);
@@ -273,6 +276,13 @@ requires std::invocable<F&, std::size_t> net::awaitable<std::vector<Ack>> consum
   try {
     for (std::size_t i = 0; i < claims.size(); ++i) {
       if (!guards[i]) continue;
+      if constexpr (!RollbackOnlyAsyncStore<S>) {
+        if (!window.open()) {
+          co_await guards[i]->abandon();
+          acks[i] = idem::detail::ack_past_window();
+          continue;
+        }
+      }
       auto run = [&fn, i] { return std::invoke(fn, i); };
       acks[i] = co_await detail::run_acquired(store, *guards[i], run, policy, options);
       if constexpr (RollbackOnlyAsyncStore<S>) {
