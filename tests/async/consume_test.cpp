@@ -465,7 +465,7 @@ TEST_CASE(
   REQUIRE(other);
   CHECK((*other == Ack::commit && other->verdict == Verdict::acquired));
   CHECK(acks[0] == Ack::commit);
-  for (std::size_t i : {1, 2}) {
+  for (std::size_t i = 1; i < 3; ++i) {
     INFO("message " << i);
     CHECK((acks[i] == Ack::retry_later && acks[i].verdict == Verdict::acquired));
     CHECK_THAT(acks[i].reason, Catch::Contains("half of its lease"));
