@@ -13,6 +13,10 @@
 // all validated before the first write, so a bad request in a batch changes nothing, and a
 // batch that fails midway releases the claims it made (a retryable failure, as an abandoned
 // guard records) before the error propagates.
+//
+// Every lease of the batch starts now: run the messages through idem::consume_batch, or adopt
+// each acquired claim into a guard at once and release (destroy unused) one that the earlier
+// messages left with little lease, since a duplicate elsewhere may take an expired claim over.
 
 #include <span>
 #include <vector>

@@ -430,9 +430,10 @@ Ack consume(S& store, const Key& key, std::string_view fingerprint, C&& check, F
 
 // The batch form: acks[i] answers messages[i] with exactly the rules of consume(), after one
 // idem::claim_batch for the whole batch. fn(i) runs message i (in order, on this thread) when
-// its claim was acquired. If a store failure escapes for one message, the claims of the
-// messages not yet run are released as retryable failures (or left to their lease), so their
-// redeliveries run them.
+// its claim was acquired and at least half of the lease is left (detail::BatchWindow); a
+// message reached later is released and answered retry_later. If a store failure escapes for
+// one message, the claims of the messages not yet run are released as retryable failures (or
+// left to their lease), so their redeliveries run them.
 // On a bound store the whole batch is one transaction: a message whose fn fails retryably
 // rolls back the messages before it too, so then no further message runs, every ack is
 // retry_later and the transaction is marked rollback-only (with_transaction rolls it back

@@ -12,7 +12,8 @@
 // write, so a bad request changes nothing.
 //
 // Adopt each acquired claim into a guard (idem::async::IdempotencyGuard's adopting
-// constructor) before co_awaiting anything else, or use idem::async::consume_batch, which does.
+// constructor) before co_awaiting anything else, or use idem::async::consume_batch, which does
+// (and, as idem::claim_batch says, does not start a message late in its lease).
 // A batch that fails midway, or whose caller is cancelled (a timer `||`, a parallel_group, a
 // cancellation signal) while it claims, releases every claim it made before it completes (a
 // retryable failure, as an abandoned guard records), so that no claim is left that nobody

@@ -230,7 +230,8 @@ requires std::invocable<C&> && std::invocable<F&> net::awaitable<Ack> consume(
 
 // The batch form: acks[i] answers messages[i] with exactly the rules of consume(), after one
 // idem::async::claim_batch for the whole batch; fn(i) runs message i, in order. `messages`
-// must stay alive until it completes. As idem::consume_batch: a store failure that escapes for
+// must stay alive until it completes. As idem::consume_batch: a message reached with less
+// than half of its lease left is released, not run; a store failure that escapes for
 // one message releases the claims of the messages not yet run; on a store inside the caller's
 // transaction, a message that fails rolls the batch back (every ack retry_later, the
 // transaction rollback-only).
