@@ -354,9 +354,9 @@ void roll_back_batch(S& store, std::vector<std::optional<IdempotencyGuard<S>>>& 
 // messages' leases are spent while the earlier ones run. A message whose claim may be near
 // its end (another consumer takes an expired claim over, and both would run it) is not
 // started: a batch starts a message only while at least half of the lease is left, counted
-// from before the claim was sent. The rest go back, released, for their redelivery. (A store
-// inside the caller's transaction needs no window: the claims' row locks hold duplicates
-// until it ends.)
+// from before the claim was sent. The rest are failed retryably (past_window_error) for their
+// redelivery. A store inside the caller's transaction needs no window: nothing it claims is
+// seen by another consumer before the transaction commits.
 class BatchWindow {
  public:
   explicit BatchWindow(Duration lease) : lease_(lease) {}
@@ -371,10 +371,13 @@ class BatchWindow {
   std::chrono::steady_clock::time_point claimed_from_ = std::chrono::steady_clock::now();
 };
 
+inline nlohmann::json past_window_error() {
+  return {{"error", "idem.batch_window"}};
+}
 inline Ack ack_past_window() {
   return {Ack::retry_later, Verdict::acquired,
           "not started: the batch reached this message with less than half of its lease left; "
-          "its claim was released for the redelivery"};
+          "its redelivery runs it"};
 }
 
 // A batch's claims reported as single claims are: each answer, or the failure for every message.
@@ -476,9 +479,13 @@ requires std::invocable<F&, std::size_t> std::vector<Ack> consume_batch(
   }
   for (std::size_t i = 0; i < claims.size(); ++i) {
     if (!guards[i]) continue;
-    if constexpr (!RollbackOnlyStore<S>) {
+    if constexpr (!in_caller_transaction_v<S>) {
       if (!window.open()) {
-        guards[i].reset();  // released as an abandoned guard's retryable failure
+        try {
+          guards[i]->fail(detail::past_window_error(), true);
+        } catch (const LeaseLost&) {   // taken over: the new owner runs it
+        } catch (const StoreError&) {  // left to its guard's last try, or to its lease
+        }
         acks[i] = detail::ack_past_window();
         continue;
       }

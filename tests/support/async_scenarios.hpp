@@ -420,8 +420,8 @@ BatchStormResult batch_storm(Store& store, const Storm& storm, std::size_t batch
         io,
         [&, pending = std::vector<int>(begin, end)]() mutable -> async_net::awaitable<void> {
           // A claim whose release failed (its connection killed) waits out its lease, and a
-          // slow batch releases what it reaches late: give up only when no message of the
-          // batch was committed for well over a lease.
+          // slow batch gives back what it reaches late: give up only when no message of the
+          // batch was settled for well over a lease (the storm runs with default options).
           auto give_up = std::chrono::steady_clock::now() + 4 * idem::Options{}.lease;
           std::size_t left = pending.size();
           while (!pending.empty()) {
@@ -430,7 +430,7 @@ BatchStormResult batch_storm(Store& store, const Storm& storm, std::size_t batch
               give_up = std::chrono::steady_clock::now() + 4 * idem::Options{}.lease;
             }
             if (std::chrono::steady_clock::now() > give_up) {
-              result.errors.push_back("no message of a batch was committed for four leases");
+              result.errors.push_back("no message of a batch was settled for four leases");
               co_return;
             }
             ++result.deliveries;

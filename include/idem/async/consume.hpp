@@ -48,6 +48,7 @@
 #include "idem/guard_state.hpp"
 #include "idem/key.hpp"
 #include "idem/observer.hpp"
+#include "idem/optional_operations.hpp"
 #include "idem/options.hpp"
 #include "idem/serializable.hpp"
 #include "idem/store.hpp"
@@ -277,9 +278,13 @@ requires std::invocable<F&, std::size_t> net::awaitable<std::vector<Ack>> consum
   try {
     for (std::size_t i = 0; i < claims.size(); ++i) {
       if (!guards[i]) continue;
-      if constexpr (!RollbackOnlyAsyncStore<S>) {
+      if constexpr (!in_caller_transaction_v<S>) {
         if (!window.open()) {
-          co_await guards[i]->abandon();
+          try {
+            co_await guards[i]->fail(idem::detail::past_window_error(), true);
+          } catch (const LeaseLost&) {   // taken over: the new owner runs it
+          } catch (const StoreError&) {  // left to its guard's last try, or to its lease
+          }
           acks[i] = idem::detail::ack_past_window();
           continue;
         }
