@@ -7,7 +7,6 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -22,6 +21,7 @@
 #include <idem/consume.hpp>
 #include <idem/memory_store.hpp>
 
+#include "../support/batch_window.hpp"
 #include "../support/loop.hpp"
 
 namespace net = idem::async::net;
@@ -440,49 +440,18 @@ TEST_CASE("async consume_batch: each message gets consume's answer") {
 TEST_CASE(
     "async consume_batch: a message reached after half its lease is released, not run, so a "
     "consumer that took its expired claim over is the only one to run it") {
-  idem::ManualClock clock;
-  idem::MemoryStore memory{[&] { return clock.now(); }};
-  idem::async::InlineStore store{memory};
+  idem_test::BatchWindowCase c;
+  idem::async::InlineStore store{c.memory};
   net::io_context io;
-  const std::vector<idem::ClaimRequest> batch{
-      {{"order.paid", "L-1"}, "fp"}, {{"order.paid", "L-2"}, "fp"}, {{"order.paid", "L-3"}, "fp"}};
-  // The lease is long enough that the batch's own claim never takes half of it.
-  const idem::Options options{.lease = 1s};
-  std::vector<int> runs(3);
-  std::optional<Ack> other;
   auto apply = [&](std::size_t i) -> net::awaitable<void> {
-    ++runs[i];
-    if (i != 0) co_return;
-    // As the blocking test: message 0 outlasts half the lease, the store's clock the whole
-    // lease, and another consumer (a thread of its own) takes message 1 over and runs it.
-    co_await idem::async::sleep_for(600ms);
-    clock.advance(1500ms);
-    std::thread([&] {
-      other = idem::consume(
-          memory, batch[1].key, "fp", [&] { ++runs[1]; }, options);
-    }).join();
+    if (!c.ran(i)) co_return;
+    co_await idem::async::sleep_for(c.past_half);
+    c.overtake();
   };
-  const auto acks = idem_test::run_on(io, idem::async::consume_batch(store, batch, apply, options));
-  REQUIRE(other);
-  CHECK((*other == Ack::commit && other->verdict == Verdict::acquired));
-  CHECK(acks[0] == Ack::commit);
-  for (std::size_t i = 1; i < 3; ++i) {
-    INFO("message " << i);
-    CHECK((acks[i] == Ack::retry_later && acks[i].verdict == Verdict::acquired));
-    CHECK_THAT(acks[i].reason, Catch::Contains("half of its lease"));
-  }
-  CHECK(runs == std::vector<int>{1, 1, 0});
-  CHECK(memory.find(batch[1].key)->ticket.fence == 2);  // the other consumer's record stands
-  // Message 2 was failed retryably at once (not left to its lease), saying why.
-  CHECK(memory.find(batch[2].key)->retryable);
-  CHECK_THAT(memory.find(batch[2].key)->snapshot, Catch::Contains("idem.batch_window"));
-
-  const auto again =
-      idem_test::run_on(io, idem::async::consume_batch(store, batch, apply, options));
-  for (const Ack& ack : again)
-    CHECK(ack == Ack::commit);
-  CHECK(again[1].verdict == Verdict::replayed);
-  CHECK(runs == std::vector<int>{1, 1, 1});
+  c.check_first(
+      idem_test::run_on(io, idem::async::consume_batch(store, c.batch, apply, c.options)));
+  c.check_redelivered(
+      idem_test::run_on(io, idem::async::consume_batch(store, c.batch, apply, c.options)));
 }
 
 TEST_CASE(

@@ -17,6 +17,7 @@
 #include <idem/fingerprint.hpp>
 #include <idem/memory_store.hpp>
 
+#include "../support/batch_window.hpp"
 #include "../support/forwarding_store.hpp"
 
 using namespace std::chrono_literals;
@@ -254,50 +255,17 @@ TEST_CASE_METHOD(ConsumeFixture,
   CHECK_FALSE(store.find(idem::Key{"order.paid", "O-1"}));
 }
 
-TEST_CASE_METHOD(ConsumeFixture,
-                 "consume_batch: a message reached after half its lease is released, not run, "
-                 "so a consumer that took its expired claim over is the only one to run it") {
-  const std::vector<idem::ClaimRequest> batch{{idem::Key{"order.paid", "L-1"}, "fp"},
-                                              {idem::Key{"order.paid", "L-2"}, "fp"},
-                                              {idem::Key{"order.paid", "L-3"}, "fp"}};
-  // The lease is long enough that the batch's own claim never takes half of it.
-  const idem::Options options{.lease = 1s};
-  std::vector<int> runs(3);
-  std::optional<Ack> other;
+TEST_CASE(
+    "consume_batch: a message reached after half its lease is released, not run, so a "
+    "consumer that took its expired claim over is the only one to run it") {
+  idem_test::BatchWindowCase c;
   auto apply = [&](std::size_t i) {
-    ++runs[i];
-    if (i != 0) return;
-    // Message 0 outlasts half the lease, and the store's clock the whole lease, so that
-    // another consumer takes message 1's claim over and runs it (a real thread, as it would be).
-    std::this_thread::sleep_for(600ms);
-    clock.advance(1500ms);
-    std::thread([&] {
-      other = idem::consume(
-          store, batch[1].key, "fp", [&] { ++runs[1]; }, options);
-    }).join();
+    if (!c.ran(i)) return;
+    std::this_thread::sleep_for(c.past_half);
+    c.overtake();
   };
-  const auto acks = idem::consume_batch(store, batch, apply, options);
-  REQUIRE(other);
-  CHECK((*other == Ack::commit && other->verdict == Verdict::acquired));
-  CHECK(acks[0] == Ack::commit);
-  for (std::size_t i = 1; i < 3; ++i) {
-    INFO("message " << i);
-    CHECK((acks[i] == Ack::retry_later && acks[i].verdict == Verdict::acquired));
-    CHECK_THAT(acks[i].reason, Catch::Contains("half of its lease"));
-  }
-  CHECK(runs == std::vector<int>{1, 1, 0});
-  CHECK(store.find(batch[1].key)->status == idem::Status::succeeded);
-  CHECK(store.find(batch[1].key)->ticket.fence == 2);  // the other consumer's record stands
-  // Message 2 was failed retryably at once (not left to its lease), saying why.
-  CHECK(store.find(batch[2].key)->retryable);
-  CHECK_THAT(store.find(batch[2].key)->snapshot, Catch::Contains("idem.batch_window"));
-
-  // The redelivery replays what ran and runs what was released, once.
-  const auto again = idem::consume_batch(store, batch, apply, options);
-  for (const Ack& ack : again)
-    CHECK(ack == Ack::commit);
-  CHECK(again[1].verdict == Verdict::replayed);
-  CHECK(runs == std::vector<int>{1, 1, 1});
+  c.check_first(idem::consume_batch(c.memory, c.batch, apply, c.options));
+  c.check_redelivered(idem::consume_batch(c.memory, c.batch, apply, c.options));
 }
 
 namespace {

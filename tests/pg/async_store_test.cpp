@@ -83,7 +83,7 @@ TEST_CASE("async pg: connections terminated at random under load - nothing runs 
       idem::pg::ConnectionParams{.conninfo = idem_test::pg_conninfo(), .application_name = app});
   const auto storm = idem_test::storm_of(3000, 31);
   idem_test::Executions executions;
-  idem_test::PgConnectionKiller killer(app, 5);
+  idem_test::PgConnectionKiller killer(app, 5, &executions);
   const auto r = idem_test::retrying_clients(t.store, storm, 64, executions);
   killer.stop();
   std::printf("async pg terminate: %d kills, %d failed calls (retried by the client)%s%s\n",
@@ -147,7 +147,7 @@ TEST_CASE("async pg: batches while connections are terminated at random - every 
       idem::pg::ConnectionParams{.conninfo = idem_test::pg_conninfo(), .application_name = app});
   const auto storm = idem_test::storm_of(2000, 43);
   idem_test::Executions executions;
-  idem_test::PgConnectionKiller killer(app, 9);
+  idem_test::PgConnectionKiller killer(app, 9, &executions);
   const auto r = idem_test::batch_storm(t.store, storm, 50, executions);
   killer.stop();
   INFO("killer: " << killer.errors().first());

@@ -168,14 +168,9 @@ TEST_CASE("async redis: claim_batch answers exactly what one claim after another
                                 [&](const idem::Key& key) { return batched.blocking.find(key); });
 }
 
-// The keys of batch_storm (biz type BATCH) recorded succeeded.
+// The keys of batch_storm recorded succeeded.
 static long long batch_storm_succeeded(idem::redis::Store& store, const idem_test::Storm& storm) {
-  long long n = 0;
-  for (int k = 0; k < storm.distinct; ++k) {
-    const auto stored = store.find({"BATCH", "B-" + std::to_string(k)});
-    n += stored && stored->status == idem::Status::succeeded ? 1 : 0;
-  }
-  return n;
+  return idem_test::count_succeeded(store, storm.distinct, idem_test::batch_storm_key);
 }
 
 TEST_CASE("async redis: batches of a storm on one loop thread - every key runs once") {

@@ -400,6 +400,11 @@ struct BatchStormResult {
   std::string first_error() const { return errors.empty() ? std::string() : errors.front(); }
 };
 
+// The key of the storm's key k in batch_storm.
+inline idem::Key batch_storm_key(int k) {
+  return {"BATCH", "B-" + std::to_string(k)};
+}
+
 // The storm's requests as a broker's batches of `batch_size` messages (biz type BATCH), all at
 // once on one loop thread, each through consume_batch (so one claim_batch per delivery), whose
 // business counts itself in `executions` and takes 1-3 ms. The messages a delivery answers
@@ -436,7 +441,7 @@ BatchStormResult batch_storm(Store& store, const Storm& storm, std::size_t batch
             ++result.deliveries;
             std::vector<idem::ClaimRequest> batch;
             for (int k : pending)
-              batch.push_back({{"BATCH", "B-" + std::to_string(k)}, "fp"});
+              batch.push_back({batch_storm_key(k), "fp"});
             auto apply = [&](std::size_t i) -> async_net::awaitable<void> {
               executions.executed(batch[i].key.id());
               co_await async_pause(std::chrono::milliseconds(1 + pending[i] % 3));

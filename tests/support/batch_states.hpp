@@ -150,6 +150,17 @@ void check_fresh_claims(const std::vector<idem::ClaimResult>& results,
   }
 }
 
+// How many of the keys key_of(0) .. key_of(keys - 1) the store holds as succeeded.
+template <class Store, class KeyOf>
+long long count_succeeded(Store& store, int keys, KeyOf key_of) {
+  long long n = 0;
+  for (int i = 0; i < keys; ++i) {
+    const auto stored = store.find(key_of(i));
+    n += stored && stored->status == idem::Status::succeeded ? 1 : 0;
+  }
+  return n;
+}
+
 struct BatchRaceResult {
   int twice = 0;  // keys that two consumers acquired
   std::size_t failures = 0;
@@ -209,6 +220,17 @@ BatchRaceResult race_batches_and_claims(Store& store, int keys) {
   r.failures = failures.size();
   r.first_failure = failures.first();
   return r;
+}
+
+// race_batches_and_claims, and what it must show: no error, no key acquired twice, and every
+// key recorded succeeded (the single consumers visit every key).
+template <class Store>
+void check_race(Store& store, int keys) {
+  const auto r = race_batches_and_claims(store, keys);
+  INFO("first error: " << r.first_failure);
+  CHECK(r.failures == 0);
+  CHECK(r.twice == 0);
+  CHECK(count_succeeded(store, keys, batch_key) == keys);
 }
 
 }  // namespace idem_test

@@ -12,6 +12,7 @@
 
 #include "pg_server.hpp"
 #include "threads.hpp"
+#include "workload.hpp"
 
 namespace idem_test {
 
@@ -20,11 +21,13 @@ namespace idem_test {
 // tests running beside it are never touched. Not faster: a PostgreSQL connection is a server
 // process, and opening one takes milliseconds on a loaded machine (tens under a sanitizer), so
 // a faster killer starves the workers of connections and the test measures fork() rather
-// than idem.
+// than idem. With `paced_by`, a kill also waits for two more executions than at the one
+// before: on a machine slowed enough (a sanitizer, two such tests side by side) that a
+// connection cannot do its work between kills, the workers would otherwise only reconnect.
 class PgConnectionKiller {
  public:
-  PgConnectionKiller(std::string app, unsigned seed)
-      : thread_([this, app = std::move(app), seed] { run(app, seed); }) {}
+  PgConnectionKiller(std::string app, unsigned seed, Executions* paced_by = nullptr)
+      : paced_by_(paced_by), thread_([this, app = std::move(app), seed] { run(app, seed); }) {}
   ~PgConnectionKiller() { stop(); }
   PgConnectionKiller(const PgConnectionKiller&) = delete;
   PgConnectionKiller& operator=(const PgConnectionKiller&) = delete;
@@ -42,7 +45,13 @@ class PgConnectionKiller {
     std::mt19937 rng(seed);
     try {
       idem::pg::Connection admin(idem::pg::ConnectionParams{.conninfo = pg_conninfo()});
+      int executed_at_last_kill = 0;
       while (!stop_) {
+        if (paced_by_ != nullptr && paced_by_->total() < executed_at_last_kill + 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          continue;
+        }
+        if (paced_by_ != nullptr) executed_at_last_kill = paced_by_->total();
         const idem::pg::Result r = admin.exec(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 "
             "AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1",
@@ -55,6 +64,7 @@ class PgConnectionKiller {
     }
   }
 
+  Executions* paced_by_;
   std::atomic<bool> stop_{false};
   std::atomic<int> kills_{0};
   Errors errors_;
