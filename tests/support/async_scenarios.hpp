@@ -427,12 +427,13 @@ BatchStormResult batch_storm(Store& store, const Storm& storm, std::size_t batch
           // A claim whose release failed (its connection killed) waits out its lease, and a
           // slow batch gives back what it reaches late: give up only when no message of the
           // batch was settled for well over a lease (the storm runs with default options).
-          auto give_up = std::chrono::steady_clock::now() + 4 * idem::Options{}.lease;
+          const auto patience = 4 * idem::Options{}.lease;
+          auto give_up = std::chrono::steady_clock::now() + patience;
           std::size_t left = pending.size();
           while (!pending.empty()) {
             if (pending.size() < left) {
               left = pending.size();
-              give_up = std::chrono::steady_clock::now() + 4 * idem::Options{}.lease;
+              give_up = std::chrono::steady_clock::now() + patience;
             }
             if (std::chrono::steady_clock::now() > give_up) {
               result.errors.push_back("no message of a batch was settled for four leases");

@@ -47,11 +47,14 @@ class PgConnectionKiller {
       idem::pg::Connection admin(idem::pg::ConnectionParams{.conninfo = pg_conninfo()});
       int executed_at_last_kill = 0;
       while (!stop_) {
-        if (paced_by_ != nullptr && paced_by_->total() < executed_at_last_kill + 2) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          continue;
+        if (paced_by_ != nullptr) {
+          const int executed = paced_by_->total();
+          if (executed < executed_at_last_kill + 2) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            continue;
+          }
+          executed_at_last_kill = executed;
         }
-        if (paced_by_ != nullptr) executed_at_last_kill = paced_by_->total();
         const idem::pg::Result r = admin.exec(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 "
             "AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1",
